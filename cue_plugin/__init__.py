@@ -1,0 +1,1 @@
+"""cuetrain: cue_plugin package."""

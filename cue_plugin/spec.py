@@ -1,0 +1,146 @@
+"""The farm interface: a training job spec, run states, job handles and the backend protocol.
+
+Imports neither opencue nor torch, so the GUI and tests use it freely. The OpenCue backend lives in
+``cue_plugin.opencue_farm``; the shape follows torchx's scheduler API (dry run is a value; submit =
+build + schedule; ``cancel`` is idempotent; native states map through one table to ``RunState``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from trainer.config import TrainConfig
+
+RENDEZVOUS_MODES = ("file", "cuebot")
+
+
+class FarmError(RuntimeError):
+    """Any failure talking to the farm; the message says what happened and what to do."""
+
+
+class RunState(enum.Enum):
+    """One state for a run, whatever the farm calls it."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+    def is_terminal(self) -> bool:
+        """True for states a run never leaves (succeeded, failed, cancelled)."""
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """One distributed training run on the farm: ONE layer of ``world_size`` frames.
+
+    Attributes:
+        train: the trainer configuration (its ``run_dir`` must be on shared storage).
+        world_size: number of ranks = frames in the layer (frame range ``0-(world_size-1)``).
+        show: OpenCue show name.
+        shot: shot name.
+        user: submitting user (OpenCue refuses frames as root).
+        name: job name suffix (default ``cuetrain``); OpenCue names the job ``show-shot-user_name``.
+        priority: job priority (OpenCue: higher runs first) [1].
+        max_retries: retries per frame before the frame is dead [count].
+        service: OpenCue service of the layer (e.g. ``cuetrain-gpu``).
+        tags: host tags the layer asks for.
+        cores: cores reserved per frame [cores].
+        memory_mb: memory reserved per frame [MiB].
+        gpus: GPUs reserved per frame [count].
+        gpu_memory_mb: GPU memory reserved per frame [MiB].
+        sync_interval: ``COPYCAT_SYNC_INTERVAL`` (all-reduce every N steps) [steps].
+        rendezvous: how ranks find frame 0: ``file`` (run directory) or ``cuebot`` (pycue lookup).
+        rendezvous_timeout_s: how long ranks wait for frame 0's publication [seconds].
+        extra_env: more environment variables for every frame.
+    """
+
+    train: TrainConfig
+    world_size: int
+    show: str
+    shot: str
+    user: str
+    name: str = "cuetrain"
+    priority: int = 100
+    max_retries: int = 3
+    service: str = "cuetrain"
+    tags: tuple[str, ...] = ()
+    cores: float = 1.0
+    memory_mb: int = 4096
+    gpus: int = 0
+    gpu_memory_mb: int = 0
+    sync_interval: int = 1
+    rendezvous: str = "file"
+    rendezvous_timeout_s: float = 600.0
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.world_size, int) or self.world_size < 1:
+            raise FarmError(f"world_size={self.world_size!r} must be a whole number >= 1")
+        if self.train.batch_size < self.world_size:
+            raise FarmError(
+                f"batch_size={self.train.batch_size} is smaller than world_size={self.world_size}: every rank needs "
+                "at least one crop per step; raise --batch-size or lower --world-size")
+        if self.rendezvous not in RENDEZVOUS_MODES:
+            raise FarmError(f"rendezvous={self.rendezvous!r} is not one of {', '.join(RENDEZVOUS_MODES)}")
+        if self.sync_interval < 1:
+            raise FarmError(f"sync_interval={self.sync_interval} must be >= 1 step")
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """A submitted job: enough to find it again.
+
+    Attributes:
+        job_id: the farm's job id.
+        job_name: the farm's job name.
+        run_dir: the run directory of the training run.
+    """
+
+    job_id: str
+    job_name: str
+    run_dir: str
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What :meth:`Farm.describe` returns.
+
+    Attributes:
+        state: the run state.
+        ranks_running: frames running now [count].
+        ranks_total: frames in the layer [count].
+        native_state: the farm's own state name (for display).
+        frames: per-frame detail, e.g. ``{"0": {"state": "RUNNING", "host": "node1", "retries": 0}}``.
+    """
+
+    state: RunState
+    ranks_running: int = 0
+    ranks_total: int = 0
+    native_state: str = ""
+    frames: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+class Farm(Protocol):
+    """A render farm backend (OpenCue in production, fakes in tests)."""
+
+    def dry_run(self, job: TrainingJob) -> str:
+        """The job spec the farm would receive (OpenCue: XML); contacts no server."""
+        ...
+
+    def submit(self, job: TrainingJob) -> JobHandle:
+        """Launch the job. Raises FarmError."""
+        ...
+
+    def describe(self, handle: JobHandle) -> JobStatus:
+        """Current status. Raises FarmError when the farm cannot be reached."""
+        ...
+
+    def cancel(self, handle: JobHandle) -> None:
+        """Kill the job; a job already finished or gone is not an error (idempotent)."""
+        ...

@@ -1,0 +1,1 @@
+"""cuetrain: gui package."""

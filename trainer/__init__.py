@@ -1,0 +1,1 @@
+"""cuetrain: trainer package."""

@@ -1,0 +1,191 @@
+"""Training configuration: one frozen dataclass, its CLI arguments and its TOML file form.
+
+No torch here: the farm and GUI code build train arguments with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+MODEL_SIZES = ("small", "medium", "large")
+GRAD_COMPRESSION = ("none", "fp16", "powersgd")
+
+
+class ConfigError(ValueError):
+    """A configuration value or file is invalid; the message names the field/file and the fix."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs. Units in brackets.
+
+    Attributes:
+        input_dir: folder of the Input image sequence.
+        target_dir: folder of the Ground Truth image sequence (paired by frame number).
+        run_dir: run directory on shared storage (see ``trainer.rundir``).
+        steps: number of training steps [steps]; one step = one batch on every rank.
+        batch_size: global batch [crops per step], split across ranks.
+        crop_size: side of the square random crops [pixels].
+        model_size: ``small``, ``medium`` or ``large`` (see ``trainer.model``).
+        lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update [1].
+        lr_reference_batch: batch the ``lr`` is tuned for; effective LR = lr x effective batch /
+            this (linear scaling rule, Goyal et al. 2017) [crops].
+        lr_scaling: ``linear`` (the rule above) or ``none``.
+        warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
+        checkpoint_interval: write a checkpoint every N steps [steps].
+        contact_sheet_interval: write a contact sheet every N steps [steps].
+        log_interval: print ``[Step:N/M]`` and append to metrics.jsonl every N steps [steps].
+        keep_checkpoints: keep the last K checkpoints [files].
+        seed: random seed for weights and crops.
+        resume: continue from the latest checkpoint in ``run_dir``.
+        grad_compression: DDP communication hook: ``none``, ``fp16`` or ``powersgd``.
+        collective_timeout_s: timeout of collectives and rendezvous [seconds].
+    """
+
+    input_dir: str
+    target_dir: str
+    run_dir: str
+    steps: int = 1000
+    batch_size: int = 8
+    crop_size: int = 64
+    model_size: str = "small"
+    lr: float = 1e-3
+    lr_reference_batch: int = 8
+    lr_scaling: str = "linear"
+    warmup_steps: int = 50
+    checkpoint_interval: int = 250
+    contact_sheet_interval: int = 100
+    log_interval: int = 10
+    keep_checkpoints: int = 3
+    seed: int = 0
+    resume: bool = False
+    grad_compression: str = "none"
+    collective_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
+                               "contact_sheet_interval", "log_interval", "keep_checkpoints"))
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
+        if not self.lr > 0:
+            raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
+        if not self.collective_timeout_s > 0:
+            raise ConfigError(f"collective_timeout_s={self.collective_timeout_s} must be > 0 seconds")
+        _check_choice("model_size", self.model_size, MODEL_SIZES)
+        _check_choice("lr_scaling", self.lr_scaling, ("linear", "none"))
+        _check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSION)
+        if self.crop_size < 8:
+            raise ConfigError(f"crop_size={self.crop_size} is too small; use at least 8 pixels (e.g. 64)")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (for run.json and checkpoints)."""
+        return dataclasses.asdict(self)
+
+    def to_argv(self) -> list[str]:
+        """CLI arguments that reproduce this config with ``cuetrain train`` (defaults omitted)."""
+        argv: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if f.name in _PATH_FIELDS:
+                argv += [_PATH_FIELDS[f.name], str(value)]
+            elif isinstance(value, bool):
+                if value:
+                    argv.append(flag)
+            elif value != f.default:
+                argv += [flag, str(value)]
+        return argv
+
+
+_PATH_FIELDS = {"input_dir": "--input", "target_dir": "--target", "run_dir": "--run-dir"}
+
+
+def _check_positive(cfg: TrainConfig, names: Sequence[str]) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name}={value!r} must be a positive whole number")
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+def add_train_arguments(parser: argparse.ArgumentParser, *, require_paths: bool = True) -> None:
+    """Add the ``cuetrain train`` arguments to ``parser`` (shared by train, local, submit, advise).
+
+    With ``require_paths`` False the three paths may come from ``--config``.
+    """
+    d = {f.name: f.default for f in fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    g = parser.add_argument_group("training")
+    g.add_argument("--input", dest="input_dir", help="Input image sequence folder")
+    g.add_argument("--target", dest="target_dir", help="Ground Truth image sequence folder")
+    g.add_argument("--run-dir", dest="run_dir", help="run directory (shared storage for farm runs)")
+    g.add_argument("--config", help="TOML file with TrainConfig fields (CLI flags override it)")
+    g.add_argument("--steps", type=int, help=f"training steps (default {d['steps']})")
+    g.add_argument("--batch-size", type=int, help=f"global batch in crops (default {d['batch_size']})")
+    g.add_argument("--crop-size", type=int, help=f"crop side in pixels (default {d['crop_size']})")
+    g.add_argument("--model-size", choices=MODEL_SIZES, help=f"model size (default {d['model_size']})")
+    g.add_argument("--lr", type=float, help=f"learning rate at --lr-reference-batch (default {d['lr']})")
+    g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
+    g.add_argument("--lr-scaling", choices=("linear", "none"), help="LR scaling rule (default linear)")
+    g.add_argument("--warmup-steps", type=int, help=f"LR warmup in updates (default {d['warmup_steps']})")
+    g.add_argument("--checkpoint-interval", type=int, help=f"steps between checkpoints (default {d['checkpoint_interval']})")
+    g.add_argument("--contact-sheet-interval", type=int,
+                   help=f"steps between contact sheets (default {d['contact_sheet_interval']})")
+    g.add_argument("--log-interval", type=int, help=f"steps between progress lines (default {d['log_interval']})")
+    g.add_argument("--keep-checkpoints", type=int, help="checkpoints to keep (default 3)")
+    g.add_argument("--seed", type=int, help="random seed (default 0)")
+    g.add_argument("--resume", action="store_true", default=None, help="continue from the latest checkpoint")
+    g.add_argument("--grad-compression", choices=GRAD_COMPRESSION, help="DDP gradient compression (default none)")
+    g.add_argument("--collective-timeout-s", type=float, help="collective/rendezvous timeout in seconds (default 60)")
+    parser.set_defaults(_require_paths=require_paths)
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read TrainConfig fields from a TOML file (top level or a ``[train]`` table).
+
+    Raises:
+        ConfigError: unreadable file, bad TOML, or unknown keys (the valid ones are listed).
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    data = data.get("train", data)
+    valid = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(data) - valid)
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {unknown}; valid keys are {sorted(valid)}")
+    return data
+
+
+def config_from_args(ns: argparse.Namespace) -> TrainConfig:
+    """Build a TrainConfig from parsed arguments (``--config`` file first, flags override).
+
+    Raises:
+        ConfigError: a required path is missing or a value is invalid.
+    """
+    values: dict[str, Any] = load_toml(ns.config) if getattr(ns, "config", None) else {}
+    for f in fields(TrainConfig):
+        v = getattr(ns, f.name, None)
+        if v is not None:
+            values[f.name] = v
+    missing = [flag for name, flag in _PATH_FIELDS.items() if not values.get(name)]
+    if missing:
+        raise ConfigError(f"missing required argument(s) {' '.join(missing)} (or set them in --config FILE.toml)")
+    for name in _PATH_FIELDS:
+        values[name] = str(Path(values[name]).expanduser().absolute())
+    try:
+        return TrainConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(f"bad config value: {exc}") from None

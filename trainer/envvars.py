@@ -1,0 +1,165 @@
+"""Every environment variable cuetrain reads, in one table, turned into frozen values.
+
+Like submitit's ``JobEnvironment``: nothing else in the project reads ``os.environ`` for these
+names. Sources: Foundry's CopyCat distributed-training page (``COPYCAT_*``), torchrun's
+documentation (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and OpenCue RQD's frame
+environment (``CUE_*``, set by rqd/rqcore.py for every frame).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+log = logging.getLogger(__name__)
+
+#: name -> meaning. The four REQUIRED names switch distributed mode on (CopyCat's rule: if one is
+#: missing, training runs non-distributed).
+ENV_TABLE: dict[str, str] = {
+    "COPYCAT_MAIN_ADDR": "host/IP of rank 0 (the main address)",
+    "COPYCAT_MAIN_PORT": "TCP port of rank 0's rendezvous store (1-65535)",
+    "COPYCAT_RANK": "this process's rank, 0 <= rank < world size",
+    "COPYCAT_WORLD_SIZE": "number of processes in the gang (>= 1)",
+    "COPYCAT_SYNC_INTERVAL": "optional: all-reduce gradients every N steps (default 1)",
+    "COPYCAT_LOCAL_ADDR": "optional: local IP or interface name for gloo/NCCL traffic",
+    "RANK": "torchrun: rank (fallback when COPYCAT_RANK is unset)",
+    "WORLD_SIZE": "torchrun: world size (fallback)",
+    "MASTER_ADDR": "torchrun: main address (fallback)",
+    "MASTER_PORT": "torchrun: main port (fallback)",
+    "CUE_IFRAME": "OpenCue RQD: frame number of this frame (becomes COPYCAT_RANK)",
+    "CUE_JOB": "OpenCue RQD: job name",
+    "CUE_LAYER": "OpenCue RQD: layer name",
+    "CUE_GPU_CORES": "OpenCue RQD: GPU indices reserved for this frame (comma separated)",
+    "CUE_THREADS": "OpenCue RQD: cores reserved for this frame",
+}
+
+REQUIRED = ("COPYCAT_MAIN_ADDR", "COPYCAT_MAIN_PORT", "COPYCAT_RANK", "COPYCAT_WORLD_SIZE")
+_TORCHRUN = {"COPYCAT_MAIN_ADDR": "MASTER_ADDR", "COPYCAT_MAIN_PORT": "MASTER_PORT",
+             "COPYCAT_RANK": "RANK", "COPYCAT_WORLD_SIZE": "WORLD_SIZE"}
+
+
+class EnvError(ValueError):
+    """An environment variable holds a bad value; the message names the variable, value and fix."""
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """The distributed setting of this process.
+
+    Attributes:
+        distributed: True when all four required variables were found.
+        rank: this process's rank (0 when not distributed).
+        world_size: number of processes (1 when not distributed).
+        main_addr: host/IP of rank 0 ("" when not distributed).
+        main_port: TCP port of rank 0's store (0 when not distributed).
+        sync_interval: all-reduce gradients every this many steps (>= 1).
+        local_addr: local IP or interface name for collective traffic, or None.
+        missing: names of the required variables that were missing (empty when distributed).
+    """
+
+    distributed: bool
+    rank: int = 0
+    world_size: int = 1
+    main_addr: str = ""
+    main_port: int = 0
+    sync_interval: int = 1
+    local_addr: str | None = None
+    missing: tuple[str, ...] = ()
+
+    @property
+    def is_main(self) -> bool:
+        """True for rank 0: this process logs, writes contact sheets, metrics and checkpoints."""
+        return self.rank == 0
+
+
+def _int(env: Mapping[str, str], name: str, value: str, minimum: int, maximum: int | None = None) -> int:
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise EnvError(f"{name}={value!r} is not an integer; set {name} to a whole number ({ENV_TABLE.get(name, '')})") from None
+    if n < minimum or (maximum is not None and n > maximum):
+        rng = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+        raise EnvError(f"{name}={n} is out of range; it must be {rng}")
+    return n
+
+
+def read_dist_env(env: Mapping[str, str] | None = None) -> DistEnv:
+    """Read the distributed setting from ``env`` (default ``os.environ``).
+
+    COPYCAT variables win; torchrun's ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` fill in
+    any that are unset. If any of the four required values is still missing, the result is
+    non-distributed and ``missing`` lists what was missing.
+
+    Raises:
+        EnvError: a value is not an integer, out of range, or ``rank >= world size``.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, str] = {}
+    missing = []
+    for name in REQUIRED:
+        raw = env.get(name) or env.get(_TORCHRUN[name])
+        if raw is None or not raw.strip():
+            missing.append(name)
+        else:
+            values[name] = raw.strip()
+    sync = _int(env, "COPYCAT_SYNC_INTERVAL", env.get("COPYCAT_SYNC_INTERVAL", "1") or "1", 1)
+    local = (env.get("COPYCAT_LOCAL_ADDR") or "").strip() or None
+    if missing:
+        return DistEnv(distributed=False, sync_interval=sync, local_addr=local, missing=tuple(missing))
+    world = _int(env, "COPYCAT_WORLD_SIZE", values["COPYCAT_WORLD_SIZE"], 1)
+    rank = _int(env, "COPYCAT_RANK", values["COPYCAT_RANK"], 0)
+    if rank >= world:
+        raise EnvError(
+            f"COPYCAT_RANK={rank} must be < COPYCAT_WORLD_SIZE={world}; "
+            "ranks are numbered 0..WORLD_SIZE-1 (one per farm frame)")
+    port = _int(env, "COPYCAT_MAIN_PORT", values["COPYCAT_MAIN_PORT"], 1, 65535)
+    return DistEnv(distributed=True, rank=rank, world_size=world, main_addr=values["COPYCAT_MAIN_ADDR"],
+                   main_port=port, sync_interval=sync, local_addr=local)
+
+
+@dataclass(frozen=True)
+class CueFrameEnv:
+    """What RQD tells a frame about itself.
+
+    Attributes:
+        frame: ``CUE_IFRAME`` (the frame number, i.e. the rank), or None outside OpenCue.
+        job: ``CUE_JOB`` or "".
+        layer: ``CUE_LAYER`` or "".
+        gpu_cores: ``CUE_GPU_CORES`` split on commas (GPU indices), empty when unset.
+        threads: ``CUE_THREADS`` (cores reserved) or None.
+    """
+
+    frame: int | None
+    job: str = ""
+    layer: str = ""
+    gpu_cores: tuple[str, ...] = ()
+    threads: int | None = None
+
+
+def read_cue_env(env: Mapping[str, str] | None = None) -> CueFrameEnv:
+    """Read RQD's frame variables from ``env`` (default ``os.environ``).
+
+    Raises:
+        EnvError: ``CUE_IFRAME`` or ``CUE_THREADS`` is set but not a non-negative integer.
+    """
+    env = os.environ if env is None else env
+    raw_frame = (env.get("CUE_IFRAME") or "").strip()
+    frame = _int(env, "CUE_IFRAME", raw_frame, 0) if raw_frame else None
+    raw_threads = (env.get("CUE_THREADS") or "").strip()
+    threads = _int(env, "CUE_THREADS", raw_threads, 0) if raw_threads else None
+    gpus = tuple(g.strip() for g in (env.get("CUE_GPU_CORES") or "").split(",") if g.strip())
+    return CueFrameEnv(frame=frame, job=env.get("CUE_JOB", ""), layer=env.get("CUE_LAYER", ""),
+                       gpu_cores=gpus, threads=threads)
+
+
+def copycat_env(main_addr: str, main_port: int, rank: int, world_size: int,
+                sync_interval: int = 1, local_addr: str | None = None) -> dict[str, str]:
+    """The COPYCAT variables a launcher (local or farm frame) sets for one rank."""
+    out = {"COPYCAT_MAIN_ADDR": main_addr, "COPYCAT_MAIN_PORT": str(main_port),
+           "COPYCAT_RANK": str(rank), "COPYCAT_WORLD_SIZE": str(world_size),
+           "COPYCAT_SYNC_INTERVAL": str(sync_interval)}
+    if local_addr:
+        out["COPYCAT_LOCAL_ADDR"] = local_addr
+    return out
