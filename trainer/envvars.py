@@ -74,7 +74,7 @@ class DistEnv:
         return self.rank == 0
 
 
-def _int(env: Mapping[str, str], name: str, value: str, minimum: int, maximum: int | None = None) -> int:
+def _int(name: str, value: str, minimum: int, maximum: int | None = None) -> int:
     try:
         n = int(value.strip())
     except ValueError:
@@ -104,17 +104,17 @@ def read_dist_env(env: Mapping[str, str] | None = None) -> DistEnv:
             missing.append(name)
         else:
             values[name] = raw.strip()
-    sync = _int(env, "COPYCAT_SYNC_INTERVAL", env.get("COPYCAT_SYNC_INTERVAL", "1") or "1", 1)
+    sync = _int("COPYCAT_SYNC_INTERVAL", env.get("COPYCAT_SYNC_INTERVAL", "1") or "1", 1)
     local = (env.get("COPYCAT_LOCAL_ADDR") or "").strip() or None
     if missing:
         return DistEnv(distributed=False, sync_interval=sync, local_addr=local, missing=tuple(missing))
-    world = _int(env, "COPYCAT_WORLD_SIZE", values["COPYCAT_WORLD_SIZE"], 1)
-    rank = _int(env, "COPYCAT_RANK", values["COPYCAT_RANK"], 0)
+    world = _int("COPYCAT_WORLD_SIZE", values["COPYCAT_WORLD_SIZE"], 1)
+    rank = _int("COPYCAT_RANK", values["COPYCAT_RANK"], 0)
     if rank >= world:
         raise EnvError(
             f"COPYCAT_RANK={rank} must be < COPYCAT_WORLD_SIZE={world}; "
             "ranks are numbered 0..WORLD_SIZE-1 (one per farm frame)")
-    port = _int(env, "COPYCAT_MAIN_PORT", values["COPYCAT_MAIN_PORT"], 1, 65535)
+    port = _int("COPYCAT_MAIN_PORT", values["COPYCAT_MAIN_PORT"], 1, 65535)
     return DistEnv(distributed=True, rank=rank, world_size=world, main_addr=values["COPYCAT_MAIN_ADDR"],
                    main_port=port, sync_interval=sync, local_addr=local)
 
@@ -146,9 +146,9 @@ def read_cue_env(env: Mapping[str, str] | None = None) -> CueFrameEnv:
     """
     env = os.environ if env is None else env
     raw_frame = (env.get("CUE_IFRAME") or "").strip()
-    frame = _int(env, "CUE_IFRAME", raw_frame, 0) if raw_frame else None
+    frame = _int("CUE_IFRAME", raw_frame, 0) if raw_frame else None
     raw_threads = (env.get("CUE_THREADS") or "").strip()
-    threads = _int(env, "CUE_THREADS", raw_threads, 0) if raw_threads else None
+    threads = _int("CUE_THREADS", raw_threads, 0) if raw_threads else None
     gpus = tuple(g.strip() for g in (env.get("CUE_GPU_CORES") or "").split(",") if g.strip())
     return CueFrameEnv(frame=frame, job=env.get("CUE_JOB", ""), layer=env.get("CUE_LAYER", ""),
                        gpu_cores=gpus, threads=threads)

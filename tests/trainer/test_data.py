@@ -1,0 +1,60 @@
+"""Crop sampling and the split of the global batch across ranks."""
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.data import CropSampler, rank_loss_weight, rank_slice
+from trainer.images import DataError
+
+
+def frames(n=3, h=20, w=30):
+    rng = np.random.default_rng(0)
+    return [(rng.random((h, w, 3), dtype=np.float32), rng.random((h, w, 3), dtype=np.float32)) for _ in range(n)]
+
+
+def test_rank_slices_cover_the_global_batch_once_with_remainder_on_low_ranks():
+    slices = [rank_slice(10, r, 4) for r in range(4)]
+    assert slices == [(0, 3), (3, 6), (6, 8), (8, 10)]
+
+
+def test_loss_weights_make_the_ddp_average_the_global_mean():
+    # DDP averages: (1/W) * sum_r w_r * mean_r == global mean when w_r = b_r * W / B
+    b = [3, 3, 2, 2]
+    means = [1.0, 2.0, 3.0, 4.0]
+    ddp = sum(rank_loss_weight(bi, 10, 4) * m for bi, m in zip(b, means)) / 4
+    assert ddp == pytest.approx(sum(bi * m for bi, m in zip(b, means)) / 10)
+
+
+def test_batch_smaller_than_world_is_an_error():
+    with pytest.raises(DataError, match="batch size 2 is smaller than the world size 4"):
+        rank_slice(2, 0, 4)
+
+
+def test_ranks_draw_different_crops_that_together_equal_the_one_rank_batch():
+    f = frames()
+    one = CropSampler(f, 8, 6, 0, 1, seed=3).batch(5)
+    parts = [CropSampler(f, 8, 6, r, 2, seed=3).batch(5) for r in range(2)]
+    assert not torch.equal(parts[0].input, parts[1].input)
+    assert torch.equal(torch.cat([p.input for p in parts]), one.input)
+    assert torch.equal(torch.cat([p.target for p in parts]), one.target)
+    assert one.input.shape == (6, 3, 8, 8) and one.input.dtype == torch.float32
+
+
+def test_crops_are_paired_and_flipped_together():
+    f = frames(1)
+    s = CropSampler([(f[0][0], f[0][0].copy())], 8, 16, seed=1)
+    for step in range(1, 4):
+        b = s.batch(step)
+        assert torch.equal(b.input, b.target)
+
+
+def test_steps_differ_and_repeat_deterministically():
+    s = CropSampler(frames(), 8, 4)
+    assert torch.equal(s.batch(1).input, s.batch(1).input)
+    assert not torch.equal(s.batch(1).input, s.batch(2).input)
+
+
+def test_crop_larger_than_frames_names_sizes():
+    with pytest.raises(DataError, match=r"crop size 64 px is larger than the frames \(30x20 px\)"):
+        CropSampler(frames(), 64, 4)

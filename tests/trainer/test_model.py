@@ -1,0 +1,35 @@
+"""The network: documented parameter counts, identity at init, any frame size, TorchScript export."""
+
+import pytest
+import torch
+
+from trainer.model import MODEL_SIZES, build_model, count_parameters
+
+
+@pytest.mark.parametrize("size,params", [("small", 169_843), ("medium", 4_730_211), ("large", 42_790_419)])
+def test_documented_parameter_counts(size, params):
+    assert count_parameters(build_model(size)) == params
+
+
+def test_untrained_model_is_the_identity_and_keeps_odd_sizes():
+    x = torch.rand(2, 3, 37, 51)
+    assert torch.equal(build_model("small")(x), x)
+
+
+def test_fully_convolutional_after_training_step_and_scriptable():
+    torch.manual_seed(0)
+    m = build_model("small")
+    x = torch.rand(1, 3, 33, 20)
+    (m(x) - 0.5).abs().mean().backward()
+    with torch.no_grad():
+        for p in m.parameters():
+            p -= 0.1 * p.grad
+    y = m(x)
+    assert y.shape == x.shape and not torch.equal(y, x)
+    assert torch.allclose(torch.jit.script(m)(x), y, atol=1e-6)
+
+
+def test_unknown_size_lists_valid_names():
+    with pytest.raises(ValueError, match="small, medium, large"):
+        build_model("huge")
+    assert set(MODEL_SIZES) == {"small", "medium", "large"}

@@ -1,0 +1,127 @@
+"""The training loop: DDP correctness, sync interval, resume, outputs of rank 0."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.conftest import run_cli
+from trainer import train as train_mod
+from trainer.config import TrainConfig
+from trainer.envvars import DistEnv
+from trainer.outputs import load_latest_checkpoint
+from trainer.rundir import RunPaths, read_metrics
+
+NON_DIST = DistEnv(distributed=False, missing=("COPYCAT_MAIN_ADDR",))
+
+
+def cfg(pairs, run_dir, **kw) -> TrainConfig:
+    base = dict(input_dir=str(pairs[0]), target_dir=str(pairs[1]), run_dir=str(run_dir), steps=8, batch_size=4,
+                crop_size=16, checkpoint_interval=4, contact_sheet_interval=4, log_interval=2, warmup_steps=2)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def final_weights(run_dir) -> dict[str, torch.Tensor]:
+    ckpt = load_latest_checkpoint(RunPaths.of(run_dir))
+    assert ckpt is not None, f"no checkpoint in {run_dir}"
+    return ckpt["model"]
+
+
+def assert_same_weights(a, b, atol=1e-6):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=atol, rtol=1e-5), k
+
+
+@pytest.mark.parametrize("sync", [1, 2])
+def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sync):
+    """2 ranks x B crops with DDP == 1 rank x 2B crops fed the same crops (allclose weights)."""
+    c = cfg(pairs, tmp_path / "one", steps=6, checkpoint_interval=6)
+    one = run_cli("train", *c.to_argv(), env={"COPYCAT_SYNC_INTERVAL": str(sync)})
+    assert one.returncode == 0, one.stderr
+    assert "training non-distributed: COPYCAT_MAIN_ADDR, COPYCAT_MAIN_PORT, COPYCAT_RANK, COPYCAT_WORLD_SIZE not set" \
+        in one.stderr
+    two_dir = tmp_path / "two"
+    two = run_cli("local", "--world-size", "2", "--sync-interval", str(sync),
+                  *cfg(pairs, two_dir, steps=6, checkpoint_interval=6).to_argv())
+    assert two.returncode == 0, two.stdout + two.stderr
+    assert "[rank 1] [Step:6/6]" in two.stdout
+    w1, w2 = final_weights(tmp_path / "one"), final_weights(two_dir)
+    assert_same_weights(w1, w2)
+    assert not torch.equal(w1["tail.weight"], torch.zeros_like(w1["tail.weight"]))  # it trained
+    assert json.loads(RunPaths.of(two_dir).run_json.read_text())["world_size"] == 2
+
+
+def test_sync_interval_changes_the_result(pairs, tmp_path):
+    a = train_mod.train(cfg(pairs, tmp_path / "a"), NON_DIST)
+    b = train_mod.train(cfg(pairs, tmp_path / "b"), DistEnv(distributed=False, sync_interval=2))
+    assert not torch.equal(a.model.tail.weight, b.model.tail.weight)
+
+
+def test_resume_continues_to_the_same_result(pairs, tmp_path, monkeypatch):
+    straight = train_mod.train(cfg(pairs, tmp_path / "straight"), NON_DIST)
+    original = train_mod._Loop._outputs
+
+    def crash_after_step_4(self, step, update):
+        original(self, step, update)
+        if step == 4:
+            self.writer.flush()
+            raise RuntimeError("simulated node loss")
+
+    monkeypatch.setattr(train_mod._Loop, "_outputs", crash_after_step_4)
+    with pytest.raises(RuntimeError, match="simulated node loss"):
+        train_mod.train(cfg(pairs, tmp_path / "resumed"), NON_DIST)
+    record = json.loads(RunPaths.of(tmp_path / "resumed").run_json.read_text())
+    assert record["state"] == "failed" and "simulated node loss" in record["error"]
+    monkeypatch.setattr(train_mod._Loop, "_outputs", original)
+    resumed = train_mod.train(cfg(pairs, tmp_path / "resumed", resume=True), NON_DIST)
+    assert resumed.start_step == 4 and resumed.step == 8
+    for (k, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), k
+    record = json.loads(RunPaths.of(tmp_path / "resumed").run_json.read_text())
+    assert [a["start_step"] for a in record["attempts"]] == [0, 4] and record["state"] == "succeeded"
+    steps = [r["step"] for r in read_metrics(RunPaths.of(tmp_path / "resumed"))]
+    assert steps == [2, 4, 6, 8]
+
+
+def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
+    from trainer.images import read_image
+
+    run = RunPaths.of(tmp_path / "run")
+    result = train_mod.train(cfg(pairs, run.root, steps=12, keep_checkpoints=2), NON_DIST)
+    record = json.loads(run.run_json.read_text())
+    assert record["state"] == "succeeded" and record["world_size"] == 1
+    assert record["config"]["steps"] == 12 and "torch" in record["versions"] and record["started_at"]
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == [2, 4, 6, 8, 10, 12]
+    assert set(rows[0]) == {"step", "loss", "lr", "images_per_s", "wall_s"}
+    assert [s for s, _ in run.list_contact_sheets()] == [4, 8, 12]
+    sheet = read_image(run.contact_sheet(12))
+    assert sheet.shape == (3 * 16 + 4, 3 * 16 + 4, 3)  # 3 crops x (input | output | ground truth)
+    assert [s for s, _ in run.list_checkpoints()] == [8, 12]  # keep last 2
+    scripted = torch.jit.load(str(run.model))
+    x = torch.rand(1, 3, 29, 41)
+    with torch.no_grad():
+        assert torch.allclose(scripted(x), result.model(x), atol=1e-6)
+    meta = json.loads(run.model_meta.read_text())
+    assert meta["model_size"] == "small" and meta["step"] == 12 and meta["parameters"] == 169_843
+
+
+def test_a_truncated_latest_checkpoint_is_skipped(pairs, tmp_path):
+    run = RunPaths.of(tmp_path / "run")
+    train_mod.train(cfg(pairs, run.root), NON_DIST)
+    newest = run.list_checkpoints()[-1][1]
+    newest.write_bytes(newest.read_bytes()[:100])  # a kill mid-write without the atomic rename
+    assert load_latest_checkpoint(run)["step"] == 4
+
+
+def test_lr_schedule_is_linear_scaled_warmed_up_and_decayed():
+    c = TrainConfig("i", "t", "r", batch_size=16, lr=1e-3, lr_reference_batch=8)
+    peak = train_mod.effective_lr(c, sync_interval=2)
+    assert peak == pytest.approx(4e-3)  # 16 crops x 2 steps per update = 4x the reference batch
+    assert train_mod.lr_at(0, 100, peak, 10) == pytest.approx(4e-4)
+    assert train_mod.lr_at(10, 100, peak, 10) == pytest.approx(peak)
+    assert train_mod.lr_at(100, 100, peak, 10) == pytest.approx(4e-4)

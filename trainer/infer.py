@@ -1,0 +1,69 @@
+"""``cuetrain infer``: full-frame inference with an exported model, same file format out."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainer.images import DataError, find_sequence, read_image, write_image
+
+log = logging.getLogger(__name__)
+
+
+def load_model(path: str | Path, device: torch.device | None = None) -> torch.jit.ScriptModule:
+    """Load an exported ``model.pt`` (TorchScript) in eval mode.
+
+    Raises:
+        DataError: missing file or not a TorchScript model (names the path).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"model {p} does not exist; pass RUN_DIR/model.pt of a finished run")
+    try:
+        model = torch.jit.load(str(p), map_location=device or "cpu")
+    except Exception as exc:  # torch raises RuntimeError/ValueError for non-TorchScript files
+        raise DataError(f"{p} is not a cuetrain TorchScript model ({exc}); pass RUN_DIR/model.pt") from None
+    return model.eval()
+
+
+def apply_model(model: torch.nn.Module, rgb: np.ndarray, device: torch.device | None = None) -> np.ndarray:
+    """Run the model on one full frame: (H, W, 3) float -> (H, W, 3) float32."""
+    x = torch.from_numpy(np.ascontiguousarray(rgb, dtype=np.float32)).permute(2, 0, 1)[None]  # (1, 3, H, W)
+    with torch.no_grad():
+        y = model(x.to(device or "cpu"))
+    return y[0].permute(1, 2, 0).float().cpu().numpy()
+
+
+def infer_sequence(model_path: str | Path, input_dir: str | Path, output_dir: str | Path) -> list[Path]:
+    """Apply the model to every frame of ``input_dir``; write ``output_dir/<same name>`` in the same format.
+
+    Returns the written paths in frame order.
+
+    Raises:
+        DataError: bad model or input sequence (names the path).
+    """
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = load_model(model_path, device)
+    frames = find_sequence(input_dir)
+    out_dir = Path(output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for number in sorted(frames):
+        src = frames[number]
+        dst = out_dir / src.name
+        write_image(dst, apply_model(model, read_image(src), device), like=src)
+        written.append(dst)
+    log.info("wrote %d frames to %s", len(written), out_dir)
+    return written
+
+
+def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
+    """Peak signal-to-noise ratio in dB of two same-shape images, values clipped to 0..peak:
+    ``10 log10(peak^2 / MSE)`` (infinite for identical images)."""
+    a = np.clip(a.astype(np.float64), 0, peak)
+    b = np.clip(b.astype(np.float64), 0, peak)
+    mse = float(np.mean((a - b) ** 2))
+    return float("inf") if mse == 0 else 10.0 * np.log10(peak * peak / mse)

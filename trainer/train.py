@@ -1,0 +1,251 @@
+"""The training loop every rank (farm frame) runs.
+
+One step = one batch on every rank. Gradients are all-reduced by DDP every
+``COPYCAT_SYNC_INTERVAL`` steps (``no_sync()`` in between, so gradients accumulate locally) and the
+optimizer updates after each all-reduce, as Determined's ``aggregation_frequency`` does: the
+effective batch is ``batch_size * sync_interval`` crops per update.
+
+Loss: L1 (mean absolute error). It is the usual choice for image restoration (Zhao et al., "Loss
+Functions for Image Restoration with Neural Networks", 2017): robust to outliers in ground truth,
+sharper results than L2, and scale-independent enough for scene-linear EXR values.
+
+Learning rate (``lr_at``): linear scaling rule and gradual warmup of Goyal et al., "Accurate,
+Large Minibatch SGD", 2017: ``lr x effective_batch / lr_reference_batch``, warmed up linearly from
+1/10 over ``warmup_steps`` updates, then cosine decay to 1/10 at the last update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from trainer import distributed
+from trainer.config import TrainConfig
+from trainer.data import CropSampler, rank_loss_weight
+from trainer.envvars import DistEnv, read_dist_env
+from trainer.images import load_pairs, pair_frames
+from trainer.model import build_model, count_parameters
+from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, wall_clock
+from trainer.rundir import RunPaths
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished run returns.
+
+    Attributes:
+        step: last step trained [steps].
+        start_step: step the run started from (0, or the resumed checkpoint's step) [steps].
+        loss: mean global L1 loss of the last log interval.
+        model: the trained network (unwrapped, on its device).
+    """
+
+    step: int
+    start_step: int
+    loss: float
+    model: torch.nn.Module
+
+
+def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
+    """Peak LR after the linear scaling rule (Goyal et al. 2017): ``lr * batch * sync / reference``."""
+    if cfg.lr_scaling == "none":
+        return cfg.lr
+    return cfg.lr * cfg.batch_size * sync_interval / cfg.lr_reference_batch
+
+
+def lr_at(update: int, total_updates: int, peak: float, warmup: int) -> float:
+    """LR for optimizer update ``update`` (0-based): linear warmup from peak/10, cosine decay to peak/10."""
+    if update < warmup:
+        return peak * (0.1 + 0.9 * update / warmup)
+    span = max(1, total_updates - warmup)
+    progress = min(1.0, (update - warmup) / span)
+    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
+    """Train one rank of a run (non-distributed when ``env`` is not distributed).
+
+    ``env`` defaults to the process environment (``trainer.envvars.read_dist_env``).
+
+    Raises:
+        DataError, EnvError, RunDirError: bad input (message names the path/variable).
+        RuntimeError: a collective or the rendezvous failed (e.g. a rank died).
+    """
+    env = read_dist_env() if env is None else env
+    rt = distributed.setup(env, cfg.collective_timeout_s)
+    try:
+        return _Loop(cfg, rt).run()
+    finally:
+        distributed.teardown()
+
+
+class _Loop:
+    """State of one rank's training run (internal; :func:`train` is the API)."""
+
+    def __init__(self, cfg: TrainConfig, rt: distributed.Runtime) -> None:
+        self.cfg, self.rt, self.env = cfg, rt, rt.env
+        self.master = rt.env.is_main  # this process logs, writes contact sheets and checkpoints
+        self.paths = RunPaths.of(cfg.run_dir)
+        if self.master:
+            self.paths.create()
+        frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir))
+        self.sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size, cfg.seed)
+        torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
+        self.net = build_model(cfg.model_size).to(rt.device)
+        self.peak_lr = effective_lr(cfg, self.env.sync_interval)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.peak_lr)
+        self.total_updates = math.ceil(cfg.steps / self.env.sync_interval)
+        self.step, self.updates, self._last_ckpt = 0, 0, 0
+        self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
+        self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
+
+    def run(self) -> TrainResult:
+        if self.cfg.resume:
+            self._resume()
+        start = self.step
+        model = self._wrap()
+        self.writer.start(self.cfg.to_dict(), self.env.world_size, start, self.rt.backend)
+        log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g",
+                 self.env.rank, self.env.world_size, self.cfg.model_size, count_parameters(self.net),
+                 self.sampler.local_batch, start + 1, self.cfg.steps, self.peak_lr)
+        try:
+            loss = self._steps(model)
+            if self.master:
+                self.writer.flush()
+                export_model(self.paths, self.net, self._model_meta())
+        except BaseException as exc:
+            self.writer.finish("failed", error=f"{type(exc).__name__}: {exc}", failed_rank=self.env.rank)
+            raise
+        self.writer.finish("succeeded", final_step=self.step, final_loss=loss)
+        return TrainResult(self.step, start, loss, self.net)
+
+    def _wrap(self) -> torch.nn.Module:
+        if self.rt.backend == "none":
+            return self.net
+        ids = [self.rt.device.index] if self.rt.device.type == "cuda" else None
+        model = DDP(self.net, device_ids=ids)
+        from trainer.compression import register_hook
+
+        register_hook(model, self.cfg.grad_compression)
+        return model
+
+    def _steps(self, model: torch.nn.Module) -> float:
+        cfg, sync = self.cfg, self.env.sync_interval
+        loss_acc = torch.zeros((), dtype=torch.float64, device=self.rt.device)
+        n_acc, t_last, loss = 0, wall_clock(), float("nan")
+        t0 = t_last
+        for step in self._progress(range(self.step + 1, cfg.steps + 1)):
+            update = step % sync == 0 or step == cfg.steps
+            batch = self.sampler.batch(step)
+            inp, tgt = batch.input.to(self.rt.device), batch.target.to(self.rt.device)
+            no_sync = getattr(model, "no_sync", None)
+            with no_sync() if (no_sync is not None and not update) else contextlib.nullcontext():
+                per_crop = (model(inp) - tgt).abs().mean(dim=(1, 2, 3))  # (b,) L1 per crop
+                (per_crop.sum() / self.sampler.local_batch * self.loss_weight / sync).backward()
+            loss_acc += per_crop.detach().sum()
+            n_acc += self.sampler.local_batch
+            self.step = step
+            if update:
+                self._update()
+            if step % cfg.log_interval == 0 or step == cfg.steps:
+                loss = self._log(step, loss_acc, n_acc, wall_clock() - t_last, wall_clock() - t0)
+                loss_acc.zero_()
+                n_acc, t_last = 0, wall_clock()
+            self._outputs(step, update)
+        return loss
+
+    def _update(self) -> None:
+        lr = lr_at(self.updates, self.total_updates, self.peak_lr, self.cfg.warmup_steps)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.updates += 1
+
+    def _log(self, step: int, loss_acc: torch.Tensor, n_local: int, dt: float, wall: float) -> float:
+        total, count = distributed.all_reduce_sum([float(loss_acc), float(n_local)], self.rt)
+        loss = total / max(count, 1.0)
+        images_per_s = count / dt if dt > 0 else 0.0
+        lr = self.opt.param_groups[0]["lr"]
+        line = f"[Step:{step}/{self.cfg.steps}] loss={loss:.6f} lr={lr:.3g} images/s={images_per_s:.1f}"
+        _print_progress(line)
+        self.writer.metrics({"step": step, "loss": loss, "lr": lr, "images_per_s": images_per_s, "wall_s": wall})
+        return loss
+
+    def _outputs(self, step: int, update: bool) -> None:
+        if not self.master:
+            return
+        cfg = self.cfg
+        if step % cfg.contact_sheet_interval == 0 or step == cfg.steps:
+            prev = self.sampler.preview(step)
+            with torch.no_grad():
+                out = self.net(prev.input.to(self.rt.device))
+            self.writer.contact_sheet(step, prev.input, out, prev.target)
+        due = step // cfg.checkpoint_interval > self._last_ckpt // cfg.checkpoint_interval or step == cfg.steps
+        if update and due:  # only at update boundaries: no gradients are pending
+            self.writer.checkpoint(step, self._state())
+            self._last_ckpt = step
+
+    def _state(self) -> dict[str, Any]:
+        return cpu_copy({"model": self.net.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
+                         "updates": self.updates, "config": self.cfg.to_dict(), "model_size": self.cfg.model_size,
+                         "world_size": self.env.world_size, "sync_interval": self.env.sync_interval,
+                         "torch_rng": torch.get_rng_state()})
+
+    def _resume(self) -> None:
+        ckpt = load_latest_checkpoint(self.paths) if self.master else None
+        step = _broadcast_int(ckpt["step"] if ckpt else 0, self.rt)
+        if step and ckpt is None:
+            ckpt = torch.load(self.paths.checkpoint(step), map_location="cpu", weights_only=True)
+        if not ckpt:
+            log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
+            return
+        if ckpt["model_size"] != self.cfg.model_size:
+            raise ValueError(f"checkpoint {self.paths.checkpoint(step)} is a {ckpt['model_size']} model, but "
+                             f"--model-size is {self.cfg.model_size}; use the same size or another --run-dir")
+        self.net.load_state_dict(ckpt["model"])
+        self.opt.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
+        log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
+
+    def _model_meta(self) -> dict[str, Any]:
+        return {"model_size": self.cfg.model_size, "parameters": count_parameters(self.net), "step": self.step,
+                "channels": 3, "input": "(B, 3, H, W) float32, any H and W", "config": self.cfg.to_dict(),
+                "world_size": self.env.world_size}
+
+    def _progress(self, steps: range) -> Iterator[int]:
+        if self.master and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            yield from tqdm(steps, initial=steps.start - 1, total=self.cfg.steps, unit="step", dynamic_ncols=True)
+        else:
+            yield from steps
+
+
+def _broadcast_int(value: int, rt: distributed.Runtime) -> int:
+    if rt.backend == "none":
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=rt.device)
+    dist.broadcast(t, src=0)
+    return int(t.item())
+
+
+def _print_progress(line: str) -> None:
+    """``[Step:N/M]`` lines on stdout (render-farm adaptors parse them), above a progress bar if any."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        tqdm.write(line, file=sys.stdout)
+    else:
+        print(line, flush=True)
