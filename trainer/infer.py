@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,9 @@ def load_model(path: str | Path, device: torch.device | None = None) -> torch.ji
     if not p.is_file():
         raise DataError(f"model {p} does not exist; pass RUN_DIR/model.pt of a finished run")
     try:
-        model = torch.jit.load(str(p), map_location=device or "cpu")
+        with warnings.catch_warnings():  # TorchScript is deprecated upstream from torch 2.10 (see README)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            model = torch.jit.load(str(p), map_location=device or "cpu")
     except Exception as exc:  # torch raises RuntimeError/ValueError for non-TorchScript files
         raise DataError(f"{p} is not a cuetrain TorchScript model ({exc}); pass RUN_DIR/model.pt") from None
     return model.eval()

@@ -163,10 +163,12 @@ class RunWriter:
 def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any]) -> None:
     """Write ``model.pt`` (TorchScript, CPU, eval mode) and ``model.json`` (``meta`` + versions), atomically."""
     import copy
+    import warnings
 
-    scripted = torch.jit.script(copy.deepcopy(model).cpu().eval())
     buf = io.BytesIO()
-    torch.jit.save(scripted, buf)
+    with warnings.catch_warnings():  # torch 2.10+ deprecates TorchScript; hosts still load it (see README)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(copy.deepcopy(model).cpu().eval()), buf)
     atomic_write_bytes(paths.model, buf.getvalue())
     atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "versions": versions(),
                                          "exported_at": now_iso()})

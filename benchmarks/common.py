@@ -1,0 +1,84 @@
+"""Shared pieces of the benchmarks: data, timed cuetrain runs, a bare DDP loop, medians.
+
+Every figure is measured side by side in one run and reported as a median over repeats, with
+runs of the compared variants interleaved (A B A B ...) so a noisy neighbour hits both alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def demo_data(folder: Path) -> tuple[Path, Path]:
+    """The carphone training sequences (real footage), extracted once into ``folder``."""
+    from trainer.demo import extract
+
+    d = extract(folder)
+    return d.train_input, d.train_target
+
+
+def images_per_s(run_dir: Path, batch: int, skip: int = 1) -> float:
+    """Throughput of a finished run from metrics.jsonl wall clock, ignoring the first ``skip`` log rows."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = rows[skip:] if len(rows) > skip + 1 else rows
+    first, last = rows[0], rows[-1]
+    return (last["step"] - first["step"]) * batch / (last["wall_s"] - first["wall_s"])
+
+
+def run_cuetrain(data: tuple[Path, Path], world: int, batch: int, steps: int, extra: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> float:
+    """images/s of ``cuetrain local`` (world > 1) or ``cuetrain train`` (world == 1), one thread per rank."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["--input", str(data[0]), "--target", str(data[1]), "--run-dir", tmp, "--steps", str(steps),
+                "--batch-size", str(batch), "--crop-size", "64", "--log-interval", "25", *(extra or [])]
+        cmd = ["local", "--world-size", str(world), *args] if world > 1 else ["train", *args]
+        full = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+        subprocess.run([sys.executable, "-m", "trainer.cli", *cmd], env=full, check=True, cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return images_per_s(Path(tmp), batch)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_bare(world: int, batch: int, steps: int, model_size: str = "small", crop: int = 64) -> float:
+    """images/s of a bare DDP loop (same model, same per-rank batch, pre-made tensors, no outputs)."""
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "bare_ddp.py"), str(rank), str(world),
+                               str(port), str(batch), str(steps), model_size, str(crop)],
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.PIPE, text=True) for rank in range(world)]
+    outs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"bare DDP loop failed: {outs}")
+    return float(outs[0].strip().splitlines()[-1])
+
+
+def interleaved(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Run each variant ``repeats`` times, interleaved; returns all measurements per variant."""
+    out: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            t = time.perf_counter()
+            out[name].append(fn())
+            print(f"  {name}: {out[name][-1]:.1f} ({time.perf_counter() - t:.0f} s)", flush=True)
+    return out
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)

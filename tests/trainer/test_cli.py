@@ -1,0 +1,111 @@
+"""Bad input through the CLI: one clear line naming the path/variable, exit code 2, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.cli import main
+
+
+def run(capsys, monkeypatch, *argv, env=None):
+    for k in ("COPYCAT_MAIN_ADDR", "COPYCAT_MAIN_PORT", "COPYCAT_RANK", "COPYCAT_WORLD_SIZE", "RANK", "WORLD_SIZE",
+              "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in (env or {}).items():
+        monkeypatch.setenv(k, v)
+    code = main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def train_args(pairs, run_dir, *extra):
+    return ["train", "--input", str(pairs[0]), "--target", str(pairs[1]), "--run-dir", str(run_dir),
+            "--steps", "2", "--crop-size", "16", "--batch-size", "2", *extra]
+
+
+def test_missing_input_directory(capsys, monkeypatch, tmp_path, pairs):
+    code, err = run(capsys, monkeypatch, "train", "--input", str(tmp_path / "nope"), "--target", str(pairs[1]),
+                    "--run-dir", str(tmp_path / "run"))
+    assert code == 2 and "nope" in err and err.startswith("cuetrain: error:")
+
+
+def test_unpaired_frames_are_listed(capsys, monkeypatch, tmp_path, pairs):
+    (pairs[1] / "plate.1004.png").unlink()
+    code, err = run(capsys, monkeypatch, *train_args(pairs, tmp_path / "run"))
+    assert code == 2 and "1004" in err
+
+
+def test_crop_larger_than_frames(capsys, monkeypatch, tmp_path, pairs):
+    code, err = run(capsys, monkeypatch, *train_args(pairs, tmp_path / "run", "--crop-size", "512"))
+    assert code == 2 and "crop size 512 px is larger than the frames (48x40 px)" in err
+
+
+def test_mismatched_sizes(capsys, monkeypatch, tmp_path, pairs):
+    import numpy as np
+
+    from trainer.images import write_image
+
+    write_image(pairs[1] / "plate.1002.png", np.zeros((20, 20, 3), np.float32))
+    code, err = run(capsys, monkeypatch, *train_args(pairs, tmp_path / "run"))
+    assert code == 2 and "plate.1002.png" in err
+
+
+def test_corrupt_image(capsys, monkeypatch, tmp_path, pairs):
+    (pairs[0] / "plate.1003.png").write_bytes(b"\x89PNG not really")
+    code, err = run(capsys, monkeypatch, *train_args(pairs, tmp_path / "run"))
+    assert code == 2 and "plate.1003.png" in err
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"COPYCAT_RANK": "x"}, "COPYCAT_RANK='x' is not an integer"),
+    ({"COPYCAT_RANK": "2"}, "COPYCAT_RANK=2 must be < COPYCAT_WORLD_SIZE=2"),
+    ({"COPYCAT_MAIN_PORT": "99999"}, "COPYCAT_MAIN_PORT=99999 is out of range"),
+])
+def test_bad_environment(capsys, monkeypatch, tmp_path, pairs, env, message):
+    base = {"COPYCAT_MAIN_ADDR": "127.0.0.1", "COPYCAT_MAIN_PORT": "29500", "COPYCAT_RANK": "0",
+            "COPYCAT_WORLD_SIZE": "2"}
+    code, err = run(capsys, monkeypatch, *train_args(pairs, tmp_path / "run"), env={**base, **env})
+    assert code == 2 and message in err
+    assert not (tmp_path / "run").exists()  # nothing half-written
+
+
+def test_config_file_with_unknown_key_lists_valid_keys(capsys, monkeypatch, tmp_path, pairs):
+    toml = tmp_path / "job.toml"
+    toml.write_text('[train]\nsteps = 5\ncrop = 32\n')
+    code, err = run(capsys, monkeypatch, *train_args(pairs, tmp_path / "run", "--config", str(toml)))
+    assert code == 2 and "unknown keys ['crop']" in err and "crop_size" in err
+
+
+def test_config_file_values_are_used_and_flags_override(tmp_path, pairs):
+    import argparse
+
+    from trainer.config import add_train_arguments, config_from_args
+
+    toml = tmp_path / "job.toml"
+    toml.write_text(f'input_dir = "{pairs[0]}"\ntarget_dir = "{pairs[1]}"\nrun_dir = "{tmp_path}"\n'
+                    'steps = 5\nmodel_size = "medium"\n')
+    p = argparse.ArgumentParser()
+    add_train_arguments(p)
+    cfg = config_from_args(p.parse_args(["--config", str(toml), "--steps", "7"]))
+    assert (cfg.steps, cfg.model_size, cfg.input_dir) == (7, "medium", str(pairs[0]))
+
+
+def test_infer_with_a_bad_model_path(capsys, monkeypatch, tmp_path, pairs):
+    code, err = run(capsys, monkeypatch, "infer", "--model", str(tmp_path / "model.pt"), "--input", str(pairs[0]),
+                    "--output", str(tmp_path / "out"))
+    assert code == 2 and "model.pt does not exist" in err
+
+
+def test_infer_writes_same_names_and_format(capsys, monkeypatch, tmp_path, pairs):
+    from trainer.config import TrainConfig
+    from trainer.envvars import DistEnv
+    from trainer.images import read_image
+    from trainer.train import train
+
+    cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / "run"), steps=4, batch_size=2, crop_size=16)
+    train(cfg, DistEnv(distributed=False))
+    code, _ = run(capsys, monkeypatch, "infer", "--model", str(tmp_path / "run" / "model.pt"), "--input",
+                  str(pairs[0]), "--output", str(tmp_path / "out"))
+    assert code == 0
+    out = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert out == sorted(p.name for p in pairs[0].iterdir())
+    assert read_image(tmp_path / "out" / "plate.1001.png").shape == (40, 48, 3)
