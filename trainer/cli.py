@@ -131,6 +131,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _errors() as exc:
         print(f"cuetrain: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        from trainer.gang import GangError
+
+        if not isinstance(exc, GangError):
+            raise
+        print(f"cuetrain: error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

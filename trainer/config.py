@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10 (Nuke 15's interpreter)
+    import tomli as tomllib  # type: ignore[no-redef]
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
@@ -44,7 +47,9 @@ class TrainConfig:
         seed: random seed for weights and crops.
         resume: continue from the latest checkpoint in ``run_dir``.
         grad_compression: DDP communication hook: ``none``, ``fp16`` or ``powersgd``.
-        collective_timeout_s: timeout of collectives and rendezvous [seconds].
+        collective_timeout_s: a collective that takes longer fails: how fast a hung rank is noticed [seconds].
+        gang_timeout_s: how long ranks that are up wait for the rest of the gang before the whole gang
+            fails (OpenCue starts frames one by one) [seconds].
     """
 
     input_dir: str
@@ -66,6 +71,7 @@ class TrainConfig:
     resume: bool = False
     grad_compression: str = "none"
     collective_timeout_s: float = 60.0
+    gang_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -74,8 +80,9 @@ class TrainConfig:
             raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
         if not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
-        if not self.collective_timeout_s > 0:
-            raise ConfigError(f"collective_timeout_s={self.collective_timeout_s} must be > 0 seconds")
+        for name in ("collective_timeout_s", "gang_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be > 0 seconds")
         _check_choice("model_size", self.model_size, MODEL_SIZES)
         _check_choice("lr_scaling", self.lr_scaling, ("linear", "none"))
         _check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSION)
@@ -144,7 +151,8 @@ def add_train_arguments(parser: argparse.ArgumentParser, *, require_paths: bool 
     g.add_argument("--seed", type=int, help="random seed (default 0)")
     g.add_argument("--resume", action="store_true", default=None, help="continue from the latest checkpoint")
     g.add_argument("--grad-compression", choices=GRAD_COMPRESSION, help="DDP gradient compression (default none)")
-    g.add_argument("--collective-timeout-s", type=float, help="collective/rendezvous timeout in seconds (default 60)")
+    g.add_argument("--collective-timeout-s", type=float, help="collective timeout in seconds (default 60)")
+    g.add_argument("--gang-timeout-s", type=float, help="wait for all ranks at most this long (default 600 s)")
     parser.set_defaults(_require_paths=require_paths)
 
 

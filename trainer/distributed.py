@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from trainer import gang
 from trainer.envvars import DistEnv, EnvError
 
 log = logging.getLogger(__name__)
@@ -29,11 +31,15 @@ class Runtime:
         env: the distributed setting.
         device: torch device for the model and batches.
         backend: ``nccl``, ``gloo`` or ``none`` (not distributed).
+        store: the gang's TCPStore (rank 0 hosts it; kept alive for the run), or None.
+        heartbeat: this rank's heartbeat thread, or None.
     """
 
     env: DistEnv
     device: torch.device
     backend: str
+    store: Any = field(default=None, repr=False)
+    heartbeat: gang.Heartbeat | None = field(default=None, repr=False)
 
 
 def interface_for(local_addr: str) -> str:
@@ -61,15 +67,18 @@ def _pick_device(env: DistEnv) -> torch.device:
     return torch.device("cpu")
 
 
-def setup(env: DistEnv, timeout_s: float) -> Runtime:
+def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float) -> Runtime:
     """Join the gang described by ``env`` (no-op when not distributed).
 
-    ``COPYCAT_LOCAL_ADDR`` selects the interface through ``GLOO_SOCKET_IFNAME`` and
-    ``NCCL_SOCKET_IFNAME`` (the documented knobs of gloo and NCCL), set in this process only.
+    Rank 0 hosts the store on the main port; every rank forms the gang (``trainer.gang.form``:
+    rank claim, job-token check, wait up to ``gang_timeout_s``), then the process group is built on
+    that store with ``collective_timeout_s`` for collectives. ``COPYCAT_LOCAL_ADDR`` selects the
+    interface through ``GLOO_SOCKET_IFNAME`` and ``NCCL_SOCKET_IFNAME`` (the documented knobs of
+    gloo and NCCL), set in this process only.
 
     Raises:
         EnvError: bad local address.
-        RuntimeError: the rendezvous failed or timed out (torch's message, with the main address).
+        GangError: the gang could not form (timeout, port in use, duplicate rank, wrong token).
     """
     device = _pick_device(env)
     if not env.distributed:
@@ -83,19 +92,20 @@ def setup(env: DistEnv, timeout_s: float) -> Runtime:
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    url = f"tcp://{env.main_addr}:{env.main_port}"
-    log.info("rank %d/%d joining %s with %s (timeout %.0f s)", env.rank, env.world_size, url, backend, timeout_s)
-    try:
-        dist.init_process_group(backend, init_method=url, rank=env.rank, world_size=env.world_size,
-                                timeout=timedelta(seconds=timeout_s))
-    except Exception as exc:  # torch raises RuntimeError/DistStoreError/DistNetworkError
-        raise RuntimeError(f"rank {env.rank}: rendezvous with main address {env.main_addr}:{env.main_port} failed: "
-                           f"{exc}; check that rank 0 is running and the port is reachable") from exc
-    return Runtime(env, device, backend)
+    log.info("rank %d/%d joining %s:%d with %s (gang timeout %.0f s)", env.rank, env.world_size, env.main_addr,
+             env.main_port, backend, gang_timeout_s)
+    store = gang.connect(env, gang_timeout_s, master=env.rank == 0)
+    gang.form(env, store, env.token, gang_timeout_s)
+    store.set_timeout(timedelta(seconds=collective_timeout_s))
+    dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
+                            world_size=env.world_size, timeout=timedelta(seconds=collective_timeout_s))
+    return Runtime(env, device, backend, store, gang.Heartbeat(env, collective_timeout_s))
 
 
-def teardown() -> None:
-    """Leave the process group if one was joined."""
+def teardown(rt: Runtime | None = None) -> None:
+    """Stop the heartbeat and leave the process group if one was joined."""
+    if rt is not None and rt.heartbeat is not None:
+        rt.heartbeat.stop()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 

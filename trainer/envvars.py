@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ ENV_TABLE: dict[str, str] = {
     "COPYCAT_WORLD_SIZE": "number of processes in the gang (>= 1)",
     "COPYCAT_SYNC_INTERVAL": "optional: all-reduce gradients every N steps (default 1)",
     "COPYCAT_LOCAL_ADDR": "optional: local IP or interface name for gloo/NCCL traffic",
+    "CUETRAIN_GANG_TOKEN": "optional: per-job secret every rank must prove to join the gang (HMAC)",
     "RANK": "torchrun: rank (fallback when COPYCAT_RANK is unset)",
     "WORLD_SIZE": "torchrun: world size (fallback)",
     "MASTER_ADDR": "torchrun: main address (fallback)",
@@ -33,6 +34,15 @@ ENV_TABLE: dict[str, str] = {
     "CUE_LAYER": "OpenCue RQD: layer name",
     "CUE_GPU_CORES": "OpenCue RQD: GPU indices reserved for this frame (comma separated)",
     "CUE_THREADS": "OpenCue RQD: cores reserved for this frame",
+    "CUE_JOB_ID": "OpenCue Cuebot: id of the frame's job (unique per submission)",
+    "CUETRAIN_MAIN_HOST": "farm frame 0: host name or IP it publishes as the main address (default: its host name)",
+    "CUETRAIN_TEMPLATE_PATH": "farm templates: folders (os.pathsep separated) searched before farm_templates/",
+    "CUEBOT_HOSTS": "pycue: Cuebot host[:port] list, comma separated (pycue reads it itself; cuetrain passes it "
+                    "on to frames that use the cuebot rendezvous)",
+    "SHOW": "pipeline: current show (default of `cuetrain submit --show`)",
+    "SHOT": "pipeline: current shot (default of `cuetrain submit --shot`)",
+    "CUDA_VISIBLE_DEVICES": "CUDA: GPUs the trainer sees; farm frames set it from CUE_GPU_CORES",
+    "OMP_NUM_THREADS": "OpenMP/torch CPU threads; farm frames set it from CUE_THREADS when unset",
 }
 
 REQUIRED = ("COPYCAT_MAIN_ADDR", "COPYCAT_MAIN_PORT", "COPYCAT_RANK", "COPYCAT_WORLD_SIZE")
@@ -57,6 +67,7 @@ class DistEnv:
         sync_interval: all-reduce gradients every this many steps (>= 1).
         local_addr: local IP or interface name for collective traffic, or None.
         missing: names of the required variables that were missing (empty when distributed).
+        token: ``CUETRAIN_GANG_TOKEN`` (per-job secret for the gang check), or None.
     """
 
     distributed: bool
@@ -67,6 +78,7 @@ class DistEnv:
     sync_interval: int = 1
     local_addr: str | None = None
     missing: tuple[str, ...] = ()
+    token: str | None = field(default=None, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -106,8 +118,9 @@ def read_dist_env(env: Mapping[str, str] | None = None) -> DistEnv:
             values[name] = raw.strip()
     sync = _int("COPYCAT_SYNC_INTERVAL", env.get("COPYCAT_SYNC_INTERVAL", "1") or "1", 1)
     local = (env.get("COPYCAT_LOCAL_ADDR") or "").strip() or None
+    token = env.get("CUETRAIN_GANG_TOKEN") or None
     if missing:
-        return DistEnv(distributed=False, sync_interval=sync, local_addr=local, missing=tuple(missing))
+        return DistEnv(distributed=False, sync_interval=sync, local_addr=local, missing=tuple(missing), token=token)
     world = _int("COPYCAT_WORLD_SIZE", values["COPYCAT_WORLD_SIZE"], 1)
     rank = _int("COPYCAT_RANK", values["COPYCAT_RANK"], 0)
     if rank >= world:
@@ -116,7 +129,7 @@ def read_dist_env(env: Mapping[str, str] | None = None) -> DistEnv:
             "ranks are numbered 0..WORLD_SIZE-1 (one per farm frame)")
     port = _int("COPYCAT_MAIN_PORT", values["COPYCAT_MAIN_PORT"], 1, 65535)
     return DistEnv(distributed=True, rank=rank, world_size=world, main_addr=values["COPYCAT_MAIN_ADDR"],
-                   main_port=port, sync_interval=sync, local_addr=local)
+                   main_port=port, sync_interval=sync, local_addr=local, token=token)
 
 
 @dataclass(frozen=True)
@@ -155,11 +168,61 @@ def read_cue_env(env: Mapping[str, str] | None = None) -> CueFrameEnv:
 
 
 def copycat_env(main_addr: str, main_port: int, rank: int, world_size: int,
-                sync_interval: int = 1, local_addr: str | None = None) -> dict[str, str]:
-    """The COPYCAT variables a launcher (local or farm frame) sets for one rank."""
+                sync_interval: int = 1, local_addr: str | None = None, token: str | None = None) -> dict[str, str]:
+    """The COPYCAT variables (and the gang token) a launcher (local or farm frame) sets for one rank."""
     out = {"COPYCAT_MAIN_ADDR": main_addr, "COPYCAT_MAIN_PORT": str(main_port),
            "COPYCAT_RANK": str(rank), "COPYCAT_WORLD_SIZE": str(world_size),
            "COPYCAT_SYNC_INTERVAL": str(sync_interval)}
     if local_addr:
         out["COPYCAT_LOCAL_ADDR"] = local_addr
+    if token:
+        out["CUETRAIN_GANG_TOKEN"] = token
+    return out
+
+
+@dataclass(frozen=True)
+class FarmEnv:
+    """What the farm side of cuetrain (``cue_plugin``) reads from the environment.
+
+    Attributes:
+        job_id: ``CUE_JOB_ID`` (the OpenCue job id of this frame) or "".
+        main_host: ``CUETRAIN_MAIN_HOST`` (frame 0's published host override) or None.
+        cuebot_hosts: ``CUEBOT_HOSTS`` split on commas (empty when unset).
+        template_path: ``CUETRAIN_TEMPLATE_PATH`` split on ``os.pathsep`` (empty when unset).
+        show: ``SHOW`` or "".
+        shot: ``SHOT`` or "".
+        cuda_visible_devices: ``CUDA_VISIBLE_DEVICES`` or None.
+        omp_num_threads: ``OMP_NUM_THREADS`` or None.
+    """
+
+    job_id: str = ""
+    main_host: str | None = None
+    cuebot_hosts: tuple[str, ...] = ()
+    template_path: tuple[str, ...] = ()
+    show: str = ""
+    shot: str = ""
+    cuda_visible_devices: str | None = None
+    omp_num_threads: str | None = None
+
+
+def _split(raw: str | None, sep: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in (raw or "").split(sep) if p.strip())
+
+
+def read_farm_env(env: Mapping[str, str] | None = None) -> FarmEnv:
+    """Read the farm-side variables from ``env`` (default ``os.environ``); never raises."""
+    env = os.environ if env is None else env
+    return FarmEnv(job_id=(env.get("CUE_JOB_ID") or "").strip(),
+                   main_host=(env.get("CUETRAIN_MAIN_HOST") or "").strip() or None,
+                   cuebot_hosts=_split(env.get("CUEBOT_HOSTS"), ","),
+                   template_path=_split(env.get("CUETRAIN_TEMPLATE_PATH"), os.pathsep),
+                   show=(env.get("SHOW") or "").strip(), shot=(env.get("SHOT") or "").strip(),
+                   cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+                   omp_num_threads=env.get("OMP_NUM_THREADS"))
+
+
+def environ_with(updates: Mapping[str, str], env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``env`` (default ``os.environ``) with ``updates`` applied: the environment of a child process."""
+    out = dict(os.environ if env is None else env)
+    out.update(updates)
     return out

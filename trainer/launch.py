@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -50,10 +51,11 @@ def _relay(stream: IO[bytes], rank: int, log_path: Path) -> None:
 def _start_gang(train_argv: list[str], world_size: int, sync_interval: int, paths: RunPaths,
                 threads: int) -> tuple[list[subprocess.Popen[bytes]], list[threading.Thread]]:
     port = free_port()
+    token = secrets.token_hex(16)  # per gang: a stray process cannot join (trainer.gang)
     procs, relays = [], []
     for rank in range(world_size):
         env = dict(os.environ)
-        env.update(copycat_env("127.0.0.1", port, rank, world_size, sync_interval))
+        env.update(copycat_env("127.0.0.1", port, rank, world_size, sync_interval, token=token))
         env.update(OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
         proc = subprocess.Popen([sys.executable, "-u", "-m", "trainer.cli", "train", *train_argv], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)

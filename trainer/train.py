@@ -31,10 +31,11 @@ from trainer import distributed
 from trainer.config import TrainConfig
 from trainer.data import CropSampler, rank_loss_weight
 from trainer.envvars import DistEnv, read_dist_env
+from trainer.gang import GangError, explain_failure
 from trainer.images import load_pairs, pair_frames
 from trainer.model import build_model, count_parameters
-from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, wall_clock
-from trainer.rundir import RunPaths
+from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, now_iso, wall_clock
+from trainer.rundir import RunPaths, update_run_json
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +83,20 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
         RuntimeError: a collective or the rendezvous failed (e.g. a rank died).
     """
     env = read_dist_env() if env is None else env
-    rt = distributed.setup(env, cfg.collective_timeout_s)
+    paths = RunPaths.of(cfg.run_dir)
+    if env.is_main:
+        paths.create()
+    try:
+        rt = distributed.setup(env, cfg.collective_timeout_s, cfg.gang_timeout_s)
+    except GangError as exc:
+        log.error("%s", exc)
+        if env.is_main:
+            update_run_json(paths, state="failed", error=str(exc), failed_at=now_iso())
+        raise
     try:
         return _Loop(cfg, rt).run()
     finally:
-        distributed.teardown()
+        distributed.teardown(rt)
 
 
 class _Loop:
@@ -96,8 +106,6 @@ class _Loop:
         self.cfg, self.rt, self.env = cfg, rt, rt.env
         self.master = rt.env.is_main  # this process logs, writes contact sheets and checkpoints
         self.paths = RunPaths.of(cfg.run_dir)
-        if self.master:
-            self.paths.create()
         frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir))
         self.sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size, cfg.seed)
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
@@ -124,8 +132,11 @@ class _Loop:
                 self.writer.flush()
                 export_model(self.paths, self.net, self._model_meta())
         except BaseException as exc:
+            if self.rt.backend != "none" and isinstance(exc, RuntimeError):  # gloo raises plain RuntimeError
+                exc = explain_failure(self.env, exc)  # name the rank that died (watches heartbeats ~10 s)
+                log.error("%s", exc)
             self.writer.finish("failed", error=f"{type(exc).__name__}: {exc}", failed_rank=self.env.rank)
-            raise
+            raise exc
         self.writer.finish("succeeded", final_step=self.step, final_loss=loss)
         return TrainResult(self.step, start, loss, self.net)
 

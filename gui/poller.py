@@ -1,0 +1,173 @@
+"""Poll one run directory: new metrics rows, new contact sheets and the ``run.json`` record.
+
+Pure Python (numpy, no Qt, no torch) so it runs on a worker thread and in benchmarks. One
+:class:`RunPoller` per run keeps what it has already seen, so a poll reads only what changed:
+
+* ``metrics.jsonl`` through :class:`trainer.rundir.MetricsReader` (only appended bytes; a partial last
+  line waits for its newline);
+* ``contact_sheets/`` is listed again only when the folder's modification time changed;
+* ``run.json`` is read again only when its size or modification time changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from trainer.rundir import MetricsReader, RunDirError, RunPaths, read_json
+
+log = logging.getLogger(__name__)
+
+#: Columns of ``metrics.jsonl`` kept per run (``step`` first).
+METRIC_FIELDS = ("step", "loss", "lr", "images_per_s", "wall_s")
+
+Columns = dict[str, np.ndarray]
+
+
+@dataclass
+class PollResult:
+    """What changed in one run directory since the previous poll.
+
+    Attributes:
+        run_dir: the run directory polled.
+        metrics: new rows as columns (float64 arrays of equal length, keys :data:`METRIC_FIELDS`);
+            empty arrays when nothing new arrived.
+        reset: ``metrics.jsonl`` started again from the beginning (restarted run); drop old rows.
+        new_sheets: contact sheets not reported before, as ``(step, path)`` sorted by step.
+        info: the ``run.json`` record when it changed since the last poll, else ``None``.
+        error: why ``run.json`` could not be read (missing while the run starts, bad JSON), else "".
+    """
+
+    run_dir: str
+    metrics: Columns = field(default_factory=lambda: empty_columns())
+    reset: bool = False
+    new_sheets: list[tuple[int, str]] = field(default_factory=list)
+    info: dict[str, Any] | None = None
+    error: str = ""
+
+    @property
+    def new_rows(self) -> int:
+        """Number of new metrics rows."""
+        return len(self.metrics["step"])
+
+    @property
+    def changed(self) -> bool:
+        """True when anything new arrived."""
+        return bool(self.new_rows or self.reset or self.new_sheets or self.info is not None)
+
+
+def empty_columns() -> Columns:
+    """Zero-length float64 columns for every metric field."""
+    return {name: np.empty(0, dtype=np.float64) for name in METRIC_FIELDS}
+
+
+def _number(value: Any) -> float:
+    """``value`` as a float, or NaN when it is missing or not a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
+
+
+def rows_to_columns(rows: Sequence[Mapping[str, Any]]) -> Columns:
+    """Turn ``metrics.jsonl`` rows into float64 columns; rows without a numeric ``step`` are dropped.
+
+    Missing or non-numeric values become NaN, so a row that lacks ``lr`` still plots its loss.
+    """
+    rows = [r for r in rows if not math.isnan(_number(r.get("step")))]
+    n = len(rows)
+    return {name: np.fromiter((_number(r.get(name)) for r in rows), dtype=np.float64, count=n)
+            for name in METRIC_FIELDS}
+
+
+#: A file changed this recently may change again within the file system's time resolution (1-2 s on
+#: some network file systems) without its modification time moving, so it is not remembered as seen.
+_SETTLE_NS = 2_000_000_000
+
+
+def _stat_key(path: Path) -> tuple[int, int] | None:
+    """``(mtime_ns, size)`` of ``path``, or ``None`` when it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _settled(key: tuple[int, int]) -> tuple[int, int] | None:
+    """``key`` when its modification time is old enough to trust, else ``None`` (look again next poll)."""
+    return key if time.time_ns() - key[0] > _SETTLE_NS else None
+
+
+class RunPoller:
+    """Incremental poller of one run directory (not thread-safe: one poll at a time).
+
+    Args:
+        run_dir: the run directory (it may not exist yet; the poll then reports nothing new).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.run_dir = str(run_dir)
+        self.paths = RunPaths.of(run_dir)
+        self._reader = MetricsReader(self.paths.metrics)
+        self._last_step = -math.inf
+        self._sheet_steps: set[int] = set()
+        self._sheets_key: tuple[int, int] | None = None
+        self._info_key: tuple[int, int] | None = None
+        self._info: dict[str, Any] | None = None
+
+    def poll(self) -> PollResult:
+        """Read what changed since the previous call (the first call reads everything)."""
+        result = PollResult(self.run_dir)
+        self._poll_metrics(result)
+        self._poll_sheets(result)
+        self._poll_info(result)
+        return result
+
+    def _poll_metrics(self, result: PollResult) -> None:
+        rows = self._reader.read_new()
+        if not rows:
+            return
+        cols = rows_to_columns(rows)
+        steps = cols["step"]
+        if len(steps) and steps[0] <= self._last_step:
+            # The reader starts again from byte 0 when the file shrank (run restarted from scratch).
+            log.info("metrics of %s started again at step %d", self.run_dir, int(steps[0]))
+            result.reset = True
+        if len(steps):
+            self._last_step = float(steps[-1])
+        result.metrics = cols
+
+    def _poll_sheets(self, result: PollResult) -> None:
+        key = _stat_key(self.paths.contact_sheets)
+        if key is None or key == self._sheets_key:
+            return
+        self._sheets_key = _settled(key)
+        new = [(step, str(path)) for step, path in self.paths.list_contact_sheets()
+               if step not in self._sheet_steps]
+        self._sheet_steps.update(step for step, _ in new)
+        result.new_sheets = new
+
+    def _poll_info(self, result: PollResult) -> None:
+        key = _stat_key(self.paths.run_json)
+        if key is None:
+            result.error = f"{self.paths.run_json} does not exist yet"
+            return
+        if key == self._info_key:
+            return
+        try:
+            info = read_json(self.paths.run_json)
+        except RunDirError as exc:
+            result.error = str(exc)
+            return
+        self._info_key = _settled(key)
+        if info == self._info:
+            return
+        self._info = info
+        result.info = info

@@ -1,0 +1,256 @@
+"""The Runs panel (CopyCat's Progress tab): runs table, actions, Live Updates, Graph and Contact Sheet.
+
+A thin view over :class:`gui.controller.RunsController`: it renders :class:`gui.records.Run` records
+and forwards clicks; it reads no files and calls no farm itself.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from qtpy.QtCore import Qt, Signal
+from qtpy.QtWidgets import (QAbstractItemView, QCheckBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QMenu,
+                            QPushButton, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from gui import actions
+from gui.contact_sheet import ContactSheetView
+from gui.controller import RunsController
+from gui.graph import GraphView
+from gui.records import Run, format_duration, format_number
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ("Run", "Job", "State", "Ranks", "Step", "Loss", "Images/s", "ETA", "Graph", "Sheet")
+GRAPH_COL, SHEET_COL = COLUMNS.index("Graph"), COLUMNS.index("Sheet")
+_RUN_DIR_ROLE = Qt.ItemDataRole.UserRole
+
+
+def row_texts(run: Run) -> list[str]:
+    """The text cells of ``run``'s row (every column but the two toggles)."""
+    job = run.handle.job_name or run.handle.job_id if run.handle else "-"
+    total = run.total_steps
+    step = f"{run.step}/{total}" if total else str(run.step)
+    return [run.name, job, run.state, run.ranks_text, step, format_number(run.metrics.last("loss")),
+            format_number(run.metrics.last("images_per_s"), 3), format_duration(run.eta_s())]
+
+
+class RunsPanel(QWidget):
+    """Runs table with per-run toggles and actions, Live Updates, then Graph | Contact Sheet."""
+
+    #: The artist asked for a new training run (the host opens the submit dialog).
+    new_training_requested = Signal()
+
+    def __init__(self, controller: RunsController, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.live_box = QCheckBox("Live Updates")
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        self.graph = GraphView(controller)
+        self.sheet = ContactSheetView(controller)
+        self.buttons: dict[str, QPushButton] = {}
+        self._filling = False
+        self._shown_once = False
+        self._has_cuegui = actions.cuegui_command() is not None  # looked up once, not on every poll
+        self._setup_table()
+        self._build_layout()
+        self._connect()
+        for run in controller.runs():
+            self._on_run_added(run.run_dir)
+        self._update_buttons()
+
+    # --------------------------------------------------------------- layout
+    def _setup_table(self) -> None:
+        t = self.table
+        t.setHorizontalHeaderLabels(list(COLUMNS))
+        t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        t.verticalHeader().setVisible(False)
+        t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        t.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        t.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+
+    def _build_layout(self) -> None:
+        bar = QHBoxLayout()
+        for name, slot in (("New Training...", self.new_training_requested.emit), ("Add Run Folder...", self._add_folder),
+                           ("Remove", self._remove), ("Open Folder", self._open_folder), ("Cancel Job", self._cancel),
+                           ("Retry/Resume", self._retry), ("Open in CueGUI", self._open_cuegui),
+                           ("Refresh", self.controller.poll_async)):
+            button = self.buttons[name] = QPushButton(name)
+            button.clicked.connect(lambda _=False, s=slot: s())
+            bar.addWidget(button)
+        bar.addStretch(1)
+        bar.addWidget(self.live_box)
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.addWidget(QLabel("Runs"))
+        top_layout.addWidget(self.table, 1)
+        top_layout.addLayout(bar)
+        top_layout.addWidget(self.message)
+        bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.addWidget(self.graph)
+        bottom.addWidget(self.sheet)
+        bottom.setSizes([600, 400])
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(top)
+        split.addWidget(bottom)
+        split.setSizes([250, 450])
+        layout = QVBoxLayout(self)
+        layout.addWidget(split)
+
+    def _connect(self) -> None:
+        c = self.controller
+        c.run_added.connect(self._on_run_added)
+        c.run_removed.connect(self._on_run_removed)
+        c.run_updated.connect(self._fill_row)
+        c.action_finished.connect(lambda _run, msg: self.show_message(msg))
+        c.action_failed.connect(lambda _run, msg: self.show_message(msg, error=True))
+        c.live_updates_changed.connect(self._on_live_changed)
+        self.live_box.setChecked(c.live_updates)
+        self.live_box.toggled.connect(c.set_live_updates)
+        self.table.itemChanged.connect(self._on_item_changed)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.customContextMenuRequested.connect(self._context_menu)
+
+    # ----------------------------------------------------------------- rows
+    def row_of(self, run_dir: str) -> int:
+        """Table row of ``run_dir`` (-1 when absent)."""
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).data(_RUN_DIR_ROLE) == run_dir:
+                return row
+        return -1
+
+    def selected_run(self) -> str:
+        """Run directory of the selected row ("" when none)."""
+        rows = self.table.selectionModel().selectedRows()
+        return self.table.item(rows[0].row(), 0).data(_RUN_DIR_ROLE) if rows else ""
+
+    def select_run(self, run_dir: str) -> None:
+        """Select ``run_dir``'s row."""
+        self.table.selectRow(self.row_of(run_dir))
+
+    def _on_run_added(self, run_dir: str) -> None:
+        if self.row_of(run_dir) >= 0:
+            return
+        self._filling = True
+        row = self.table.rowCount()
+        self.table.insertRow(row)
+        for col in range(len(COLUMNS)):
+            item = QTableWidgetItem()
+            item.setData(_RUN_DIR_ROLE, run_dir)
+            if col in (GRAPH_COL, SHEET_COL):
+                item.setFlags(Qt.ItemFlag.ItemIsUserCheckable | Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
+            self.table.setItem(row, col, item)
+        self._filling = False
+        self._fill_row(run_dir)
+        if self.table.rowCount() == 1:
+            self.table.selectRow(0)
+
+    def _on_run_removed(self, run_dir: str) -> None:
+        row = self.row_of(run_dir)
+        if row >= 0:
+            self.table.removeRow(row)
+        self._update_buttons()
+
+    def _fill_row(self, run_dir: str) -> None:
+        run, row = self.controller.run(run_dir), self.row_of(run_dir)
+        if run is None or row < 0:
+            return
+        self._filling = True
+        for col, text in enumerate(row_texts(run)):
+            self.table.item(row, col).setText(text)
+        self.table.item(row, 0).setToolTip(run.run_dir)
+        self.table.item(row, 2).setToolTip(run.farm_error or run.read_error or (run.status.native_state if run.status else ""))
+        checked, unchecked = Qt.CheckState.Checked, Qt.CheckState.Unchecked
+        self.table.item(row, GRAPH_COL).setCheckState(checked if run.show_graph else unchecked)
+        self.table.item(row, SHEET_COL).setCheckState(checked if run.show_sheet else unchecked)
+        self._filling = False
+        if run_dir == self.selected_run():
+            self._update_buttons()
+
+    def _on_item_changed(self, item: QTableWidgetItem) -> None:
+        if self._filling or item.column() not in (GRAPH_COL, SHEET_COL):
+            return
+        on = item.checkState() == Qt.CheckState.Checked
+        setter = self.controller.set_show_graph if item.column() == GRAPH_COL else self.controller.set_show_sheet
+        setter(item.data(_RUN_DIR_ROLE), on)
+
+    # -------------------------------------------------------------- actions
+    def show_message(self, text: str, error: bool = False) -> None:
+        """Show an action result under the table (errors in red)."""
+        self.message.setStyleSheet("color: #e05050;" if error else "")
+        self.message.setText(text)
+
+    def _update_buttons(self) -> None:
+        run = self.controller.run(self.selected_run()) if self.selected_run() else None
+        for name in ("Remove", "Open Folder", "Retry/Resume"):
+            self.buttons[name].setEnabled(run is not None)
+        self.buttons["Cancel Job"].setEnabled(run is not None and run.handle is not None and not run.is_finished)
+        self.buttons["Open in CueGUI"].setEnabled(self._has_cuegui)
+
+    def _add_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a cuetrain run directory")
+        if folder:
+            self.controller.add_run(folder)
+            self.controller.poll_async()
+
+    def _remove(self) -> None:
+        if self.selected_run():
+            self.controller.remove_run(self.selected_run())
+
+    def _open_folder(self) -> None:
+        run_dir = self.selected_run()
+        if run_dir and not actions.open_folder(run_dir):
+            self.show_message(f"cannot open {run_dir} (does it exist yet?)", error=True)
+
+    def _cancel(self) -> None:
+        if self.selected_run():
+            self.show_message("cancelling...")
+            log.info("cancel requested for %s", self.selected_run())
+            self.controller.cancel(self.selected_run())
+
+    def _retry(self) -> None:
+        if self.selected_run():
+            self.show_message("retrying...")
+            log.info("retry/resume requested for %s", self.selected_run())
+            self.controller.retry(self.selected_run())
+
+    def _open_cuegui(self) -> None:
+        error = actions.launch_cuegui()
+        self.show_message(error or "CueGUI started", error=bool(error))
+
+    def _on_live_changed(self, on: bool) -> None:
+        self.live_box.blockSignals(True)
+        self.live_box.setChecked(on)
+        self.live_box.blockSignals(False)
+
+    def _context_menu(self, pos) -> None:
+        row = self.table.rowAt(pos.y())
+        if row < 0:
+            return
+        self.table.selectRow(row)
+        menu = QMenu(self)
+        for name in ("Open Folder", "Cancel Job", "Retry/Resume", "Open in CueGUI", "Remove"):
+            action = menu.addAction(name)
+            action.setEnabled(self.buttons[name].isEnabled())
+            action.triggered.connect(self.buttons[name].click)
+        menu.exec(self.table.viewport().mapToGlobal(pos))
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+        """Load the runs once when first shown (one poll, like Refresh); Live Updates stays as it is."""
+        super().showEvent(event)
+        if not self._shown_once:
+            self._shown_once = True
+            self.controller.poll_async()
+
+    def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        """A closed panel (tool window in a host) stops Live Updates: nobody is watching."""
+        self.controller.set_live_updates(False)
+        super().closeEvent(event)
+
+    def shutdown(self) -> None:
+        """Wait for background image loads (the controller has its own shutdown)."""
+        self.sheet.shutdown()

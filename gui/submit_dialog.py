@@ -1,0 +1,226 @@
+"""The "Train on Render Farm" dialog: paths, training settings, farm template, show/shot; submit.
+
+Problems are listed inline before anything is sent (missing folders, world size above batch size,
+...). Submitting runs on the controller's worker; the dialog waits for ``submit_finished`` (it then
+closes) or ``submit_failed`` (the farm's message is shown in the dialog, never a traceback).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import logging
+import os
+from pathlib import Path
+
+from qtpy.QtCore import Qt
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
+                            QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+
+from cue_plugin.spec import FarmError, JobHandle, TrainingJob
+from cue_plugin.templates import list_templates, load_template, make_job
+from gui.controller import RunsController
+from trainer.config import MODEL_SIZES, ConfigError, TrainConfig
+from trainer.rundir import RunPaths
+
+log = logging.getLogger(__name__)
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+NO_TEMPLATE = "(defaults)"
+
+
+def _spin(value: int, low: int, high: int) -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(low, high)
+    box.setValue(value)
+    return box
+
+
+class SubmitDialog(QDialog):
+    """Fill in a training run and submit it to the farm through ``controller``.
+
+    Args:
+        controller: submits the job and reports back.
+        template_folders: folders searched for farm templates (default: ``cue_plugin.templates``'s
+            ``CUETRAIN_TEMPLATE_PATH`` then ``farm_templates/``).
+        parent: host window.
+    """
+
+    def __init__(self, controller: RunsController, template_folders: list[Path] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Train on Render Farm")
+        self._controller = controller
+        self._folders = template_folders
+        self._busy = False
+        self._make_fields()
+        self._build_layout()
+        controller.submit_finished.connect(self._on_finished)
+        controller.submit_failed.connect(self._on_failed)
+
+    def _make_fields(self) -> None:
+        self.input_edit, self.target_edit, self.run_dir_edit = QLineEdit(), QLineEdit(), QLineEdit()
+        self.model_box = QComboBox()
+        self.model_box.addItems(list(MODEL_SIZES))
+        self.model_box.setCurrentText(_DEFAULTS["model_size"])
+        self.crop_spin = _spin(_DEFAULTS["crop_size"], 8, 4096)
+        self.batch_spin = _spin(_DEFAULTS["batch_size"], 1, 4096)
+        self.steps_spin = _spin(_DEFAULTS["steps"], 1, 10_000_000)
+        self.world_spin = _spin(2, 1, 1024)
+        self.sync_spin = _spin(1, 1, 100_000)
+        self.resume_box = QCheckBox("Resume from the latest checkpoint in the run directory")
+        self.template_box = QComboBox()
+        self._fill_templates()
+        self.template_box.currentIndexChanged.connect(self._on_template_chosen)
+        self.show_edit = QLineEdit(os.environ.get("SHOW", ""))
+        self.shot_edit = QLineEdit(os.environ.get("SHOT", ""))
+        self.errors = QLabel("")
+        self.errors.setObjectName("errors")
+        self.errors.setWordWrap(True)
+        self.errors.setStyleSheet("color: #e05050;")
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.submit_button = self.buttons.addButton("Submit", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.buttons.accepted.connect(self.try_submit)
+        self.buttons.rejected.connect(self.reject)
+
+    def _fill_templates(self) -> None:
+        """Template dropdown: "(defaults)" then every farm template, its description as tooltip."""
+        self.template_box.addItem(NO_TEMPLATE, "")
+        for name in list_templates(self._folders):
+            self.template_box.addItem(name, name)
+            try:
+                tip = load_template(name, self._folders).description
+            except FarmError as exc:
+                tip = f"invalid: {exc}"
+            self.template_box.setItemData(self.template_box.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+
+    def _on_template_chosen(self, *_: object) -> None:
+        """Show the template's default world size and sync interval (the fields still win)."""
+        name = self.template_box.currentData()
+        if not name:
+            return
+        try:
+            values = load_template(name, self._folders).values
+        except FarmError as exc:
+            self.show_errors([str(exc)])
+            return
+        self.world_spin.setValue(values.get("world_size", self.world_spin.value()))
+        self.sync_spin.setValue(values.get("sync_interval", self.sync_spin.value()))
+
+    def _build_layout(self) -> None:
+        form = QFormLayout()
+        for label, edit in (("Input sequence", self.input_edit), ("Ground truth sequence", self.target_edit),
+                            ("Run directory", self.run_dir_edit)):
+            form.addRow(label, self._with_browse(edit))
+        form.addRow("", self.resume_box)
+        for label, widget in (("Model size", self.model_box), ("Crop size [px]", self.crop_spin),
+                              ("Batch size [crops]", self.batch_spin), ("Steps", self.steps_spin),
+                              ("World size [ranks]", self.world_spin), ("Sync interval [steps]", self.sync_spin),
+                              ("Farm template", self.template_box), ("Show", self.show_edit), ("Shot", self.shot_edit)):
+            form.addRow(label, widget)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.errors)
+        layout.addWidget(self.buttons)
+
+    def _with_browse(self, edit: QLineEdit) -> QWidget:
+        row = QWidget()
+        lay = QHBoxLayout(row)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(edit, 1)
+        button = QPushButton("Browse...")
+        button.clicked.connect(lambda: self._browse(edit))
+        lay.addWidget(button)
+        return row
+
+    def _browse(self, edit: QLineEdit) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a folder", edit.text())
+        if folder:
+            edit.setText(folder)
+
+    # ----------------------------------------------------------- validation
+    def validate(self) -> list[str]:
+        """Every problem with the form, one sentence each (empty: ready to submit)."""
+        problems = []
+        for label, edit in (("Input sequence", self.input_edit), ("Ground truth sequence", self.target_edit)):
+            path = edit.text().strip()
+            if not path:
+                problems.append(f"{label} folder is required.")
+            elif not os.path.isdir(os.path.expanduser(path)):
+                problems.append(f"{label} folder {path} does not exist.")
+        problems += self._run_dir_problems()
+        if self.world_spin.value() > self.batch_spin.value():
+            problems.append(f"World size {self.world_spin.value()} is larger than batch size {self.batch_spin.value()}: "
+                            "every rank needs at least one crop per step; raise the batch or lower the world size.")
+        for label, edit in (("Show", self.show_edit), ("Shot", self.shot_edit)):
+            if not edit.text().strip():
+                problems.append(f"{label} is required.")
+        return problems
+
+    def _run_dir_problems(self) -> list[str]:
+        run_dir = self.run_dir_edit.text().strip()
+        if not run_dir:
+            return ["Run directory is required (a folder on shared storage the farm can write)."]
+        path = Path(os.path.expanduser(run_dir))
+        if not path.parent.is_dir():
+            return [f"Run directory's parent folder {path.parent} does not exist."]
+        if RunPaths.of(path).run_json.exists() and not self.resume_box.isChecked():
+            return [f"Run directory {run_dir} already holds a run; choose a new folder or tick Resume."]
+        return []
+
+    def build_job(self) -> TrainingJob:
+        """The job the form describes: job defaults < farm template < the dialog's fields.
+
+        Raises:
+            ConfigError, FarmError: a value or the template is invalid (the message says which).
+        """
+        train = TrainConfig(
+            input_dir=_abs(self.input_edit.text()), target_dir=_abs(self.target_edit.text()),
+            run_dir=_abs(self.run_dir_edit.text()), steps=self.steps_spin.value(), batch_size=self.batch_spin.value(),
+            crop_size=self.crop_spin.value(), model_size=self.model_box.currentText(), resume=self.resume_box.isChecked())
+        return make_job(train, template=self.template_box.currentData() or None, folders=self._folders,
+                        world_size=self.world_spin.value(), show=self.show_edit.text().strip(),
+                        shot=self.shot_edit.text().strip(), user=getpass.getuser(), sync_interval=self.sync_spin.value())
+
+    # ------------------------------------------------------------ submitting
+    def try_submit(self) -> bool:
+        """Validate, build the job and hand it to the controller; False when the form has problems."""
+        if self._busy:
+            return False
+        problems = self.validate()
+        if not problems:
+            try:
+                job = self.build_job()
+            except (ConfigError, FarmError) as exc:
+                problems = [str(exc)]
+        if problems:
+            self.show_errors(problems)
+            return False
+        self.show_errors([])
+        self._set_busy(True)
+        self._controller.submit(job)
+        return True
+
+    def show_errors(self, problems: list[str]) -> None:
+        """List ``problems`` in the dialog (an empty list clears them)."""
+        self.errors.setText("\n".join(problems))
+
+    def _set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        self.submit_button.setEnabled(not busy)
+        self.submit_button.setText("Submitting..." if busy else "Submit")
+
+    def _on_finished(self, handle: JobHandle) -> None:
+        if self._busy:
+            self._set_busy(False)
+            log.info("submit dialog: job %s submitted", handle.job_name or handle.job_id)
+            self.accept()
+
+    def _on_failed(self, message: str) -> None:
+        if self._busy:
+            self._set_busy(False)
+            self.show_errors([f"Submit failed: {message}"])
+
+
+def _abs(path: str) -> str:
+    return str(Path(os.path.expanduser(path.strip())).absolute())
