@@ -1,0 +1,151 @@
+"""TrainingJob -> pyoutline Outline -> OpenCue job spec XML (the dry run), without a Cuebot.
+
+One job, ONE ``Shell`` layer named ``train`` with frames ``0-(world_size-1)``, chunk 1: frame N is
+rank N. Every frame runs the frame entry point with the absolute interpreter of this process (RQD
+gives frames a fixed ``PATH``, so ``python`` alone may be another interpreter)::
+
+    /abs/python -u -m cue_plugin.frame --frame '#IFRAME#' --world-size N --rendezvous file \\
+        --rendezvous-timeout 600 -- --input ... --target ... --run-dir ...
+
+Quoting. pyoutline puts a layer's ``command`` into ``<cmd>`` as is (a list is joined with single
+spaces, no quoting). Cuebot replaces the ``#IFRAME#``-style tokens in that text, and RQD writes it
+into a command file that ``/usr/bin/time`` executes: the file has no ``#!`` line, so ``execvp``
+falls back to ``/bin/sh`` (with ``RQD_BECOME_JOB_USER``, ``su -c FILE`` runs it in the user's
+shell the same way). So the command is one POSIX shell line: every argument is quoted with
+:func:`shlex.quote`, which survives spaces, quotes, ``$(...)``, globs and ``;``. Arguments that
+cannot survive the trip are refused: control characters (XML 1.0 cannot carry most of them and
+normalizes ``\\r``), text that is not valid Unicode, and Cuebot's ``#TOKEN#`` names.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+import sys
+from typing import TYPE_CHECKING, Sequence
+
+from cue_plugin.spec import FarmError, TrainingJob
+
+if TYPE_CHECKING:  # pyoutline reads its config at import: import it only when building
+    import outline
+    import outline.cuerun
+
+#: Name of the one layer; with the job name it locates frame 0 in Cuebot (cuebot rendezvous).
+LAYER_NAME = "train"
+#: Tokens Cuebot substitutes in a layer command (DispatchSupportService.prepareRqdRunFrame).
+CUEBOT_TOKENS = ("#ZFRAME#", "#IFRAME#", "#FRAME_START#", "#FRAME_END#", "#FRAME_CHUNK#", "#LAYER#", "#JOB#",
+                 "#FRAMESPEC#", "#FRAME#")
+#: Environment variable that carries the per-job token (trainer.gang checks it; see cue_plugin.frame).
+TOKEN_ENV = "CUETRAIN_GANG_TOKEN"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_argument(arg: str) -> None:
+    """Refuse an argument that would not reach the frame unchanged.
+
+    Raises:
+        FarmError: control characters, invalid Unicode (e.g. undecodable file names), or a Cuebot token.
+    """
+    bad = [c for c in arg if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0xD800 <= ord(c) < 0xE000
+           or ord(c) in (0xFFFE, 0xFFFF)]
+    if bad:
+        raise FarmError(f"argument {arg!r} contains control or invalid characters {sorted(set(bad))!r} that a job "
+                        "spec cannot carry; rename the file or folder")
+    for token in CUEBOT_TOKENS:
+        if token in arg:
+            raise FarmError(f"argument {arg!r} contains {token}, which Cuebot would replace with a frame value; "
+                            "rename the file or folder")
+
+
+def shell_command(argv: Sequence[str]) -> str:
+    """One POSIX shell line that runs ``argv`` exactly (each argument :func:`shlex.quote`-d).
+
+    ``#IFRAME#`` is allowed as a whole argument (it is the frame number placeholder).
+
+    Raises:
+        FarmError: an argument fails :func:`check_argument`.
+    """
+    for arg in argv:
+        if arg != "#IFRAME#":
+            check_argument(arg)
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def frame_argv(job: TrainingJob, python: str | None = None) -> list[str]:
+    """The argv every frame runs (before quoting); ``#IFRAME#`` is replaced by Cuebot."""
+    return [python or sys.executable, "-u", "-m", "cue_plugin.frame", "--frame", "#IFRAME#",
+            "--world-size", str(job.world_size), "--rendezvous", job.rendezvous,
+            "--rendezvous-timeout", f"{job.rendezvous_timeout_s:g}", "--", *job.train.to_argv()]
+
+
+def layer_env(job: TrainingJob, token: str) -> dict[str, str]:
+    """Environment of every frame, sorted by name: world size, sync interval, token, job.extra_env.
+
+    Raises:
+        FarmError: an ``extra_env`` name or value a job spec cannot carry.
+    """
+    env = {"COPYCAT_WORLD_SIZE": str(job.world_size), "COPYCAT_SYNC_INTERVAL": str(job.sync_interval),
+           "PYTHONUNBUFFERED": "1", TOKEN_ENV: token}
+    for name, value in job.extra_env.items():
+        if not _ENV_NAME.match(name):
+            raise FarmError(f"extra_env name {name!r} is not a valid environment variable name")
+        if name in env:
+            raise FarmError(f"extra_env may not set {name}: cuetrain sets it from the job (world_size, sync_interval)")
+        check_argument(str(value))
+        env[name] = str(value)
+    return dict(sorted(env.items()))
+
+
+def build(job: TrainingJob, *, python: str | None = None, token: str | None = None) -> "outline.Outline":
+    """The pyoutline Outline of ``job`` (not set up: no session folder is written).
+
+    Args:
+        job: the training job.
+        python: interpreter path the frames run (default ``sys.executable``; must exist on render nodes).
+        token: per-job token (default: 32 random hex digits); fixed only in tests.
+
+    Raises:
+        FarmError: an argument or variable the spec cannot carry (see :func:`check_argument`).
+    """
+    import outline
+    from outline.modules.shell import Shell
+
+    command = shell_command(frame_argv(job, python))
+    env = layer_env(job, token or secrets.token_hex(16))
+    ol = outline.Outline(name=job.name, show=job.show, shot=job.shot, user=job.user)
+    args: dict = dict(command=command, range=f"0-{job.world_size - 1}", chunk=1, cores=job.cores,
+                      memory=f"{job.memory_mb}m", service=job.service, env=env)
+    if job.tags:
+        args["tags"] = list(job.tags)
+    if job.gpus or job.gpu_memory_mb:
+        args["gpus"] = job.gpus or 1
+        args["gpu_memory"] = f"{job.gpu_memory_mb}m" if job.gpu_memory_mb else "1g"
+    layer = Shell(LAYER_NAME, **args)
+    ol.add_layer(layer)
+    layer.check_required_args()
+    return ol
+
+
+def launcher(ol: "outline.Outline", job: TrainingJob) -> "outline.cuerun.OutlineLauncher":
+    """The OutlineLauncher with the job-level flags (user, priority, retries; no e-mail, not paused).
+
+    The outline is marked ready without ``Outline.setup()``: frames run our command, not pycuerun,
+    so the session folder setup() writes (``~/.opencue/sessions/...``) would never be read.
+    """
+    import outline.constants
+    from outline.cuerun import OutlineLauncher
+
+    ol.set_mode(outline.constants.OUTLINE_MODE_READY)
+    return OutlineLauncher(ol, user=job.user, priority=job.priority, maxretries=job.max_retries,
+                           pause=False, nomail=True)
+
+
+def dry_run(job: TrainingJob, *, python: str | None = None, token: str | None = None) -> str:
+    """The job spec XML OpenCue would receive (``use_pycuerun=False``); contacts no server.
+
+    Raises:
+        FarmError: see :func:`build`.
+    """
+    ol = build(job, python=python, token=token)
+    return launcher(ol, job).serialize(use_pycuerun=False)

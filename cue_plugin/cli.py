@@ -1,0 +1,195 @@
+"""``cuetrain submit | status | cancel``: the farm commands (``trainer.cli`` dispatches them here).
+
+    cuetrain submit --template gpu-small --show demo --shot sh010 --input IN --target GT --run-dir RUN
+    cuetrain submit ... --dry-run          # print the OpenCue job spec XML, contact nothing
+    cuetrain submit --list-templates
+    cuetrain status RUN_DIR | JOB_NAME | JOB_ID
+    cuetrain cancel RUN_DIR | JOB_NAME | JOB_ID
+
+Results go to stdout with print(); diagnostics go through logging. Exit codes: 0 ok, 1 the run
+directory was read but the farm could not be asked, 2 bad input or a farm error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import os
+import re
+import sys
+from typing import Any, Sequence
+
+from cue_plugin import templates
+from cue_plugin.spec import RENDEZVOUS_MODES, Farm, FarmError, JobHandle, JobStatus
+from trainer.config import ConfigError, add_train_arguments, config_from_args
+from trainer.envvars import read_farm_env
+from trainer.rundir import RunDirError, RunPaths, read_json, read_metrics
+
+log = logging.getLogger(__name__)
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+#: submit flags that set TrainingJob fields: flag dest -> (type, help).
+_JOB_FLAGS: dict[str, tuple[Any, str]] = {
+    "world_size": (int, "ranks = frames (default: the template's)"),
+    "name": (str, "job name suffix (default cuetrain); OpenCue names the job show-shot-user_name"),
+    "priority": (int, "job priority (higher runs first)"),
+    "max_retries": (int, "retries per frame"),
+    "service": (str, "OpenCue service of the layer"),
+    "cores": (float, "cores per frame"),
+    "memory_mb": (int, "memory per frame [MiB]"),
+    "gpus": (int, "GPUs per frame"),
+    "gpu_memory_mb": (int, "GPU memory per frame [MiB]"),
+    "sync_interval": (int, "all-reduce gradients every N steps"),
+    "rendezvous_timeout_s": (float, "how long ranks wait for frame 0 [s]"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cuetrain", description="Train on the OpenCue render farm.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    s = sub.add_parser("submit", help="submit a training run (one layer, one frame per rank)")
+    s.add_argument("--template", help=f"farm template ({', '.join(templates.list_templates()) or 'none found'})")
+    s.add_argument("--list-templates", action="store_true", help="list the farm templates and exit")
+    s.add_argument("--show", help="OpenCue show (default $SHOW)")
+    s.add_argument("--shot", help="shot (default $SHOT)")
+    s.add_argument("--user", help="submitting user (default: your login)")
+    s.add_argument("--rendezvous", choices=RENDEZVOUS_MODES, help="how ranks find frame 0 (default file)")
+    s.add_argument("--tags", help="host tags, comma separated (e.g. gpu,a100)")
+    s.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra frame environment")
+    s.add_argument("--dry-run", action="store_true", help="print the job spec XML instead of submitting")
+    for dest, (kind, text) in _JOB_FLAGS.items():
+        s.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, help=text)
+    add_train_arguments(s)
+    for name, text in (("status", "state of a farm run"), ("cancel", "kill a farm run (idempotent)")):
+        c = sub.add_parser(name, help=text)
+        c.add_argument("job", metavar="JOB_OR_RUN_DIR", help="run directory, OpenCue job name or job id")
+    for c in sub.choices.values():
+        c.add_argument("--cuebot", action="append", metavar="HOST[:PORT]",
+                       help="Cuebot host (default: CUEBOT_HOSTS / opencue.yaml)")
+    return p
+
+
+def _default_farm(ns: argparse.Namespace) -> Farm:
+    from cue_plugin.opencue_farm import OpenCueFarm  # pulls in pycue lazily
+
+    return OpenCueFarm(hosts=ns.cuebot)
+
+
+def _extra_env(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise FarmError(f"--env {pair!r} is not KEY=VALUE")
+        out[name] = value
+    return out
+
+
+def _submit(ns: argparse.Namespace, farm: Farm) -> int:
+    if ns.list_templates:
+        for name in templates.list_templates():
+            t = templates.load_template(name)
+            print(f"{name:16s} {t.description}")
+        return 0
+    farm_env = read_farm_env()
+    explicit = {dest: getattr(ns, dest) for dest in _JOB_FLAGS}
+    explicit.update(show=ns.show or farm_env.show or None, shot=ns.shot or farm_env.shot or None,
+                    user=ns.user or getpass.getuser(), rendezvous=ns.rendezvous,
+                    tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()) if ns.tags else None,
+                    extra_env=_extra_env(ns.env) or None)
+    job = templates.make_job(config_from_args(ns), template=ns.template, **explicit)
+    if ns.dry_run:
+        print(farm.dry_run(job))
+        return 0
+    handle = farm.submit(job)
+    print(f"submitted {handle.job_name} (id {handle.job_id}): {job.world_size} rank(s)")
+    print(f"follow it with: cuetrain status {handle.run_dir}")
+    return 0
+
+
+def _handle(arg: str) -> JobHandle:
+    """A run directory (its run.json ``farm``), a job id (UUID) or a job name."""
+    if os.path.isdir(arg):
+        from cue_plugin.opencue_farm import handle_from_run_dir
+
+        return handle_from_run_dir(arg)
+    if _UUID.match(arg):
+        return JobHandle(job_id=arg, job_name="", run_dir="")
+    return JobHandle(job_id="", job_name=arg, run_dir="")
+
+
+def format_status(handle: JobHandle, status: JobStatus) -> list[str]:
+    """Lines describing a farm job: name, state, ranks running/total, one line per frame."""
+    lines = [f"job      {handle.job_name or '?'} (id {handle.job_id or '?'})",
+             f"state    {status.state.value} (OpenCue {status.native_state or '?'}), "
+             f"ranks running {status.ranks_running}/{status.ranks_total}"]
+    for number, frame in sorted(status.frames.items(), key=lambda kv: int(kv[0])):
+        lines.append(f"rank {number:>3} {frame.get('state', '?'):10s} host {frame.get('host') or '-'}, "
+                     f"retries {frame.get('retries', 0)}, exit {frame.get('exit_status', '-')}")
+    return lines
+
+
+def format_run(run_dir: str) -> list[str]:
+    """Lines from ``RUN_DIR/run.json`` and the last metrics row (empty when there is no run.json)."""
+    paths = RunPaths.of(run_dir)
+    try:
+        record = read_json(paths.run_json)
+    except RunDirError:
+        return [f"run      {run_dir}: no run.json yet"]
+    steps = (record.get("config") or {}).get("steps", "?")
+    line = f"run      {run_dir}: {record.get('state', 'submitted')}"
+    rows = read_metrics(paths)
+    if rows:
+        last = rows[-1]
+        line += f", step {last.get('step', '?')}/{steps}, loss {last.get('loss', float('nan')):.4g}"
+    if record.get("error"):
+        line += f"; error: {record['error']}"
+    return [line]
+
+
+def _status(ns: argparse.Namespace, farm: Farm) -> int:
+    run_dir = ns.job if os.path.isdir(ns.job) else None
+    if run_dir:
+        for line in format_run(run_dir):
+            print(line)
+    try:
+        handle = _handle(ns.job)
+    except FarmError as exc:
+        if run_dir:  # a local run: nothing on the farm
+            print(f"farm     {exc}")
+            return 0
+        raise
+    try:
+        status = farm.describe(handle)
+    except FarmError as exc:
+        if run_dir:
+            print(f"farm     unavailable: {exc}")
+            return 1
+        raise
+    for line in format_status(handle, status):
+        print(line)
+    return 0
+
+
+def _cancel(ns: argparse.Namespace, farm: Farm) -> int:
+    handle = _handle(ns.job)
+    farm.cancel(handle)
+    print(f"cancelled {handle.job_name or handle.job_id} (or it had ended already)")
+    return 0
+
+
+def main(argv: Sequence[str], *, farm: Farm | None = None) -> int:
+    """Run ``submit``/``status``/``cancel``; returns the exit code.
+
+    Args:
+        argv: the command and its arguments, e.g. ``["status", "runs/a"]``.
+        farm: the backend (default :class:`cue_plugin.opencue_farm.OpenCueFarm`; tests pass one).
+    """
+    ns = _parser().parse_args(list(argv))
+    try:
+        farm = farm or _default_farm(ns)
+        return {"submit": _submit, "status": _status, "cancel": _cancel}[ns.command](ns, farm)
+    except (FarmError, ConfigError, RunDirError) as exc:
+        print(f"cuetrain {ns.command}: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,367 @@
+"""How the frames of one training job find frame 0 (rank 0) before the trainer starts.
+
+OpenCue starts the frames of a layer one by one, on hosts unknown at submit time, and retries
+them one by one; so frame 0 announces its main address ``host:port`` and the other frames look
+it up. The trainer then forms the gang itself (``trainer.gang``: rank claims, job-token HMAC, gang
+timeout); this module only gets every rank the right ``COPYCAT_MAIN_ADDR``/``COPYCAT_MAIN_PORT``.
+
+The port. Frame 0 reserves it before publishing: a socket bound with ``SO_REUSEADDR`` but not
+listening (:class:`PortReservation`), held until its trainer exits. Other programs cannot bind the
+port meanwhile (neither an explicit bind nor an outgoing connection's ephemeral port), but the
+trainer's ``TCPStore`` can, because it binds with ``SO_REUSEADDR`` too and Linux allows that while
+nobody listens. This closes the usual "pick a free port, close it, hope" race; what is left is a
+second ``SO_REUSEADDR`` program binding the same port in that window (unlikely; the trainer then
+fails with "cannot listen" and the frame is retried).
+
+Two modes (``TrainingJob.rendezvous``):
+
+``file``
+    Frame 0 deletes ``RUN_DIR/rendezvous/main.json`` first, reserves a free port (the OS picks),
+    then writes ``{host, port, attempt, token, published_at, pid}`` atomically (mode 0640).
+    ``attempt`` is ``host:pid:random`` and is new for every run of frame 0 (OpenCue gives frames
+    no retry number in their environment); ``token`` is an HMAC of ``attempt:host:port`` under the
+    job token, so it proves the publication comes from this job without revealing the token.
+``cuebot``
+    Nothing is written. Ranks ask Cuebot (pycue ``findFrame(job, "train", 0)``) for frame 0: it
+    must be RUNNING; its host is the host part of ``last_resource`` (``host/cores/gpus``) and the
+    port is :func:`cuebot_port` of (job id, frame 0's ``retry_count``): 20000 + crc32 % 10000,
+    below Linux's ephemeral range (32768-60999). Frame 0 reserves exactly that port; if it is
+    taken, frame 0 fails (exit code 6) and OpenCue's retry moves it to a new port (the retry count
+    changed). Render nodes need pycue and ``CUEBOT_HOSTS`` (the submitter passes it on). Keep
+    ports 20000-29999 free of long-lived listeners on render nodes.
+
+Stale publications. A publication left by an earlier run of frame 0 (a retry) or by another job
+in the same run directory must not be used. A waiting rank hands a publication to its trainer
+only when (1) its token proof matches this job's token and (2) the published port accepts a TCP
+connection, i.e. rank 0's store is listening there now. A dead attempt's port refuses
+connections, and frame 0's next attempt replaces the file (cuebot mode: a new retry count gives a
+new port). A time rule ("newer than my own start") would be wrong: a rank that OpenCue starts
+late must still join an early frame 0. A fresh publication also refuses connections for the few
+seconds until rank 0's trainer listens; the waiting rank just keeps polling. Waiting ranks log
+what they wait for every :data:`LOG_EVERY_S` seconds and give up after the rendezvous timeout
+(:class:`RendezvousTimeout`, exit code 3).
+
+Shared storage. Waiting ranks re-open the file on every poll, which NFS's close-to-open
+consistency makes current; but a client may cache "no such file" for up to its directory
+attribute timeout (``acdirmax``, often 30-60 s), so a rank can see frame 0's publication that much
+later. The ``cuebot`` mode has no such delay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from trainer.rundir import RunDirError, atomic_write_json
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0  # seconds between looks at the publication
+LOG_EVERY_S = 10.0  # seconds between "waiting for frame 0" lines
+CONNECT_TIMEOUT_S = 2.0  # seconds for the TCP probe of a published port
+PORT_BASE, PORT_SPAN = 20000, 10000  # cuebot mode: ports PORT_BASE .. PORT_BASE + PORT_SPAN - 1
+
+
+class RendezvousError(RuntimeError):
+    """The rendezvous failed; ``exit_code`` is the frame's exit status."""
+
+    exit_code = 3
+
+
+class RendezvousTimeout(RendezvousError):
+    """Frame 0 was not found within the rendezvous timeout (exit code 3)."""
+
+
+class PortUnavailable(RendezvousError):
+    """Frame 0 could not reserve its port (exit code 6); a retry of the frame picks another."""
+
+    exit_code = 6
+
+
+@dataclass(frozen=True)
+class Publication:
+    """Frame 0's main address.
+
+    Attributes:
+        host: host name or IP the other ranks connect to.
+        port: TCP port of rank 0's store.
+        attempt: identifies one run of frame 0 (file: ``host:pid:random``; cuebot: ``retry-N``).
+        token: HMAC proof of the job token (see :func:`proof`), "" without a token.
+        published_at: Unix time of publication [s] (for logs).
+        pid: process id of frame 0's entry point (for logs).
+    """
+
+    host: str
+    port: int
+    attempt: str
+    token: str = ""
+    published_at: float = 0.0
+    pid: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Publication | None":
+        """Parse a publication; None when it is not one (wrong shape or types)."""
+        try:
+            pub = cls(host=str(data["host"]), port=int(data["port"]), attempt=str(data["attempt"]),
+                      token=str(data.get("token", "")), published_at=float(data.get("published_at", 0.0)),
+                      pid=int(data.get("pid", 0)))
+        except (KeyError, TypeError, ValueError):
+            return None
+        return pub if pub.host and 0 < pub.port < 65536 else None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def proof(token: str | None, host: str, port: int, attempt: str) -> str:
+    """HMAC-SHA256 of ``attempt:host:port`` under the job token ("" without a token)."""
+    if not token:
+        return ""
+    return hmac.new(token.encode(), f"cuetrain-rendezvous:{attempt}:{host}:{port}".encode(), hashlib.sha256).hexdigest()
+
+
+class PortReservation:
+    """A TCP port held for rank 0's store: bound with ``SO_REUSEADDR`` on all interfaces, not listening.
+
+    Args:
+        port: the port to hold, 0 to let the OS pick a free one.
+
+    Raises:
+        PortUnavailable: the port is in use or not allowed.
+    """
+
+    def __init__(self, port: int = 0) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind(("", port))
+        except OSError as exc:
+            self._sock.close()
+            raise PortUnavailable(f"cannot reserve TCP port {port or '(any)'} for rank 0: {exc.strerror}; "
+                                  "another program uses it (the frame's retry tries another port)") from exc
+        self.port: int = self._sock.getsockname()[1]
+
+    def close(self) -> None:
+        """Release the port (idempotent)."""
+        self._sock.close()
+
+    def __enter__(self) -> "PortReservation":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def accepts_connections(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+    """True when a TCP connection to ``host:port`` succeeds within ``timeout_s`` seconds (then closed)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def new_attempt(host: str) -> str:
+    """A fresh attempt id for one run of frame 0: ``host:pid:random``."""
+    return f"{host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def cuebot_port(job_key: str, retry_count: int) -> int:
+    """Deterministic port of frame 0's store in cuebot mode (same on every rank)."""
+    return PORT_BASE + zlib.crc32(f"{job_key}:{retry_count}".encode()) % PORT_SPAN
+
+
+class Source(Protocol):
+    """Where frame 0's publication is found (file or Cuebot)."""
+
+    def describe(self) -> str:
+        """Where we look, for log lines."""
+        ...
+
+    def read(self) -> Publication | None:
+        """The current publication, or None when there is none (yet)."""
+        ...
+
+
+class FileSource:
+    """``file`` mode: ``RUN_DIR/rendezvous/main.json`` (see module doc).
+
+    Args:
+        path: the publication file (``RunPaths.rendezvous``).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def read(self) -> Publication | None:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                return Publication.from_json(json.load(fh))
+        except (OSError, ValueError):
+            return None
+
+    def host(self, host: str, token: str | None) -> tuple[PortReservation, Publication]:
+        """Frame 0: remove the old publication, reserve a free port, publish ``host``.
+
+        Raises:
+            PortUnavailable: no port could be reserved.
+            RendezvousError: the publication cannot be written (message names the file).
+        """
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise RendezvousError(f"frame 0 cannot remove the old publication {self.path}: {exc.strerror}; "
+                                  "check the run directory's permissions") from exc
+        reservation = PortReservation(0)
+        attempt = new_attempt(host)
+        pub = Publication(host, reservation.port, attempt, proof(token, host, reservation.port, attempt),
+                          time.time(), os.getpid())
+        try:
+            self.path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+            atomic_write_json(self.path, pub.to_json())
+        except (OSError, RunDirError) as exc:
+            reservation.close()
+            raise RendezvousError(f"frame 0 cannot publish its address: {exc}") from exc
+        return reservation, pub
+
+    def retract(self, pub: Publication) -> None:
+        """Remove the publication if it is still ``pub`` (frame 0, after its trainer exited)."""
+        if self.read() == pub:
+            self.path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class FrameInfo:
+    """What Cuebot says about one frame: state name, ``last_resource`` and ``retry_count``."""
+
+    state: str
+    last_resource: str
+    retry_count: int
+
+
+def pycue_lookup(job: str, layer: str, number: int) -> FrameInfo:
+    """Frame ``number`` of ``job``/``layer`` from Cuebot via pycue (imported here, not at module import).
+
+    Raises:
+        opencue.exception.CueException, grpc.RpcError: Cuebot unreachable or frame not found.
+    """
+    import opencue
+    from opencue_proto import job_pb2
+
+    frame = opencue.api.findFrame(job, layer, number)
+    return FrameInfo(job_pb2.FrameState.Name(frame.data.state), frame.data.last_resource, frame.data.retry_count)
+
+
+class CuebotSource:
+    """``cuebot`` mode: frame 0's host and retry count from Cuebot (see module doc).
+
+    Args:
+        job: job name (``CUE_JOB``).
+        layer: layer name (``CUE_LAYER``).
+        job_key: what the port is derived from (``CUE_JOB_ID``, else the job name).
+        lookup: frame lookup (default :func:`pycue_lookup`; tests pass a fake).
+    """
+
+    def __init__(self, job: str, layer: str, job_key: str, lookup: Callable[[str, str, int], FrameInfo] | None = None):
+        if not job or not layer:
+            raise RendezvousError("the cuebot rendezvous needs CUE_JOB and CUE_LAYER (set by RQD on every frame); "
+                                  "run frames through OpenCue or use --rendezvous file")
+        self.job, self.layer, self.job_key = job, layer, job_key or job
+        self._lookup = lookup or pycue_lookup
+
+    def describe(self) -> str:
+        return f"Cuebot frame 0 of {self.job}/{self.layer}"
+
+    def read(self) -> Publication | None:
+        try:
+            info = self._lookup(self.job, self.layer, 0)
+        except Exception as exc:  # noqa: BLE001 - pycue raises CueException/RpcError; keep waiting
+            log.debug("Cuebot lookup of frame 0 failed: %s", exc)
+            return None
+        host = info.last_resource.split("/", 1)[0]
+        if info.state != "RUNNING" or not host:
+            return None
+        return Publication(host, cuebot_port(self.job_key, info.retry_count), f"retry-{info.retry_count}")
+
+    def host(self, host: str | None, token: str | None) -> tuple[PortReservation, Publication]:
+        """Frame 0: look itself up in Cuebot and reserve the port of its retry count.
+
+        Raises:
+            RendezvousError: Cuebot cannot be asked (message says what to check).
+            PortUnavailable: the port is taken (exit code 6; OpenCue's retry picks a new port).
+        """
+        try:
+            info = self._lookup(self.job, self.layer, 0)
+        except Exception as exc:  # noqa: BLE001
+            raise RendezvousError(f"frame 0 cannot look itself up in Cuebot ({exc}); check CUEBOT_HOSTS on the "
+                                  "render node or use --rendezvous file") from exc
+        own = host or info.last_resource.split("/", 1)[0] or socket.gethostname()
+        port = cuebot_port(self.job_key, info.retry_count)
+        return PortReservation(port), Publication(own, port, f"retry-{info.retry_count}", "", time.time(), os.getpid())
+
+    def retract(self, pub: Publication) -> None:
+        """Nothing to remove: Cuebot's frame state is the publication."""
+
+
+def _reject_reason(pub: Publication | None, source: Source, token: str | None) -> tuple[str, str] | None:
+    """Why ``pub`` cannot be used now, as (kind, message); None when it is usable."""
+    if pub is None:
+        return "none", f"no publication from frame 0 in {source.describe()} yet"
+    if token and isinstance(source, FileSource) and not hmac.compare_digest(
+            pub.token, proof(token, pub.host, pub.port, pub.attempt)):
+        return (f"token {pub.attempt}", f"publication of attempt {pub.attempt} does not carry this job's token (left "
+                "by another job using the same run directory); waiting for this job's frame 0")
+    if not accepts_connections(pub.host, pub.port):
+        age = f", published {time.time() - pub.published_at:.0f} s ago," if pub.published_at else ""
+        return (f"closed {pub.attempt}", f"frame 0 attempt {pub.attempt} at {pub.address}{age} does not accept "
+                "connections yet (rank 0 still starting, or a stale publication of a dead attempt)")
+    return None
+
+
+def wait_for_main(source: Source, *, rank: int, token: str | None, timeout_s: float,
+                  poll_s: float = POLL_S) -> Publication:
+    """Wait until frame 0's publication is usable (see module doc) and return it.
+
+    Logs what it waits for when that changes and every :data:`LOG_EVERY_S` seconds.
+
+    Raises:
+        RendezvousTimeout: nothing usable within ``timeout_s`` seconds (exit code 3); the message
+            says what was last seen and what to check.
+    """
+    start = time.monotonic()
+    last_kind, last_log = "", start
+    while True:
+        pub = source.read()
+        rejected = _reject_reason(pub, source, token)
+        if rejected is None and pub is not None:
+            log.info("rank %d: frame 0 (attempt %s) is at %s", rank, pub.attempt, pub.address)
+            return pub
+        kind, reason = rejected or ("", "")
+        now = time.monotonic()
+        if now - start >= timeout_s:
+            raise RendezvousTimeout(
+                f"rank {rank} gave up after {timeout_s:.0f} s (rendezvous timeout): {reason}. Check that frame 0 "
+                "runs (its log: RUN_DIR/logs/rank_0.log), that the farm has hosts for all frames, and raise "
+                "rendezvous_timeout_s if frames start far apart")
+        if kind != last_kind or now - last_log >= LOG_EVERY_S:
+            log.info("rank %d waiting for frame 0 (%.0f of %.0f s): %s", rank, now - start, timeout_s, reason)
+            last_kind, last_log = kind, now
+        time.sleep(min(poll_s, max(0.0, timeout_s - (now - start))))

@@ -1,0 +1,70 @@
+"""Farm templates: the built-in ones load, merge order is defaults < template < explicit, bad keys fail loudly."""
+
+import pytest
+
+from cue_plugin import templates
+from cue_plugin.spec import FarmError, TrainingJob
+from tests.cue_plugin.conftest import make_config
+
+PEOPLE = dict(show="demo", shot="sh010", user="artist")
+
+
+def test_builtin_templates_are_listed_and_each_makes_a_valid_job():
+    names = templates.list_templates()
+    assert {"gpu-small", "gpu-medium", "gpu-large", "cpu-test"} <= set(names)
+    for name in names:
+        t = templates.load_template(name)
+        assert t.description and set(t.values) <= set(templates.TEMPLATE_KEYS)
+        job = templates.make_job(make_config(batch_size=16), template=name, **PEOPLE)
+        assert isinstance(job, TrainingJob) and job.world_size == t.values["world_size"]
+
+
+def test_template_beats_defaults_and_explicit_beats_template():
+    job = templates.make_job(make_config(), template="gpu-small", cores=2, tags=["gpu", "a100"], **PEOPLE)
+    assert (job.service, job.gpus, job.memory_mb) == ("cuetrain-gpu", 1, 24576)  # from the template
+    assert (job.cores, job.tags) == (2.0, ("gpu", "a100"))  # explicit wins
+    assert job.max_retries == 2 and job.priority == 100
+    assert job.sync_interval == TrainingJob.sync_interval  # neither sets it: the dataclass default
+    assert job.name == "cuetrain_run"  # from the run directory name: Cuebot refuses duplicate live names
+
+
+def test_none_values_do_not_override(tmp_path):
+    job = templates.make_job(make_config(), template="cpu-test", world_size=None, cores=None, **PEOPLE)
+    assert job.world_size == 2 and job.cores == 1.0
+
+
+def test_template_path_env_overrides_builtin(tmp_path, monkeypatch):
+    (tmp_path / "gpu-small.toml").write_text('world_size = 3\ncores = 6\ndescription = "studio"\n')
+    monkeypatch.setenv("CUETRAIN_TEMPLATE_PATH", str(tmp_path))
+    t = templates.load_template("gpu-small")
+    assert t.path == tmp_path / "gpu-small.toml" and t.values == {"world_size": 3, "cores": 6}
+
+
+def test_unknown_template_key_lists_the_valid_keys(tmp_path):
+    (tmp_path / "bad.toml").write_text("world_size = 2\ngpu = 1\n")
+    with pytest.raises(FarmError, match=r"unknown template key\(s\) \['gpu'\]; valid keys are .*'gpus'"):
+        templates.load_template("bad", folders=[tmp_path])
+
+
+@pytest.mark.parametrize("text,match", [("cores = 'four'", "cores='four' must be of type int or float"),
+                                        ("gpus = true", "gpus=True must be of type int"),
+                                        ("memory_mb = -1", "memory_mb=-1 must be >= 0"),
+                                        ("tags = ['gpu|x']", "not valid OpenCue tags"),
+                                        ("world_size = [", "cannot read farm template")])
+def test_bad_template_values_name_file_and_key(tmp_path, text, match):
+    (tmp_path / "t.toml").write_text(text + "\n")
+    with pytest.raises(FarmError, match=match):
+        templates.load_template("t", folders=[tmp_path])
+
+
+def test_unknown_template_name_lists_available(tmp_path):
+    (tmp_path / "a.toml").write_text("world_size = 2\n")
+    with pytest.raises(FarmError, match=r"unknown farm template 'zzz'; available: a"):
+        templates.load_template("zzz", folders=[tmp_path])
+
+
+def test_unknown_explicit_field_and_missing_world_size():
+    with pytest.raises(FarmError, match=r"unknown job field\(s\) \['gpu'\]; valid fields are .*'gpus'"):
+        templates.make_job(make_config(), gpu=1, **PEOPLE)
+    with pytest.raises(FarmError, match="missing job value.*world_size"):
+        templates.make_job(make_config(), **PEOPLE)
