@@ -29,9 +29,13 @@ def demo_data(folder: Path) -> tuple[Path, Path]:
     return d.train_input, d.train_target
 
 
-def images_per_s(run_dir: Path, batch: int, skip: int = 1) -> float:
-    """Throughput of a finished run from metrics.jsonl wall clock, ignoring the first ``skip`` log rows."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+def read_rows(run_dir: Path) -> list[dict]:
+    """The metrics.jsonl rows of a run directory."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def images_per_s(rows: list[dict], batch: int, skip: int = 1) -> float:
+    """Throughput of a finished run from its metrics.jsonl rows (wall clock), ignoring the first ``skip`` rows."""
     rows = rows[skip:] if len(rows) > skip + 1 else rows
     first, last = rows[0], rows[-1]
     return (last["step"] - first["step"]) * batch / (last["wall_s"] - first["wall_s"])
@@ -40,14 +44,7 @@ def images_per_s(run_dir: Path, batch: int, skip: int = 1) -> float:
 def run_cuetrain(data: tuple[Path, Path], world: int, batch: int, steps: int, extra: list[str] | None = None,
                  env: dict[str, str] | None = None) -> float:
     """images/s of ``cuetrain local`` (world > 1) or ``cuetrain train`` (world == 1), one thread per rank."""
-    with tempfile.TemporaryDirectory() as tmp:
-        args = ["--input", str(data[0]), "--target", str(data[1]), "--run-dir", tmp, "--steps", str(steps),
-                "--batch-size", str(batch), "--crop-size", "64", "--log-interval", "25", *(extra or [])]
-        cmd = ["local", "--world-size", str(world), *args] if world > 1 else ["train", *args]
-        full = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
-        subprocess.run([sys.executable, "-m", "trainer.cli", *cmd], env=full, check=True, cwd=ROOT,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return images_per_s(Path(tmp), batch)
+    return images_per_s(run_cuetrain_metrics(data, world, batch, steps, extra, env), batch)
 
 
 def free_port() -> int:
@@ -82,3 +79,34 @@ def interleaved(variants: dict[str, Callable[[], float]], repeats: int) -> dict[
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+def run_cuetrain_metrics(data: tuple[Path, Path], world: int, batch: int, steps: int,
+                         extra: list[str] | None = None, env: dict[str, str] | None = None) -> list[dict]:
+    """metrics.jsonl rows of a ``run_cuetrain``-style run (``extra`` flags override its defaults)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["--input", str(data[0]), "--target", str(data[1]), "--run-dir", tmp, "--steps", str(steps),
+                "--batch-size", str(batch), "--crop-size", "64", "--log-interval", "25", *(extra or [])]
+        cmd = ["local", "--world-size", str(world), *args] if world > 1 else ["train", *args]
+        full = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+        subprocess.run([sys.executable, "-m", "trainer.cli", *cmd], env=full, check=True, cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return read_rows(Path(tmp))
+
+
+def window_step_times(rows: list[dict], skip: int = 1) -> list[float]:
+    """Seconds per step in each log window of metrics ``rows`` (the first ``skip`` windows dropped: warm-up)."""
+    pairs = list(zip(rows, rows[1:]))[skip:]
+    return [(b["wall_s"] - a["wall_s"]) / (b["step"] - a["step"]) for a, b in pairs]
+
+
+def make_free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 right now."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

@@ -1,0 +1,149 @@
+"""``cuetrain advise``: how many machines? A short measured probe plus the scaling model.
+
+Usage::
+
+    cuetrain advise --input IN --target GT [train args] [--max-world-size 8] [--sync-intervals 1 2 4 8]
+                    [--bandwidth-gbps 10 --latency-us 100 | --measure-link] [--ranks-per-host 1]
+    cuetrain advise link [--link-mb 16] [--repeats 5]
+
+The probe (``trainer.advise_probe.run_probe``) times the real training step on this host; the
+link is stated (``--bandwidth-gbps``, ``--latency-us``; defaults in ``trainer.advise_model``) or
+measured by ``cuetrain advise link`` (``measure_link``): run as two ranks of a gang (two farm
+frames, or any two hosts with ``COPYCAT_*`` set) it measures the network between them; alone it
+measures two local processes over loopback. The model, recommendation and table are
+``trainer.advise_model``; this module is the command line, and re-exports the API for the GUI:
+``run_probe`` (on a worker thread: it takes seconds), then ``predict``, ``recommend``,
+``format_table``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from typing import Sequence
+
+from trainer.advise_model import (DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S, Link, Prediction, Probe,
+                                  allreduce_seconds, format_table, predict, recommend, recommendation_line)
+from trainer.advise_probe import measure_link, run_probe
+from trainer.config import add_train_arguments, config_from_args
+
+__all__ = ["Probe", "Prediction", "Link", "predict", "recommend", "format_table", "run_probe", "measure_link",
+           "describe_probe", "describe_link", "main"]
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cuetrain advise",
+        description="Predict images/s and scaling efficiency for 1..N ranks and sync intervals from a short "
+                    "probe on this host. 'cuetrain advise link' measures the network between two ranks.")
+    add_train_arguments(p, require_paths=False)
+    g = p.add_argument_group("advisor")
+    g.add_argument("--max-world-size", type=int, default=8, help="largest world size in the table (default 8)")
+    g.add_argument("--sync-intervals", type=int, nargs="+", default=[1, 2, 4, 8],
+                   help="sync intervals to compare (default 1 2 4 8)")
+    g.add_argument("--bandwidth-gbps", type=float, default=DEFAULT_BANDWIDTH_GBPS,
+                   help=f"link bandwidth between farm hosts in Gb/s (default {DEFAULT_BANDWIDTH_GBPS:g})")
+    g.add_argument("--latency-us", type=float, default=DEFAULT_LATENCY_S * 1e6,
+                   help=f"per-hop all-reduce latency in microseconds (default {DEFAULT_LATENCY_S * 1e6:g})")
+    g.add_argument("--measure-link", action="store_true",
+                   help="measure the link between 2 local processes over loopback (for farm hosts run "
+                        "'cuetrain advise link' as two ranks and pass --bandwidth-gbps and --latency-us)")
+    g.add_argument("--link-mb", type=float, default=16.0, help="all-reduce size for --measure-link in MiB (default 16)")
+    g.add_argument("--threads", type=int, default=1, help="torch threads per rank in the probe (default 1)")
+    g.add_argument("--ranks-per-host", type=int, default=1,
+                   help="ranks sharing one host, as with 'cuetrain local': the probe times this many processes "
+                        "at once (default 1: one rank per farm host)")
+    g.add_argument("--warmup", type=int, default=3, help="untimed probe iterations per batch size (default 3)")
+    g.add_argument("--iters", type=int, default=10, help="timed probe iterations per batch size (default 10)")
+    g.add_argument("--min-efficiency", type=float, default=0.7,
+                   help="lowest scaling efficiency to recommend (default 0.7)")
+    return p
+
+
+def _link_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cuetrain advise link",
+        description="Measure all-reduce bandwidth and latency. Run it as the ranks of a gang (COPYCAT_* set, e.g. "
+                    "two farm frames on two hosts) to measure the network between them; without COPYCAT_* it "
+                    "measures two local processes over loopback.")
+    p.add_argument("--link-mb", type=float, default=16.0, help="all-reduce size in MiB (default 16)")
+    p.add_argument("--repeats", type=int, default=5, help="timed large all-reduces (default 5)")
+    p.add_argument("--timeout-s", type=float, default=120.0, help="rendezvous/collective timeout (default 120)")
+    return p
+
+
+def describe_probe(probe: Probe) -> str:
+    """The probe's settings and measurements, as printed above the table."""
+    fb = ", ".join(f"{b} crop{'s' if b > 1 else ''} {t * 1e3:.1f} ms" for b, t in probe.fb_s)
+    return "\n".join([
+        f"model {probe.model_size} ({probe.parameters:,} parameters), crop {probe.crop_size} px, global batch "
+        f"{probe.batch_size}, gradient compression {probe.compression}",
+        f"probe on this host: {probe.device}, {probe.threads} thread(s) per rank, {probe.ranks_per_host} rank(s) "
+        f"timed at once, {probe.warmup} warm-up + {probe.iters} timed iterations per batch size, medians",
+        f"  data + forward + backward per rank: {fb}",
+        f"  Adam step {probe.optimizer_s * 1e3:.1f} ms (once per sync); rank-0 outputs {probe.outputs_s * 1e3:.2f} "
+        f"ms/step (contact sheet {probe.contact_sheet_s * 1e3:.1f} ms every {probe.contact_sheet_interval} steps, "
+        f"checkpoint {probe.checkpoint_s * 1e3:.1f} ms every {probe.checkpoint_interval})",
+        f"  gradient sync: {probe.sync_bytes:,} bytes in {probe.sync_calls} all-reduce call(s)"
+        + (" (after PowerSGD's plain warm-up)" if probe.compression == "powersgd" else ""),
+    ])
+
+
+def describe_link(link: Link, probe: Probe | None = None) -> str:
+    """One line: bandwidth, latency, source, and (with ``probe``) the 2-rank all-reduce time it implies."""
+    line = f"link: {link.bandwidth_gbps:.3g} Gb/s, {link.latency_s * 1e6:.0f} us per hop ({link.source})"
+    if probe is not None:
+        t = allreduce_seconds(2, probe.sync_bytes, probe.sync_calls, link.bandwidth_gbps, link.latency_s)
+        line += f"; one 2-rank gradient sync: {t * 1e3:.2f} ms"
+    return line
+
+
+def main(argv: Sequence[str]) -> int:
+    """``cuetrain advise`` (prints the table) and ``cuetrain advise link``. Returns the exit code."""
+    argv = list(argv)
+    if argv and argv[0] == "link":
+        from trainer.envvars import read_dist_env
+
+        a = _link_parser().parse_args(argv[1:])
+        env = read_dist_env()
+        link = measure_link(env, a.link_mb, a.repeats, a.timeout_s)
+        if env.is_main:
+            print(describe_link(link))
+            print(f"use: cuetrain advise ... --bandwidth-gbps {link.bandwidth_gbps:.3g} "
+                  f"--latency-us {link.latency_s * 1e6:.0f}")
+        return 0
+    parser = _parser()
+    ns = parser.parse_args(argv)
+    if ns.max_world_size < 1 or min(ns.sync_intervals) < 1:
+        parser.error("--max-world-size and --sync-intervals must be >= 1")
+    if not ns.bandwidth_gbps > 0 or ns.latency_us < 0:
+        parser.error("--bandwidth-gbps must be > 0 and --latency-us >= 0")
+    ns.run_dir = ns.run_dir or tempfile.gettempdir()  # not written: the advisor needs no run directory
+    cfg = config_from_args(ns)
+    sizes = range(1, ns.max_world_size + 1)
+    probe = run_probe(cfg, sizes, threads=ns.threads, warmup=ns.warmup, iters=ns.iters,
+                      ranks_per_host=ns.ranks_per_host)
+    if ns.measure_link:
+        link = measure_link(None, ns.link_mb)
+    else:
+        link = Link(ns.bandwidth_gbps, ns.latency_us * 1e-6, "stated; 'cuetrain advise link' measures it")
+    predictions = predict(probe, sizes, ns.sync_intervals, link.bandwidth_gbps, link.latency_s)
+    chosen = recommend(predictions, ns.min_efficiency)
+    print(describe_probe(probe))
+    print(describe_link(link, probe))
+    if ns.max_world_size > cfg.batch_size:
+        print(f"world sizes above the global batch ({cfg.batch_size}) are left out: every rank needs a crop")
+    print()
+    print(format_table(predictions, chosen))
+    print()
+    print(recommendation_line(chosen, ns.min_efficiency))
+    every = [p for p in predictions if p.sync_interval == 1]
+    if chosen.sync_interval != 1 and every:
+        plain = recommend(every, ns.min_efficiency)
+        print(f"at sync interval 1 (the effective batch you chose): {plain.world_size} rank(s), "
+              f"{plain.images_per_s:.1f} images/s, efficiency {plain.efficiency:.2f}")
+    return 0
+
