@@ -80,7 +80,9 @@ def _setup_logging() -> None:
 def _run(ns: argparse.Namespace) -> int:
     if ns.command == "train":
         from trainer.train import train
+        from trainer.tuning import tune_allocator
 
+        tune_allocator()
         train(config_from_args(ns))
         return 0
     if ns.command == "local":
