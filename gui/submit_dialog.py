@@ -3,6 +3,8 @@
 Problems are listed inline before anything is sent (missing folders, world size above batch size,
 ...). Submitting runs on the controller's worker; the dialog waits for ``submit_finished`` (it then
 closes) or ``submit_failed`` (the farm's message is shown in the dialog, never a traceback).
+The "How many machines?" section (:mod:`gui.advisor_view`) runs ``cuetrain advise`` for the
+dialog's values in a separate process and can copy its recommended world size and sync interval.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import getpass
 import logging
 import os
 from pathlib import Path
+from typing import Sequence
 
 from qtpy.QtCore import Qt
 from qtpy.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
@@ -19,6 +22,7 @@ from qtpy.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFi
 
 from cue_plugin.spec import FarmError, JobHandle, TrainingJob
 from cue_plugin.templates import list_templates, load_template, make_job
+from gui.advisor_view import AdviseRequest, AdvisorView
 from gui.controller import RunsController
 from trainer.config import MODEL_SIZES, ConfigError, TrainConfig
 from trainer.rundir import RunPaths
@@ -44,16 +48,19 @@ class SubmitDialog(QDialog):
         template_folders: folders searched for farm templates (default: ``cue_plugin.templates``'s
             ``CUETRAIN_TEMPLATE_PATH`` then ``farm_templates/``).
         parent: host window.
+        advisor_command: the scaling advisor's command (default ``python -m trainer.cli advise``).
     """
 
     def __init__(self, controller: RunsController, template_folders: list[Path] | None = None,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, advisor_command: Sequence[str] | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Train on Render Farm")
         self._controller = controller
         self._folders = template_folders
         self._busy = False
         self._make_fields()
+        self.advisor = AdvisorView(self.advise_request, advisor_command)
+        self.advisor.recommendation_used.connect(self.use_recommendation)
         self._build_layout()
         controller.submit_finished.connect(self._on_finished)
         controller.submit_failed.connect(self._on_failed)
@@ -120,6 +127,7 @@ class SubmitDialog(QDialog):
             form.addRow(label, widget)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addWidget(self.advisor)
         layout.addWidget(self.errors)
         layout.addWidget(self.buttons)
 
@@ -181,6 +189,30 @@ class SubmitDialog(QDialog):
         return make_job(train, template=self.template_box.currentData() or None, folders=self._folders,
                         world_size=self.world_spin.value(), show=self.show_edit.text().strip(),
                         shot=self.shot_edit.text().strip(), user=getpass.getuser(), sync_interval=self.sync_spin.value())
+
+    # -------------------------------------------------------------- advisor
+    def advise_request(self) -> AdviseRequest:
+        """The advisor's view of the form: data, model, crop, batch, steps; world sizes up to max(8, ours).
+
+        Raises:
+            ValueError: the input or ground truth folder is missing (the advisor reads a few frames).
+        """
+        for label, edit in (("Input sequence", self.input_edit), ("Ground truth sequence", self.target_edit)):
+            if not os.path.isdir(os.path.expanduser(edit.text().strip())):  # "" is no folder either
+                raise ValueError(f"{label} folder is needed first: the advisor times training on a few of its frames.")
+        return AdviseRequest(input_dir=_abs(self.input_edit.text()), target_dir=_abs(self.target_edit.text()),
+                             model_size=self.model_box.currentText(), crop_size=self.crop_spin.value(),
+                             batch_size=self.batch_spin.value(), steps=self.steps_spin.value(),
+                             max_world_size=max(8, self.world_spin.value()))
+
+    def use_recommendation(self, world_size: int, sync_interval: int) -> None:
+        """Set the world size and sync interval fields (e.g. from the advisor's recommendation)."""
+        self.world_spin.setValue(world_size)
+        self.sync_spin.setValue(sync_interval)
+
+    def done(self, result: int) -> None:  # noqa: D102 - QDialog API: closing stops a running probe
+        self.advisor.shutdown()
+        super().done(result)
 
     # ------------------------------------------------------------ submitting
     def try_submit(self) -> bool:

@@ -1,0 +1,329 @@
+"""The submit dialog's "How many machines?" section: run ``cuetrain advise`` and use its recommendation.
+
+The advisor's probe imports torch and the GUI never does, so it runs as a separate process
+(:class:`AdvisorRunner`, a ``QProcess``: the GUI thread never waits on it). The process prints a
+table and a line ``recommended: N rank(s), sync interval K: ...`` (``trainer.advise_model.
+recommendation_line``); :func:`parse_recommendation` reads N and K from that text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from qtpy.QtCore import QObject, QProcess, QProcessEnvironment, Qt, Signal
+from qtpy.QtGui import QFontDatabase
+from qtpy.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QToolButton,
+                            QVBoxLayout, QWidget)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BANDWIDTH_GBPS = 10.0  # as trainer.advise_model's default; not imported from there (it may pull in torch)
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # put on PYTHONPATH so "-m trainer.cli" works from any cwd
+
+# "recommended: 4 rank(s), sync interval 2: 812.3 images/s, ..." (trainer.advise_model.recommendation_line)
+_RECOMMENDED = re.compile(r"^[ \t]*recommended:[ \t]*(\d+)[ \t]*ranks?(?:\(s\))?[ \t]*,[ \t]*sync[ _-]interval[ \t]*(\d+)",
+                          re.IGNORECASE | re.MULTILINE)
+
+
+def python_interpreter() -> str:
+    """The Python that runs the advisor: ``sys.executable``, or ``python3`` on PATH inside a DCC."""
+    if os.path.basename(sys.executable).lower().startswith("python"):
+        return sys.executable
+    return shutil.which("python3") or sys.executable
+
+
+def default_command() -> list[str]:
+    """``python -m trainer.cli advise`` (the request's arguments follow)."""
+    return [python_interpreter(), "-m", "trainer.cli", "advise"]
+
+
+@dataclass(frozen=True)
+class AdviseRequest:
+    """The dialog's values the advisor probes with; :meth:`arguments` are ``cuetrain advise``'s flags."""
+
+    input_dir: str
+    target_dir: str
+    model_size: str
+    crop_size: int
+    batch_size: int
+    steps: int
+    max_world_size: int = 8
+    bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS
+
+    def arguments(self) -> list[str]:
+        return ["--input", self.input_dir, "--target", self.target_dir, "--model-size", self.model_size,
+                "--crop-size", str(self.crop_size), "--batch-size", str(self.batch_size), "--steps", str(self.steps),
+                "--max-world-size", str(self.max_world_size), "--bandwidth-gbps", f"{self.bandwidth_gbps:g}"]
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The advised world size and sync interval, and the line they were read from."""
+
+    world_size: int
+    sync_interval: int
+    line: str
+
+
+def parse_recommendation(text: str) -> Recommendation | None:
+    """The last ``recommended: N rank(s), sync interval K`` line in ``text``; ``None`` when there is none."""
+    found = None
+    for found in _RECOMMENDED.finditer(text):
+        pass
+    if found is None:
+        return None
+    line = text[found.start():].splitlines()[0].strip()
+    return Recommendation(int(found.group(1)), int(found.group(2)), line)
+
+
+def error_line(stderr: str, exit_code: int) -> str:
+    """What went wrong, for the dialog: stderr's last non-empty line (argparse's or the exception's)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"the advisor exited with code {exit_code}"
+
+
+class AdvisorRunner(QObject):
+    """Runs the advisor command in a ``QProcess``, one at a time; no widgets (tested without a view).
+
+    Args:
+        command: program and leading arguments (default :func:`default_command`); the request's
+            flags are appended. Tests point it at a stub script.
+    """
+
+    probe_started = Signal()
+    probe_finished = Signal(str, object)  # stdout, Recommendation | None
+    probe_failed = Signal(str)  # one line for the artist
+    probe_cancelled = Signal()
+
+    def __init__(self, command: Sequence[str] | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.command = list(command) if command else default_command()
+        self._process: QProcess | None = None
+
+    def is_running(self) -> bool:
+        return self._process is not None
+
+    def start(self, arguments: Sequence[str]) -> None:
+        """Start ``command + arguments``; a probe already running is cancelled first."""
+        self.cancel()
+        proc = QProcess(self)
+        env = QProcessEnvironment.systemEnvironment()
+        env.insert("PYTHONPATH", os.pathsep.join(p for p in (str(PROJECT_ROOT), env.value("PYTHONPATH", "")) if p))
+        proc.setProcessEnvironment(env)
+        proc.finished.connect(lambda code, status, p=proc: self._on_finished(p, code, status))
+        proc.errorOccurred.connect(lambda error, p=proc: self._on_error(p, error))
+        self._process = proc
+        program, *lead = self.command
+        log.info("advisor: %s", " ".join([program, *lead, *arguments]))
+        self.probe_started.emit()
+        proc.start(program, [*lead, *arguments])
+
+    def cancel(self) -> bool:
+        """Kill the running probe (never waits for it); False when none runs."""
+        proc, self._process = self._process, None
+        if proc is None:
+            return False
+        proc.finished.connect(proc.deleteLater)  # it is reaped later, off this call
+        proc.kill()
+        self.probe_cancelled.emit()
+        return True
+
+    def _on_finished(self, proc: QProcess, code: int, status: QProcess.ExitStatus) -> None:
+        if proc is not self._process:
+            return  # cancelled
+        self._process = None
+        proc.deleteLater()
+        out = bytes(proc.readAllStandardOutput().data()).decode("utf-8", "replace")
+        err = bytes(proc.readAllStandardError().data()).decode("utf-8", "replace")
+        if status != QProcess.ExitStatus.NormalExit:
+            self.probe_failed.emit(f"the advisor crashed: {error_line(err, code)}")
+        elif code != 0:
+            self.probe_failed.emit(error_line(err, code))
+        else:
+            self.probe_finished.emit(out, parse_recommendation(out))
+
+    def _on_error(self, proc: QProcess, error: QProcess.ProcessError) -> None:
+        if proc is not self._process or error != QProcess.ProcessError.FailedToStart:
+            return  # crashes arrive through finished too
+        self._process = None
+        proc.deleteLater()
+        self.probe_failed.emit(f"cannot start {self.command[0]}: {proc.errorString()}")
+
+
+class AdvisorView(QWidget):
+    """Collapsible "How many machines?": bandwidth, Advise…/Cancel, the table, "Use recommendation".
+
+    Args:
+        request: the dialog's current values (raises ``ValueError`` with a message when they are
+            not ready, e.g. no input folder); the bandwidth field's value replaces its bandwidth.
+        command: advisor command (default :func:`default_command`), see :class:`AdvisorRunner`.
+    """
+
+    recommendation_used = Signal(int, int)  # world size, sync interval
+
+    def __init__(self, request: Callable[[], AdviseRequest], command: Sequence[str] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._request = request
+        self.recommendation: Recommendation | None = None
+        self.runner = AdvisorRunner(command, self)
+        self.runner.probe_finished.connect(self._on_finished)
+        self.runner.probe_failed.connect(self._on_failed)
+        self._make_widgets()
+        self._build_layout()
+        self.set_expanded(False)
+
+    def _make_widgets(self) -> None:
+        self.header = QToolButton()
+        self.header.setText("How many machines?")
+        self.header.setCheckable(True)
+        self.header.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.header.setAutoRaise(True)
+        self.header.toggled.connect(self.set_expanded)
+        self.bandwidth_spin = QDoubleSpinBox()
+        self.bandwidth_spin.setRange(0.01, 10_000.0)
+        self.bandwidth_spin.setDecimals(2)
+        self.bandwidth_spin.setValue(DEFAULT_BANDWIDTH_GBPS)
+        self.bandwidth_spin.setSuffix(" Gb/s")
+        self.bandwidth_spin.setToolTip("network bandwidth between farm hosts ('cuetrain advise link' measures it)")
+        self.advise_button = QPushButton("Advise…")
+        self.advise_button.setToolTip("time a few training steps on this host and predict images/s per world size")
+        self.advise_button.clicked.connect(self.advise)
+        self.cancel_button = QPushButton("Cancel probe")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.status = QLabel("")
+        self.status.setObjectName("advisor_status")
+        self.status.setWordWrap(True)
+        self.status.hide()  # shown with text: "probing…", a problem
+        self.table = QPlainTextEdit()
+        self.table.setReadOnly(True)
+        self.table.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.table.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self._fit_table(6)
+        self.table.setPlaceholderText("Advise… times the training step for these settings on this host "
+                                      "(a few seconds) and predicts images/s and efficiency per world size.")
+        self.recommended_label = QLabel("")
+        self.recommended_label.setWordWrap(True)
+        self.recommended_label.setStyleSheet("font-weight: bold;")
+        self.use_button = QPushButton("Use recommendation")
+        self.use_button.clicked.connect(self.use_recommendation)
+        self.use_button.setEnabled(False)
+        self._set_running(False)
+
+    def _build_layout(self) -> None:
+        self.body = QWidget()
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("Bandwidth between hosts"))
+        controls.addWidget(self.bandwidth_spin)
+        controls.addStretch(1)
+        controls.addWidget(self.advise_button)
+        controls.addWidget(self.cancel_button)
+        result = QHBoxLayout()
+        result.addWidget(self.recommended_label, 1)
+        result.addWidget(self.use_button)
+        body = QVBoxLayout(self.body)
+        body.setContentsMargins(16, 0, 0, 0)
+        body.addLayout(controls)
+        body.addWidget(self.status)
+        body.addWidget(self.table)
+        body.addLayout(result)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.header)
+        layout.addWidget(self.body)
+
+    def set_expanded(self, expanded: bool) -> None:
+        """Show or fold the section (the header's arrow follows)."""
+        if self.header.isChecked() != expanded:
+            self.header.setChecked(expanded)  # toggled calls back here
+            return
+        self.header.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        self.body.setVisible(expanded)
+        self._fit_window(shrink=not expanded)
+
+    # -------------------------------------------------------------- probing
+    def advise(self) -> bool:
+        """Start the advisor for the dialog's values; False (reason shown) when they are not ready."""
+        self.set_expanded(True)
+        try:
+            request = dataclasses.replace(self._request(), bandwidth_gbps=self.bandwidth_spin.value())
+        except ValueError as exc:
+            self._show_status(str(exc), error=True)
+            return False
+        self._show_result("", None)
+        self._set_running(True)
+        self._show_status("probing… (timing the training step on this host)")
+        self.runner.start(request.arguments())
+        return True
+
+    def cancel(self) -> None:
+        """Stop a running probe (the table keeps nothing)."""
+        if self.runner.cancel():
+            self._set_running(False)
+            self._show_status("probe cancelled")
+
+    def shutdown(self) -> None:
+        """Stop a running probe quietly (the dialog closes)."""
+        if self.runner.cancel():
+            self._set_running(False)
+            self._show_status("")
+
+    def use_recommendation(self) -> None:
+        if self.recommendation is not None:
+            self.recommendation_used.emit(self.recommendation.world_size, self.recommendation.sync_interval)
+
+    def _on_finished(self, out: str, recommendation: Recommendation | None) -> None:
+        self._set_running(False)
+        self._show_result(out, recommendation)
+        if recommendation is None:
+            self._show_status("the advisor printed no 'recommended:' line", error=True)
+        else:
+            self._show_status("")
+
+    def _on_failed(self, message: str) -> None:
+        self._set_running(False)
+        self._show_status(f"Advisor failed: {message}", error=True)
+
+    # ------------------------------------------------------------ display
+    def _set_running(self, running: bool) -> None:
+        self.advise_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+
+    def _show_status(self, text: str, error: bool = False) -> None:
+        self.status.setStyleSheet("color: #e05050;" if error else "")
+        self.status.setText(text)
+        self.status.setVisible(bool(text))
+
+    def _show_result(self, out: str, recommendation: Recommendation | None) -> None:
+        self.recommendation = recommendation
+        self.table.setPlainText(out.rstrip())
+        self._fit_table(out.rstrip().count("\n") + 1 if out.strip() else 6)
+        self.recommended_label.setText(recommendation.line if recommendation else "")
+        self.use_button.setEnabled(recommendation is not None)
+
+    def _fit_table(self, lines: int) -> None:
+        """Room for the table's ~100 columns and ``lines`` lines (at most 30; it scrolls beyond)."""
+        metrics = self.table.fontMetrics()
+        chrome = 2 * self.table.frameWidth() + self.table.horizontalScrollBar().sizeHint().height() + 12
+        self.table.setMinimumSize(metrics.horizontalAdvance("x" * 104) + chrome,
+                                  metrics.lineSpacing() * min(max(lines, 1), 30) + chrome)
+        self._fit_window()
+
+    def _fit_window(self, shrink: bool = False) -> None:
+        """Grow the host dialog to show the section (``shrink``: fit it again once folded)."""
+        window = self.window()
+        if window is self or not window.isVisible():
+            return
+        if shrink:
+            window.adjustSize()
+            return
+        hint = window.sizeHint()
+        window.resize(max(window.width(), hint.width()), max(window.height(), hint.height()))

@@ -1,0 +1,150 @@
+"""The submit dialog's "How many machines?" section: the advisor runs in its own process (QProcess).
+
+Stub scripts stand in for ``cuetrain advise`` (table, failure, a probe that hangs); one test runs
+the real advisor on a tiny data set.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from gui.advisor_view import AdviseRequest, AdvisorView, default_command, error_line, parse_recommendation
+from gui.submit_dialog import SubmitDialog
+from tests.conftest import make_pairs
+
+TABLE = """\
+model small (169,843 parameters), crop 64 px, global batch 8, gradient compression none
+link: 10 Gb/s, 100 us per hop (stated; 'cuetrain advise link' measures it); one 2-rank gradient sync: 0.74 ms
+
+ranks crops/rank |      sync 1       |      sync 2       |      sync 4       |      sync 8
+                 |  images/s    eff  |  images/s    eff  |  images/s    eff  |  images/s    eff
+-------------------------------------------------------------------------------------------------
+    1          8 |      80.1   1.00  |      82.0   1.02  |      83.1   1.04  |      83.5   1.04
+    2          4 |     150.2   0.94  |     158.3   0.99  |     162.0   1.01  |     164.1   1.02
+    4          2 |     270.4   0.84  |     296.0   0.92  |     310.9   0.97 *|     318.2   0.99
+    8          1 |     380.7   0.59  |     470.5   0.73  |     540.2   0.84  |     590.1   0.92
+
+recommended: 4 rank(s), sync interval 4: 310.9 images/s, 3.88x one rank, efficiency 0.97 (fewest ranks within 5% \
+of the best setting with efficiency >= 0.7)
+at sync interval 1 (the effective batch you chose): 4 rank(s), 270.4 images/s, efficiency 0.84
+"""
+
+
+def _stub(tmp_path, body: str) -> list[str]:
+    script = tmp_path / "advise_stub.py"
+    script.write_text("import sys, time\n" + textwrap.dedent(body))
+    return [sys.executable, str(script)]
+
+
+def _dialog(qtbot, controller, tmp_path, command: list[str] | None, **data) -> SubmitDialog:
+    dialog = SubmitDialog(controller, template_folders=[], advisor_command=command)
+    qtbot.addWidget(dialog)
+    if not data:
+        (tmp_path / "in").mkdir(exist_ok=True)
+        (tmp_path / "gt").mkdir(exist_ok=True)
+        data = {"input": tmp_path / "in", "target": tmp_path / "gt"}
+    dialog.input_edit.setText(str(data["input"]))
+    dialog.target_edit.setText(str(data["target"]))
+    return dialog
+
+
+def test_parse_recommendation_reads_the_advisors_line():
+    rec = parse_recommendation(TABLE)
+    assert (rec.world_size, rec.sync_interval) == (4, 4) and rec.line.startswith("recommended: 4 rank(s)")
+    assert rec.line.endswith("efficiency >= 0.7)")
+    assert parse_recommendation("  Recommended: 1 rank, sync interval 16: 30.0 images/s").sync_interval == 16
+    assert parse_recommendation(TABLE.replace("recommended:", "advised:")) is None
+    assert error_line("Traceback ...\n  File x\ntrainer.data.DataError: no frames in /in\n\n", 1) == \
+        "trainer.data.DataError: no frames in /in"
+    assert error_line("", 3) == "the advisor exited with code 3"
+
+
+def test_request_arguments_are_the_cli_flags():
+    args = AdviseRequest("/in", "/gt", "small", 64, 8, 1000, max_world_size=16, bandwidth_gbps=25).arguments()
+    assert args == ["--input", "/in", "--target", "/gt", "--model-size", "small", "--crop-size", "64",
+                    "--batch-size", "8", "--steps", "1000", "--max-world-size", "16", "--bandwidth-gbps", "25"]
+    assert default_command()[1:] == ["-m", "trainer.cli", "advise"]
+
+
+def test_advisor_shows_table_and_uses_recommendation(qtbot, controller, tmp_path):
+    command = _stub(tmp_path, f"""
+        open(sys.argv[0] + ".args", "w").write(" ".join(sys.argv[1:]))
+        print({TABLE!r})
+        """)
+    dialog = _dialog(qtbot, controller, tmp_path, command)
+    dialog.world_spin.setValue(12)
+    dialog.batch_spin.setValue(16)
+    view = dialog.advisor
+    assert not view.body.isVisibleTo(dialog) and not view.use_button.isEnabled()
+    view.bandwidth_spin.setValue(25)
+    with qtbot.waitSignal(view.runner.probe_finished, timeout=10_000):
+        assert view.advise()
+        assert view.status.text().startswith("probing") and not view.advise_button.isEnabled()
+    assert view.body.isVisibleTo(dialog) and view.advise_button.isEnabled() and not view.cancel_button.isEnabled()
+    assert "    4          2 |     270.4   0.84" in view.table.toPlainText() and view.table.isReadOnly()
+    assert view.recommended_label.text().startswith("recommended: 4 rank(s), sync interval 4: 310.9 images/s")
+    assert view.status.text() == ""
+    args = (tmp_path / "advise_stub.py.args").read_text()
+    assert f"--input {tmp_path / 'in'} --target {tmp_path / 'gt'}" in args
+    assert "--batch-size 16" in args and "--max-world-size 12" in args and "--bandwidth-gbps 25" in args
+    view.use_button.click()
+    assert (dialog.world_spin.value(), dialog.sync_spin.value()) == (4, 4)
+
+
+def test_advisor_failure_is_shown_inline(qtbot, controller, tmp_path):
+    command = _stub(tmp_path, """
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print("trainer.data.DataError: crop 512 px is larger than the frames (48x40)", file=sys.stderr)
+        sys.exit(1)
+        """)
+    dialog = _dialog(qtbot, controller, tmp_path, command)
+    view = dialog.advisor
+    with qtbot.waitSignal(view.runner.probe_failed, timeout=10_000):
+        view.advise_button.click()
+    assert view.status.text() == "Advisor failed: trainer.data.DataError: crop 512 px is larger than the frames (48x40)"
+    assert view.table.toPlainText() == "" and not view.use_button.isEnabled() and view.advise_button.isEnabled()
+    dialog.world_spin.setValue(3)
+    view.use_recommendation()
+    assert dialog.world_spin.value() == 3  # nothing to use
+
+
+def test_advisor_needs_the_data_folders_and_can_be_cancelled(qtbot, controller, tmp_path):
+    command = _stub(tmp_path, "time.sleep(60)\n")
+    dialog = _dialog(qtbot, controller, tmp_path, command, input="", target=tmp_path)
+    view = dialog.advisor
+    assert not view.advise()
+    assert view.status.text().startswith("Input sequence folder is needed first") and not view.runner.is_running()
+    dialog.input_edit.setText(str(tmp_path))
+    assert view.advise() and view.runner.is_running() and view.cancel_button.isEnabled()
+    with qtbot.waitSignal(view.runner.probe_cancelled, timeout=1000):
+        view.cancel_button.click()
+    assert not view.runner.is_running() and view.status.text() == "probe cancelled" and view.advise_button.isEnabled()
+    assert view.advise() and view.runner.is_running()
+    dialog.reject()  # closing the dialog stops the probe
+    assert not view.runner.is_running()
+
+
+def test_failed_start_is_shown_inline(qtbot, tmp_path):
+    view = AdvisorView(lambda: AdviseRequest("/in", "/gt", "small", 64, 8, 100), [str(tmp_path / "no-python")])
+    qtbot.addWidget(view)
+    with qtbot.waitSignal(view.runner.probe_failed, timeout=10_000):
+        view.advise()
+    assert view.status.text().startswith(f"Advisor failed: cannot start {tmp_path / 'no-python'}")
+    assert view.advise_button.isEnabled()
+
+
+@pytest.mark.timeout(120)
+def test_real_advisor_recommends(qtbot, tmp_path):
+    inp, tgt = make_pairs(tmp_path / "data")
+    request = AdviseRequest(str(inp), str(tgt), "small", crop_size=16, batch_size=2, steps=10, max_world_size=2)
+    view = AdvisorView(lambda: request, default_command() + ["--warmup", "1", "--iters", "2"])
+    qtbot.addWidget(view)
+    with qtbot.waitSignal(view.runner.probe_finished, timeout=60_000):
+        assert view.advise()
+    rows = [line.split("|")[0].split() for line in view.table.toPlainText().splitlines() if line[:5].strip().isdigit()]
+    assert [r[0] for r in rows] == ["1", "2"]
+    assert view.recommendation is not None and view.recommendation.world_size in (1, 2)
+    assert view.recommended_label.text().startswith("recommended: ") and view.use_button.isEnabled()
