@@ -17,8 +17,31 @@
    training), ``--resume`` is added so the gang continues from the latest checkpoint.
 5. Every line (this module's log and the trainer's output) goes to stdout (the frame log, line by
    line) and to ``RUN_DIR/logs/rank_N.log``. The exit code is the trainer's (128 + signal number
-   when it was killed); 2 = bad arguments, 3 = rendezvous timeout, 6 = port unavailable,
-   127 = the trainer could not be started.
+   when it was killed); 2 = bad arguments, 3 = rendezvous timeout or gang failed, 6 = port
+   unavailable, 127 = the trainer could not be started.
+
+Stale gangs (ranks other than 0). OpenCue retries a failed frame on its own, so a retried rank can
+reach a frame 0 whose old gang is still alive (it needs ~10-15 s to notice the lost rank and exit
+4). That gang refuses the rank (trainer exit code 5, its rank is claimed there already); the frame
+then does not exit: it marks that attempt of frame 0 stale and waits for another one, within the
+rendezvous timeout (counted from the frame's start, over all waits). While its trainer runs, the
+frame also looks at the publication every :data:`WATCH_S` seconds: a publication of another
+attempt means frame 0 started again and this trainer's gang is gone (e.g. it is still trying to
+reach the old, dead address), so the trainer is stopped and the frame waits for the new attempt.
+
+Gang timeout (frame 0). When frame 0's trainer exits 3 with ``gang incomplete`` (not every rank
+joined within ``--gang-timeout-s``, default 600 s; the trainer has recorded ``state: failed`` and
+the error in ``run.json``), frame 0 fails the whole layer instead of letting the frames that did
+start hold their GPUs, or OpenCue retry frame 0 into another wait:
+
+a. it replaces its publication with a failure notice (``rendezvous/main.json``, signed with the
+   job token); waiting ranks read it within a second, log why they stop and exit 3;
+b. it adds ``gang_failure`` (reason, time, what was done in Cuebot) to ``run.json``;
+c. after :data:`NOTICE_GRACE_S` seconds it eats the layer's frames through pycue
+   (``opencue.api.findLayer(CUE_JOB, CUE_LAYER).eat()``; Cuebot kills the running ones, frame 0
+   included, and marks all EATEN so none is dispatched again; a plain kill would put them back to
+   WAITING). pycue needs ``CUEBOT_HOSTS`` (or ``opencue.yaml``) on the render node; without it,
+   or with Cuebot unreachable, the log says so and what to do (``cuetrain cancel RUN_DIR``).
 """
 
 from __future__ import annotations
@@ -31,21 +54,34 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import IO, Sequence
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import IO, Callable, Sequence
 
 from cue_plugin import rendezvous
+from cue_plugin.builder import LAYER_NAME
 from cue_plugin.spec import RENDEZVOUS_MODES
 from trainer.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
 from trainer.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, read_cue_env, read_dist_env,
                              read_farm_env)
-from trainer.rundir import FILE_MODE, RunDirError, RunPaths, read_json
+from trainer.rundir import FILE_MODE, RunDirError, RunPaths, read_json, update_run_json
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("cue_plugin.frame")  # not __name__: run as ``-m``, that is "__main__", outside RankLog's tree
 
 #: The trainer command (train arguments are appended).
 TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
 EXIT_USAGE = 2
+EXIT_GANG = 3  # rendezvous timeout, gang incomplete or failed (trainer.gang.GangTimeout)
+EXIT_REJECTED = 5  # trainer.gang.GangRejected: rank already claimed in that gang, or wrong job token
 EXIT_NO_TRAINER = 127  # the shell's "command not found"
+#: Start of trainer.gang's gang-timeout message (recorded as run.json ``error`` by rank 0).
+GANG_INCOMPLETE = "gang incomplete"
+WATCH_S = 5.0  # seconds between looks at the publication while the trainer runs
+STOP_GRACE_S = 10.0  # seconds between SIGTERM and SIGKILL when the frame stops its trainer
+NOTICE_GRACE_S = 3.0  # seconds frame 0 leaves waiting ranks to read its failure notice before eating the layer
+NOTICE_WAIT_S = 2.0  # seconds a rank whose trainer failed looks for frame 0's failure notice
+CUEBOT_TIMEOUT_S = 10.0  # deadline of frame 0's pycue calls [s] (pycue's default is hours)
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -159,25 +195,69 @@ class RankLog:
         self._file.close()
 
 
-def run_trainer(command: Sequence[str], env: dict[str, str], out: RankLog) -> int:
-    """Run the trainer, relaying its output lines to ``out``; returns its exit code (128 + signal if killed)."""
+@dataclass(frozen=True)
+class TrainerExit:
+    """How the trainer ended: ``code`` (128 + signal number if killed); ``stopped`` = why the frame
+    stopped it (from the ``watch``), "" when it ended on its own."""
+
+    code: int
+    stopped: str = ""
+
+
+def run_trainer(command: Sequence[str], env: dict[str, str], out: RankLog, *,
+                watch: Callable[[], str | None] | None = None, watch_s: float | None = None) -> TrainerExit:
+    """Run the trainer, relaying its output lines to ``out``.
+
+    ``watch`` is called every ``watch_s`` seconds (default :data:`WATCH_S`) while the trainer runs; when it
+    returns a reason, the trainer is stopped (SIGTERM, SIGKILL after :data:`STOP_GRACE_S`) and the reason
+    is returned in :attr:`TrainerExit.stopped`.
+    """
     try:
         proc = subprocess.Popen(list(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
         log.error("cannot start the trainer %s: %s", command[0], exc)
-        return EXIT_NO_TRAINER
+        return TrainerExit(EXIT_NO_TRAINER)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
+    stopped: list[str] = []
+    done = threading.Event()
+    watcher = None
+    if watch is not None:
+        watcher = threading.Thread(target=_watch, args=(proc, watch, watch_s or WATCH_S, done, stopped),
+                                   name="frame-watch", daemon=True)
+        watcher.start()
     try:
         assert proc.stdout is not None  # PIPE above
         for raw in iter(proc.stdout.readline, b""):
             out.write(raw.decode("utf-8", errors="replace"))
         code = proc.wait()
     finally:
+        done.set()
+        if watcher is not None:
+            watcher.join()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    return 128 - code if code < 0 else code
+    return TrainerExit(128 - code if code < 0 else code, stopped[0] if stopped else "")
+
+
+def _watch(proc: subprocess.Popen[bytes], watch: Callable[[], str | None], every_s: float, done: threading.Event,
+           stopped: list[str]) -> None:
+    while not done.wait(every_s):
+        try:
+            reason = watch()
+        except Exception as exc:  # noqa: BLE001 - a failed look must not stop training
+            log.debug("publication check failed: %s", exc)
+            continue
+        if reason:
+            log.warning("stopping the trainer: %s", reason)
+            stopped.append(reason)
+            proc.terminate()
+            try:
+                proc.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            return
 
 
 _Source = rendezvous.FileSource | rendezvous.CuebotSource
@@ -189,40 +269,170 @@ def _source(mode: str, paths: RunPaths, cue: CueFrameEnv, job_id: str) -> _Sourc
     return rendezvous.FileSource(paths.rendezvous)
 
 
-def _meet(ns: argparse.Namespace, rank: int, paths: RunPaths, cue: CueFrameEnv,
-          token: str | None) -> tuple[rendezvous.Publication, rendezvous.PortReservation | None, _Source]:
-    """Frame 0 hosts (reserve + publish); other frames wait. Returns (publication, reservation, source)."""
-    farm = read_farm_env()
-    source = _source(ns.rendezvous, paths, cue, farm.job_id)
-    if rank == 0:
-        host = farm.main_host or (None if ns.rendezvous == "cuebot" else socket.gethostname())
-        reservation, pub = source.host(host, token)
-        log.info("frame 0 (attempt %s) hosts the main address %s for %d rank(s)", pub.attempt, pub.address,
-                 ns.world_size)
-        return pub, reservation, source
-    pub = rendezvous.wait_for_main(source, rank=rank, token=token, timeout_s=ns.rendezvous_timeout)
-    return pub, None, source
+def _trainer_env(pub: rendezvous.Publication, rank: int, world_size: int, cue: CueFrameEnv) -> dict[str, str]:
+    dist = read_dist_env()
+    env = copycat_env(pub.host, pub.port, rank, world_size, dist.sync_interval, dist.local_addr, dist.token)
+    env.update(device_env(cue, read_farm_env().omp_num_threads))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _start_trainer(ns: argparse.Namespace, rank: int, pub: rendezvous.Publication, paths: RunPaths,
+                   train_args: list[str], cue: CueFrameEnv, trainer_command: Sequence[str], out: RankLog,
+                   watch: Callable[[], str | None] | None = None) -> TrainerExit:
+    env = _trainer_env(pub, rank, ns.world_size, cue)
+    args = resume_args(train_args, paths, read_farm_env().job_id)
+    log.info("rank %d/%d starting the trainer (main %s, attempt %s%s)", rank, ns.world_size, pub.address, pub.attempt,
+             f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else "")
+    result = run_trainer([*trainer_command, *args], environ_with(env), out, watch=watch)
+    log.info("rank %d: trainer exited with code %d", rank, result.code)
+    return result
 
 
 def _run(ns: argparse.Namespace, rank: int, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
          trainer_command: Sequence[str], out: RankLog) -> int:
-    dist = read_dist_env()
-    pub, reservation, source = _meet(ns, rank, paths, cue, dist.token)
+    token = read_dist_env().token
+    source = _source(ns.rendezvous, paths, cue, read_farm_env().job_id)
+    notice = rendezvous.FileSource(paths.rendezvous)  # frame 0's failure notice, in both modes
+    if rank == 0:
+        return _run_main(ns, paths, train_args, cue, trainer_command, out, source, notice, token)
+    return _run_member(ns, rank, paths, train_args, cue, trainer_command, out, source, notice, token)
+
+
+def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
+              trainer_command: Sequence[str], out: RankLog, source: _Source, notice: rendezvous.FileSource,
+              token: str | None) -> int:
+    """Frame 0: host (reserve + publish), run rank 0, retract; fail the layer on a gang timeout."""
+    farm = read_farm_env()
+    if ns.rendezvous == "cuebot":
+        notice.clear()  # a failure notice of an earlier attempt
+    host = farm.main_host or (None if ns.rendezvous == "cuebot" else socket.gethostname())
+    reservation, pub = source.host(host, token)
+    log.info("frame 0 (attempt %s) hosts the main address %s for %d rank(s)", pub.attempt, pub.address,
+             ns.world_size)
+    failure = ""
     try:
-        farm = read_farm_env()
-        env = copycat_env(pub.host, pub.port, rank, ns.world_size, dist.sync_interval, dist.local_addr, dist.token)
-        env.update(device_env(cue, farm.omp_num_threads))
-        env["PYTHONUNBUFFERED"] = "1"
-        args = resume_args(train_args, paths, farm.job_id)
-        log.info("rank %d/%d starting the trainer (main %s%s)", rank, ns.world_size, pub.address,
-                 f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else "")
-        code = run_trainer([*trainer_command, *args], environ_with(env), out)
+        code = _start_trainer(ns, 0, pub, paths, train_args, cue, trainer_command, out).code
+        failure = gang_incomplete(paths) if code == EXIT_GANG else ""
     finally:
-        if reservation is not None:
-            reservation.close()
+        reservation.close()
+        if not failure:
             source.retract(pub)
-    log.info("rank %d: trainer exited with code %d", rank, code)
+    if failure:
+        fail_layer(paths, pub, failure, cue, token, notice)
     return code
+
+
+def _run_member(ns: argparse.Namespace, rank: int, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
+                trainer_command: Sequence[str], out: RankLog, source: _Source, notice: rendezvous.FileSource,
+                token: str | None) -> int:
+    """Ranks > 0: wait for frame 0, run the trainer; a stale gang (see module doc) means wait again."""
+    deadline = time.monotonic() + ns.rendezvous_timeout
+    stale: set[str] = set()
+    while True:
+        pub = rendezvous.wait_for_main(source, rank=rank, token=token, stale=stale, notice=notice,
+                                       timeout_s=max(0.0, deadline - time.monotonic()))
+
+        def newer(current: rendezvous.Publication = pub) -> str | None:
+            other = rendezvous.superseded(source, current, token)
+            return f"frame 0 started again (attempt {other.attempt}); the gang of attempt {current.attempt} is gone" \
+                if other is not None else None
+
+        result = _start_trainer(ns, rank, pub, paths, train_args, cue, trainer_command, out, watch=newer)
+        if result.code == EXIT_REJECTED or result.stopped:
+            stale.add(pub.attempt)
+            why = result.stopped or "its gang refused this rank (rank already claimed: a stale gang of an old frame 0)"
+            log.warning("rank %d: frame 0 attempt %s is stale: %s; waiting for another attempt of frame 0 "
+                        "(%.0f s of the rendezvous timeout left)", rank, pub.attempt, why,
+                        max(0.0, deadline - time.monotonic()))
+            continue
+        if result.code != 0:
+            failed = _await_notice(notice, token, pub)
+            if failed is not None:
+                log.error("rank %d stops: frame 0 (attempt %s) failed the gang: %s", rank, failed.attempt,
+                          failed.failed)
+                return EXIT_GANG
+        return result.code
+
+
+def _await_notice(notice: rendezvous.FileSource, token: str | None,
+                  pub: rendezvous.Publication) -> rendezvous.Publication | None:
+    """Frame 0's failure notice for attempt ``pub.attempt``, looked for up to :data:`NOTICE_WAIT_S` seconds."""
+    deadline = time.monotonic() + NOTICE_WAIT_S
+    while True:
+        failed = rendezvous.failure_notice(notice, token)
+        if failed is not None and failed.attempt == pub.attempt:
+            return failed
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)
+
+
+def gang_incomplete(paths: RunPaths) -> str:
+    """Rank 0's ``run.json`` error when its trainer failed with a gang timeout, else "".
+
+    (Exit code 3 on rank 0 is also "cannot listen on the port"; only an incomplete gang fails the layer.)
+    """
+    try:
+        record = read_json(paths.run_json)
+    except RunDirError:
+        return ""
+    error = str(record.get("error") or "")
+    return error if record.get("state") == "failed" and error.startswith(GANG_INCOMPLETE) else ""
+
+
+def eat_layer(job: str, layer: str, timeout_s: float = CUEBOT_TIMEOUT_S) -> None:
+    """Eat every frame of ``job``/``layer`` through pycue (Cuebot kills the running ones).
+
+    Raises:
+        ImportError: pycue is not installed for this interpreter.
+        Exception: pycue/gRPC errors (Cuebot unreachable, job not found).
+    """
+    import opencue
+
+    opencue.Cuebot.setTimeout(timeout_s)  # gRPC deadline [s]
+    opencue.api.findLayer(job, layer).eat()
+
+
+def fail_layer(paths: RunPaths, pub: rendezvous.Publication, reason: str, cue: CueFrameEnv, token: str | None,
+               notice: rendezvous.FileSource, eat: Callable[[str, str], None] | None = None) -> None:
+    """Frame 0 after a gang timeout: failure notice, ``run.json`` ``gang_failure``, eat the layer (module doc)."""
+    layer = cue.layer or LAYER_NAME
+    log.error("%s", reason)
+    log.error("frame 0 fails the whole layer %r of job %r: the gang cannot form, so no frame of it should hold a "
+              "host or be retried into another wait", layer, cue.job or "?")
+    try:
+        notice.fail(pub, reason, token)
+    except rendezvous.RendezvousError as exc:
+        log.error("%s; waiting ranks will not learn why they stop", exc)
+    record = {"reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "attempt": pub.attempt,
+              "layer": layer, "job": cue.job}
+    if not cue.job:
+        _record_failure(paths, {**record, "cuebot": "not failed in Cuebot: CUE_JOB is not set (not run by RQD)"})
+        log.error("CUE_JOB is not set (not run by RQD): no layer to fail in Cuebot")
+        return
+    time.sleep(NOTICE_GRACE_S)  # waiting ranks read the notice and log why they stop
+    action = f"eating the frames of {cue.job}/{layer} through Cuebot (pycue)"
+    _record_failure(paths, {**record, "cuebot": action})
+    log.error("%s; this frame is stopped by it too", action)
+    try:
+        (eat or eat_layer)(cue.job, layer)
+    except Exception as exc:  # noqa: BLE001 - ImportError, CueException, grpc.RpcError: all mean "could not"
+        action = (f"could not fail the layer through pycue ({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
+                  "check CUEBOT_HOSTS / opencue.yaml on the render node. Frames still waiting will start, read "
+                  "frame 0's failure notice and stop; kill the job with `cuetrain cancel RUN_DIR` or in CueGUI")
+        log.error("%s", action)
+        _record_failure(paths, {**record, "cuebot": action})
+        return
+    log.error("layer %s of job %s eaten: frames stopped and not retried", layer, cue.job)
+    _record_failure(paths, {**record, "cuebot": f"ate the frames of {cue.job}/{layer}"})
+
+
+def _record_failure(paths: RunPaths, record: dict[str, str]) -> None:
+    try:
+        update_run_json(paths, gang_failure=record)
+    except RunDirError as exc:
+        log.error("cannot record the gang failure in run.json: %s", exc)
 
 
 def main(argv: Sequence[str] | None = None, *, trainer_command: Sequence[str] | None = None) -> int:

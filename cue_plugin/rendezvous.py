@@ -41,6 +41,19 @@ seconds until rank 0's trainer listens; the waiting rank just keeps polling. Wai
 what they wait for every :data:`LOG_EVERY_S` seconds and give up after the rendezvous timeout
 (:class:`RendezvousTimeout`, exit code 3).
 
+Stale gangs. OpenCue retries frames one by one, so a retried rank can reach an old frame 0
+that is still alive (its trainer needs ~10-15 s to notice a lost rank and exit 4). That gang has
+its rank claimed already and refuses the newcomer (trainer exit code 5); the waiting rank then
+marks that attempt stale (``stale`` in :func:`wait_for_main`) and waits for a different one.
+:func:`superseded` tells a rank whose trainer is running that frame 0 has started again since
+(a publication of another attempt): its trainer belongs to a gang that is gone.
+
+Gang failure notice. When frame 0's trainer gives up on an incomplete gang, frame 0 replaces its
+publication with a failure notice (:meth:`FileSource.fail`: the same fields plus ``failed``, the
+reason, covered by the token proof), in both modes (``RUN_DIR/rendezvous/main.json``; the run
+directory is shared in both). A waiting rank that reads a notice of this job stops with
+:class:`GangFailed` (exit code 3) and logs the reason; frame 0 then fails the layer in Cuebot.
+
 Shared storage. Waiting ranks re-open the file on every poll, which NFS's close-to-open
 consistency makes current; but a client may cache "no such file" for up to its directory
 attribute timeout (``acdirmax``, often 30-60 s), so a rank can see frame 0's publication that much
@@ -83,6 +96,10 @@ class RendezvousTimeout(RendezvousError):
     """Frame 0 was not found within the rendezvous timeout (exit code 3)."""
 
 
+class GangFailed(RendezvousError):
+    """Frame 0 gave up on an incomplete gang and published a failure notice (exit code 3)."""
+
+
 class PortUnavailable(RendezvousError):
     """Frame 0 could not reserve its port (exit code 6); a retry of the frame picks another."""
 
@@ -100,6 +117,8 @@ class Publication:
         token: HMAC proof of the job token (see :func:`proof`), "" without a token.
         published_at: Unix time of publication [s] (for logs).
         pid: process id of frame 0's entry point (for logs).
+        failed: "" for a usable publication; else frame 0's reason for failing the gang (a failure
+            notice: nobody may join this attempt).
     """
 
     host: str
@@ -108,6 +127,7 @@ class Publication:
     token: str = ""
     published_at: float = 0.0
     pid: int = 0
+    failed: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -118,7 +138,7 @@ class Publication:
         try:
             pub = cls(host=str(data["host"]), port=int(data["port"]), attempt=str(data["attempt"]),
                       token=str(data.get("token", "")), published_at=float(data.get("published_at", 0.0)),
-                      pid=int(data.get("pid", 0)))
+                      pid=int(data.get("pid", 0)), failed=str(data.get("failed") or ""))
         except (KeyError, TypeError, ValueError):
             return None
         return pub if pub.host and 0 < pub.port < 65536 else None
@@ -128,11 +148,20 @@ class Publication:
         return f"{self.host}:{self.port}"
 
 
-def proof(token: str | None, host: str, port: int, attempt: str) -> str:
-    """HMAC-SHA256 of ``attempt:host:port`` under the job token ("" without a token)."""
+def proof(token: str | None, host: str, port: int, attempt: str, failed: str = "") -> str:
+    """HMAC-SHA256 of ``attempt:host:port`` (and ``:failed:REASON`` for a failure notice) under the job
+    token ("" without a token)."""
     if not token:
         return ""
-    return hmac.new(token.encode(), f"cuetrain-rendezvous:{attempt}:{host}:{port}".encode(), hashlib.sha256).hexdigest()
+    text = f"cuetrain-rendezvous:{attempt}:{host}:{port}" + (f":failed:{failed}" if failed else "")
+    return hmac.new(token.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def signed_by(pub: Publication, token: str | None) -> bool:
+    """True when ``pub`` carries this job's token proof (always True without a token)."""
+    if not token:
+        return True
+    return hmac.compare_digest(pub.token, proof(token, pub.host, pub.port, pub.attempt, pub.failed))
 
 
 class PortReservation:
@@ -225,11 +254,7 @@ class FileSource:
             PortUnavailable: no port could be reserved.
             RendezvousError: the publication cannot be written (message names the file).
         """
-        try:
-            self.path.unlink(missing_ok=True)
-        except OSError as exc:
-            raise RendezvousError(f"frame 0 cannot remove the old publication {self.path}: {exc.strerror}; "
-                                  "check the run directory's permissions") from exc
+        self.clear()
         reservation = PortReservation(0)
         attempt = new_attempt(host)
         pub = Publication(host, reservation.port, attempt, proof(token, host, reservation.port, attempt),
@@ -242,10 +267,38 @@ class FileSource:
             raise RendezvousError(f"frame 0 cannot publish its address: {exc}") from exc
         return reservation, pub
 
+    def clear(self) -> None:
+        """Frame 0, before it publishes: remove what an earlier attempt or job left.
+
+        Raises:
+            RendezvousError: the file cannot be removed (message names it).
+        """
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise RendezvousError(f"frame 0 cannot remove the old publication {self.path}: {exc.strerror}; "
+                                  "check the run directory's permissions") from exc
+
     def retract(self, pub: Publication) -> None:
         """Remove the publication if it is still ``pub`` (frame 0, after its trainer exited)."""
         if self.read() == pub:
             self.path.unlink(missing_ok=True)
+
+    def fail(self, pub: Publication, reason: str, token: str | None) -> Publication:
+        """Frame 0: replace the publication with a failure notice of attempt ``pub.attempt`` (see module doc).
+
+        Raises:
+            RendezvousError: the notice cannot be written (message names the file).
+        """
+        failed = reason or "gang failed"
+        notice = dataclasses.replace(pub, failed=failed, token=proof(token, pub.host, pub.port, pub.attempt, failed),
+                                     published_at=time.time(), pid=os.getpid())
+        try:
+            self.path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+            atomic_write_json(self.path, notice.to_json())
+        except (OSError, RunDirError) as exc:
+            raise RendezvousError(f"frame 0 cannot publish its failure notice: {exc}") from exc
+        return notice
 
 
 @dataclass(frozen=True)
@@ -321,14 +374,26 @@ class CuebotSource:
         """Nothing to remove: Cuebot's frame state is the publication."""
 
 
-def _reject_reason(pub: Publication | None, source: Source, token: str | None) -> tuple[str, str] | None:
+def failure_notice(notice: FileSource | None, token: str | None) -> Publication | None:
+    """The failure notice of this job in ``notice`` (see module doc), or None."""
+    pub = notice.read() if notice is not None else None
+    return pub if pub is not None and pub.failed and signed_by(pub, token) else None
+
+
+def _reject_reason(pub: Publication | None, source: Source, token: str | None,
+                   stale: frozenset[str] | set[str]) -> tuple[str, str] | None:
     """Why ``pub`` cannot be used now, as (kind, message); None when it is usable."""
     if pub is None:
         return "none", f"no publication from frame 0 in {source.describe()} yet"
-    if token and isinstance(source, FileSource) and not hmac.compare_digest(
-            pub.token, proof(token, pub.host, pub.port, pub.attempt)):
+    if isinstance(source, FileSource) and not signed_by(pub, token):
         return (f"token {pub.attempt}", f"publication of attempt {pub.attempt} does not carry this job's token (left "
                 "by another job using the same run directory); waiting for this job's frame 0")
+    if pub.attempt in stale:
+        return (f"stale {pub.attempt}", f"frame 0 attempt {pub.attempt} at {pub.address} is stale (its gang refused "
+                "this rank: the rank was claimed there already, by this frame's earlier run); waiting for frame 0's "
+                "next attempt")
+    if pub.failed:
+        return f"failed {pub.attempt}", f"frame 0 attempt {pub.attempt} failed its gang: {pub.failed}"
     if not accepts_connections(pub.host, pub.port):
         age = f", published {time.time() - pub.published_at:.0f} s ago," if pub.published_at else ""
         return (f"closed {pub.attempt}", f"frame 0 attempt {pub.attempt} at {pub.address}{age} does not accept "
@@ -337,20 +402,29 @@ def _reject_reason(pub: Publication | None, source: Source, token: str | None) -
 
 
 def wait_for_main(source: Source, *, rank: int, token: str | None, timeout_s: float,
-                  poll_s: float = POLL_S) -> Publication:
+                  poll_s: float = POLL_S, stale: frozenset[str] | set[str] = frozenset(),
+                  notice: FileSource | None = None) -> Publication:
     """Wait until frame 0's publication is usable (see module doc) and return it.
 
-    Logs what it waits for when that changes and every :data:`LOG_EVERY_S` seconds.
+    Publications of the attempts in ``stale`` are not used. ``notice`` is where frame 0 writes a
+    failure notice (``RUN_DIR/rendezvous/main.json``; in file mode the source itself). Logs what it
+    waits for when that changes and every :data:`LOG_EVERY_S` seconds.
 
     Raises:
+        GangFailed: frame 0 published a failure notice of this job (exit code 3).
         RendezvousTimeout: nothing usable within ``timeout_s`` seconds (exit code 3); the message
             says what was last seen and what to check.
     """
     start = time.monotonic()
     last_kind, last_log = "", start
+    if notice is None and isinstance(source, FileSource):
+        notice = source
     while True:
+        failed = failure_notice(notice, token)
+        if failed is not None and failed.attempt not in stale:
+            raise GangFailed(f"rank {rank} stops: frame 0 (attempt {failed.attempt}) failed the gang: {failed.failed}")
         pub = source.read()
-        rejected = _reject_reason(pub, source, token)
+        rejected = _reject_reason(pub, source, token, stale)
         if rejected is None and pub is not None:
             log.info("rank %d: frame 0 (attempt %s) is at %s", rank, pub.attempt, pub.address)
             return pub
@@ -365,3 +439,17 @@ def wait_for_main(source: Source, *, rank: int, token: str | None, timeout_s: fl
             log.info("rank %d waiting for frame 0 (%.0f of %.0f s): %s", rank, now - start, timeout_s, reason)
             last_kind, last_log = kind, now
         time.sleep(min(poll_s, max(0.0, timeout_s - (now - start))))
+
+
+def superseded(source: Source, current: Publication, token: str | None) -> Publication | None:
+    """A publication of another attempt of frame 0 than ``current`` (frame 0 started again), or None.
+
+    Read by a rank while its trainer runs: a newer attempt means the gang of ``current`` is gone.
+    A retracted publication (frame 0 finished) is not a newer attempt.
+    """
+    pub = source.read()
+    if pub is None or pub.attempt == current.attempt:
+        return None
+    if isinstance(source, FileSource) and not signed_by(pub, token):
+        return None
+    return pub

@@ -165,6 +165,7 @@ def write_image(path: str | Path, rgb: np.ndarray, like: str | Path | None = Non
     temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp{path.suffix}")
     try:
         _write_oiio(temp, spec, pixels)
+        os.chmod(temp, 0o640)  # trainer.rundir.FILE_MODE: group-readable, never world-writable
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)  # only left behind on error

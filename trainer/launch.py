@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import IO
 
 from trainer.envvars import copycat_env
-from trainer.rundir import RunPaths
+from trainer.config import ConfigError
+from trainer.rundir import FILE_MODE, RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _relay(stream: IO[bytes], rank: int, log_path: Path) -> None:
-    with open(log_path, "ab") as fh:
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    with os.fdopen(fd, "ab") as fh:
         for raw in iter(stream.readline, b""):
             fh.write(raw)
             fh.flush()
@@ -106,6 +108,8 @@ def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_i
 
     Returns: 0 on success, else the failing rank's exit code.
     """
+    if world_size < 1 or max_restarts < 0:
+        raise ConfigError(f"--world-size {world_size} must be >= 1 and --max-restarts {max_restarts} >= 0")
     paths = RunPaths.of(run_dir)
     paths.create()
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)

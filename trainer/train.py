@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer import distributed
-from trainer.config import TrainConfig
+from trainer.config import ConfigError, TrainConfig
 from trainer.data import CropSampler, rank_loss_weight
 from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
@@ -222,7 +222,7 @@ class _Loop:
             log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
         if ckpt["model_size"] != self.cfg.model_size:
-            raise ValueError(f"checkpoint {self.paths.checkpoint(step)} is a {ckpt['model_size']} model, but "
+            raise ConfigError(f"checkpoint {self.paths.checkpoint(step)} is a {ckpt['model_size']} model, but "
                              f"--model-size is {self.cfg.model_size}; use the same size or another --run-dir")
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
