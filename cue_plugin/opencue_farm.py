@@ -163,8 +163,11 @@ class OpenCueFarm:
                             "with --user set to it")
 
     def _prepare(self, job: TrainingJob, hosts: Sequence[str]) -> TrainingJob:
-        """Add ``CUEBOT_HOSTS`` to the frames' environment when they look frame 0 up in Cuebot."""
-        if job.rendezvous != "cuebot" or "CUEBOT_HOSTS" in job.extra_env:
+        """Add ``CUEBOT_HOSTS`` to the frames' environment: frames look frame 0 up in Cuebot (``cuebot``
+        rendezvous) and frame 0 fails the whole layer through pycue on a gang timeout (any mode)."""
+        if "CUEBOT_HOSTS" in job.extra_env:
+            return job
+        if not hosts and job.rendezvous != "cuebot":
             return job
         if not hosts:
             raise FarmError("the cuebot rendezvous needs CUEBOT_HOSTS on the render nodes, but the Cuebot hosts are "
