@@ -2,7 +2,8 @@
 
 Usage: bare_ddp.py RANK WORLD PORT GLOBAL_BATCH STEPS MODEL_SIZE CROP. Prints images/s (rank 0).
 Same model, optimizer, L1 loss and per-rank batch as cuetrain; crops are pre-made random tensors,
-no data pipeline, no logging, no outputs.
+no data pipeline, no logging, no outputs. It gets the same glibc allocator tuning as the trainer
+(``trainer.tuning``), so the ratio measures cuetrain's overhead, not the allocator.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.model import build_model
+from trainer.tuning import tune_allocator
 
 WARMUP = 20  # untimed steps
 
 
 def main() -> None:
     rank, world, port, batch, steps = (int(a) for a in sys.argv[1:6])
+    tune_allocator()
     size, crop = sys.argv[6], int(sys.argv[7])
     torch.manual_seed(0)
     model = build_model(size)
@@ -41,6 +44,7 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
     rate = steps * batch / (time.perf_counter() - t0)
     if world > 1:
+        dist.barrier()  # nobody tears down while a peer still talks to it
         dist.destroy_process_group()
     if rank == 0:
         print(f"{rate:.3f}")

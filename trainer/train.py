@@ -144,7 +144,7 @@ class _Loop:
         if self.rt.backend == "none":
             return self.net
         ids = [self.rt.device.index] if self.rt.device.type == "cuda" else None
-        model = DDP(self.net, device_ids=ids)
+        model = DDP(self.net, device_ids=ids, gradient_as_bucket_view=True)  # no copy grads <-> buckets
         from trainer.compression import register_hook
 
         register_hook(model, self.cfg.grad_compression)
