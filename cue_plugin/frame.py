@@ -49,23 +49,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import IO, Callable, Sequence
+from typing import Callable, Sequence
 
 from cue_plugin import rendezvous
 from cue_plugin.builder import LAYER_NAME
 from cue_plugin.spec import RENDEZVOUS_MODES
+from cue_plugin.supervise import RankLog, TrainerExit, run_trainer
 from trainer.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
 from trainer.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, read_cue_env, read_dist_env,
                              read_farm_env)
-from trainer.rundir import FILE_MODE, RunDirError, RunPaths, read_json, update_run_json
+from trainer.rundir import RunDirError, RunPaths, read_json, update_run_json
 
 log = logging.getLogger("cue_plugin.frame")  # not __name__: run as ``-m``, that is "__main__", outside RankLog's tree
 
@@ -74,7 +71,6 @@ TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
 EXIT_USAGE = 2
 EXIT_GANG = 3  # rendezvous timeout, gang incomplete or failed (trainer.gang.GangTimeout)
 EXIT_REJECTED = 5  # trainer.gang.GangRejected: rank already claimed in that gang, or wrong job token
-EXIT_NO_TRAINER = 127  # the shell's "command not found"
 #: Start of trainer.gang's gang-timeout message (recorded as run.json ``error`` by rank 0).
 GANG_INCOMPLETE = "gang incomplete"
 WATCH_S = 5.0  # seconds between looks at the publication while the trainer runs
@@ -161,105 +157,6 @@ def resume_args(train_args: list[str], paths: RunPaths, job_id: str) -> list[str
     return train_args
 
 
-class RankLog:
-    """Writes lines to stdout (the frame log) and to ``RUN_DIR/logs/rank_N.log`` (mode 0640), line by line.
-
-    Also a logging handler target: :meth:`attach` sends ``cue_plugin`` log records to both.
-    """
-
-    def __init__(self, paths: RunPaths, rank: int) -> None:
-        paths.logs.mkdir(mode=0o750, parents=True, exist_ok=True)
-        fd = os.open(paths.rank_log(rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-        self._file: IO[str] = os.fdopen(fd, "a", encoding="utf-8", errors="replace", buffering=1)
-        self._lock = threading.Lock()
-        self._handler = logging.StreamHandler(self)  # type: ignore[arg-type]
-        self._handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [frame {rank}] %(name)s: %(message)s"))
-
-    def write(self, text: str) -> None:
-        with self._lock:
-            for stream in (sys.stdout, self._file):
-                stream.write(text)
-                stream.flush()
-
-    def flush(self) -> None:
-        """Lines are flushed as written."""
-
-    def attach(self) -> None:
-        root = logging.getLogger("cue_plugin")
-        root.addHandler(self._handler)
-        if root.level == logging.NOTSET or root.level > logging.INFO:
-            root.setLevel(logging.INFO)
-
-    def close(self) -> None:
-        logging.getLogger("cue_plugin").removeHandler(self._handler)
-        self._file.close()
-
-
-@dataclass(frozen=True)
-class TrainerExit:
-    """How the trainer ended: ``code`` (128 + signal number if killed); ``stopped`` = why the frame
-    stopped it (from the ``watch``), "" when it ended on its own."""
-
-    code: int
-    stopped: str = ""
-
-
-def run_trainer(command: Sequence[str], env: dict[str, str], out: RankLog, *,
-                watch: Callable[[], str | None] | None = None, watch_s: float | None = None) -> TrainerExit:
-    """Run the trainer, relaying its output lines to ``out``.
-
-    ``watch`` is called every ``watch_s`` seconds (default :data:`WATCH_S`) while the trainer runs; when it
-    returns a reason, the trainer is stopped (SIGTERM, SIGKILL after :data:`STOP_GRACE_S`) and the reason
-    is returned in :attr:`TrainerExit.stopped`.
-    """
-    try:
-        proc = subprocess.Popen(list(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    except OSError as exc:
-        log.error("cannot start the trainer %s: %s", command[0], exc)
-        return TrainerExit(EXIT_NO_TRAINER)
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
-    stopped: list[str] = []
-    done = threading.Event()
-    watcher = None
-    if watch is not None:
-        watcher = threading.Thread(target=_watch, args=(proc, watch, watch_s or WATCH_S, done, stopped),
-                                   name="frame-watch", daemon=True)
-        watcher.start()
-    try:
-        assert proc.stdout is not None  # PIPE above
-        for raw in iter(proc.stdout.readline, b""):
-            out.write(raw.decode("utf-8", errors="replace"))
-        code = proc.wait()
-    finally:
-        done.set()
-        if watcher is not None:
-            watcher.join()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    return TrainerExit(128 - code if code < 0 else code, stopped[0] if stopped else "")
-
-
-def _watch(proc: subprocess.Popen[bytes], watch: Callable[[], str | None], every_s: float, done: threading.Event,
-           stopped: list[str]) -> None:
-    while not done.wait(every_s):
-        try:
-            reason = watch()
-        except Exception as exc:  # noqa: BLE001 - a failed look must not stop training
-            log.debug("publication check failed: %s", exc)
-            continue
-        if reason:
-            log.warning("stopping the trainer: %s", reason)
-            stopped.append(reason)
-            proc.terminate()
-            try:
-                proc.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            return
-
-
 _Source = rendezvous.FileSource | rendezvous.CuebotSource
 
 
@@ -284,7 +181,8 @@ def _start_trainer(ns: argparse.Namespace, rank: int, pub: rendezvous.Publicatio
     args = resume_args(train_args, paths, read_farm_env().job_id)
     log.info("rank %d/%d starting the trainer (main %s, attempt %s%s)", rank, ns.world_size, pub.address, pub.attempt,
              f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else "")
-    result = run_trainer([*trainer_command, *args], environ_with(env), out, watch=watch)
+    result = run_trainer([*trainer_command, *args], environ_with(env), out, watch=watch, watch_s=WATCH_S,
+                         stop_grace_s=STOP_GRACE_S)
     log.info("rank %d: trainer exited with code %d", rank, result.code)
     return result
 
