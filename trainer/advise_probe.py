@@ -114,6 +114,9 @@ class _Gang:
 
 def _colocated_rank(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters: int, gang: _Gang,
                     rank: int, queue: Any) -> None:
+    from trainer.tuning import tune_allocator
+
+    tune_allocator()  # as every trainer process does (trainer.cli train)
     queue.put((rank, _probe(cfg, sizes, threads, warmup, iters, gang)))
 
 
