@@ -20,6 +20,8 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from trainer.launch import free_port  # noqa: E402
+
 
 def demo_data(folder: Path) -> tuple[Path, Path]:
     """The carphone training sequences (real footage), extracted once into ``folder``."""
@@ -45,12 +47,6 @@ def run_cuetrain(data: tuple[Path, Path], world: int, batch: int, steps: int, ex
                  env: dict[str, str] | None = None) -> float:
     """images/s of ``cuetrain local`` (world > 1) or ``cuetrain train`` (world == 1), one thread per rank."""
     return images_per_s(run_cuetrain_metrics(data, world, batch, steps, extra, env), batch)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_bare(world: int, batch: int, steps: int, model_size: str = "small", crop: int = 64) -> float:

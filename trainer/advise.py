@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="cuetrain advise",
         description="Predict images/s and scaling efficiency for 1..N ranks and sync intervals from a short "
                     "probe on this host. 'cuetrain advise link' measures the network between two ranks.")
-    add_train_arguments(p, require_paths=False)
+    add_train_arguments(p)
     g = p.add_argument_group("advisor")
     g.add_argument("--max-world-size", type=int, default=8, help="largest world size in the table (default 8)")
     g.add_argument("--sync-intervals", type=int, nargs="+", default=[1, 2, 4, 8],

@@ -124,10 +124,11 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
 
 
-def add_train_arguments(parser: argparse.ArgumentParser, *, require_paths: bool = True) -> None:
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``cuetrain train`` arguments to ``parser`` (shared by train, local, submit, advise).
 
-    With ``require_paths`` False the three paths may come from ``--config``.
+    The three paths are optional here because ``--config`` may supply them; ``config_from_args``
+    requires them.
     """
     d = {f.name: f.default for f in fields(TrainConfig) if f.default is not dataclasses.MISSING}
     g = parser.add_argument_group("training")
@@ -153,7 +154,6 @@ def add_train_arguments(parser: argparse.ArgumentParser, *, require_paths: bool 
     g.add_argument("--grad-compression", choices=GRAD_COMPRESSION, help="DDP gradient compression (default none)")
     g.add_argument("--collective-timeout-s", type=float, help="collective timeout in seconds (default 60)")
     g.add_argument("--gang-timeout-s", type=float, help="wait for all ranks at most this long (default 600 s)")
-    parser.set_defaults(_require_paths=require_paths)
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -19,7 +19,6 @@ import dataclasses
 import os
 import pwd
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import pytest
 from tests.cuebot.dispatcher import FrameIdentity
 from tests.cuebot.double import CuebotDouble
 from tests.cuebot.rqd_harness import RqdProcess
+from trainer.launch import free_port
 
 RQD_START_TIMEOUT_S = 30
 NO_LOGIN_SHELLS = ("nologin", "false", "sync", "halt", "shutdown")
@@ -48,12 +48,6 @@ def frame_identity(preferred_uid: int = 1000) -> FrameIdentity:
         return FrameIdentity(uid=accounts[0].pw_uid, gid=accounts[0].pw_gid,
                              user=accounts[0].pw_name)
     return FrameIdentity(uid=preferred_uid, gid=preferred_uid, user="cuetrain")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager
