@@ -1,11 +1,14 @@
 """TrainingJob -> pyoutline Outline -> OpenCue job spec XML (the dry run), without a Cuebot.
 
-One job, ONE ``Shell`` layer named ``train`` with frames ``0-(world_size-1)``, chunk 1: frame N is
-rank N. Every frame runs the frame entry point with the absolute interpreter of this process (RQD
+One job, ONE ``Shell`` layer named ``train`` with frames ``0-(F-1)``, chunk 1, where F = world_size /
+ranks_per_frame (L). Frame f runs ranks ``f*L .. f*L+L-1`` (with L = 1, the default, frame N is rank
+N) and reserves L x the per-rank cores, memory, GPUs and GPU memory. Every frame runs the frame entry point with the absolute interpreter of this process (RQD
 gives frames a fixed ``PATH``, so ``python`` alone may be another interpreter)::
 
     /abs/python -u -m cue_plugin.frame --frame '#IFRAME#' --world-size N --rendezvous file \\
-        --rendezvous-timeout 600 -- --input ... --target ... --run-dir ...
+        --rendezvous-timeout 600 [--ranks-per-frame L] -- --input ... --target ... --run-dir ...
+
+(``--ranks-per-frame`` only when L > 1, so a one-rank-per-frame spec is what it always was.)
 
 Quoting. pyoutline puts a layer's ``command`` into ``<cmd>`` as is (a list is joined with single
 spaces, no quoting). Cuebot replaces the ``#IFRAME#``-style tokens in that text, and RQD writes it
@@ -74,9 +77,10 @@ def shell_command(argv: Sequence[str]) -> str:
 
 def frame_argv(job: TrainingJob, python: str | None = None) -> list[str]:
     """The argv every frame runs (before quoting); ``#IFRAME#`` is replaced by Cuebot."""
+    per_frame = ["--ranks-per-frame", str(job.ranks_per_frame)] if job.ranks_per_frame > 1 else []
     return [python or sys.executable, "-u", "-m", "cue_plugin.frame", "--frame", "#IFRAME#",
             "--world-size", str(job.world_size), "--rendezvous", job.rendezvous,
-            "--rendezvous-timeout", f"{job.rendezvous_timeout_s:g}", "--", *job.train.to_argv()]
+            "--rendezvous-timeout", f"{job.rendezvous_timeout_s:g}", *per_frame, "--", *job.train.to_argv()]
 
 
 def layer_env(job: TrainingJob, token: str) -> dict[str, str]:
@@ -114,13 +118,14 @@ def build(job: TrainingJob, *, python: str | None = None, token: str | None = No
     command = shell_command(frame_argv(job, python))
     env = layer_env(job, token or secrets.token_hex(16))
     ol = outline.Outline(name=job.name, show=job.show, shot=job.shot, user=job.user)
-    args: dict = dict(command=command, range=f"0-{job.world_size - 1}", chunk=1, cores=job.cores,
-                      memory=f"{job.memory_mb}m", service=job.service, env=env)
+    res = job.frame_resources  # L x one rank's
+    args: dict = dict(command=command, range=f"0-{job.frames - 1}", chunk=1, cores=res["cores"],
+                      memory=f"{res['memory_mb']}m", service=job.service, env=env)
     if job.tags:
         args["tags"] = list(job.tags)
     if job.gpus or job.gpu_memory_mb:
-        args["gpus"] = job.gpus or 1
-        args["gpu_memory"] = f"{job.gpu_memory_mb}m" if job.gpu_memory_mb else "1g"
+        args["gpus"] = res["gpus"] or job.ranks_per_frame
+        args["gpu_memory"] = f"{res['gpu_memory_mb']}m" if job.gpu_memory_mb else "1g"
     layer = Shell(LAYER_NAME, **args)
     ol.add_layer(layer)
     layer.check_required_args()

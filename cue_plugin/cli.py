@@ -31,15 +31,17 @@ log = logging.getLogger(__name__)
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 #: submit flags that set TrainingJob fields: flag dest -> (type, help).
 _JOB_FLAGS: dict[str, tuple[Any, str]] = {
-    "world_size": (int, "ranks = frames (default: the template's)"),
+    "world_size": (int, "ranks in the gang, COPYCAT_WORLD_SIZE (default: the template's)"),
+    "ranks_per_frame": (int, "ranks per frame L (one host runs L trainers; the layer has world size / L frames, "
+                             "each reserving L x the per-rank cores, memory and GPUs; default 1)"),
     "name": (str, "job name suffix (default cuetrain); OpenCue names the job show-shot-user_name"),
     "priority": (int, "job priority (higher runs first)"),
     "max_retries": (int, "retries per frame"),
     "service": (str, "OpenCue service of the layer"),
-    "cores": (float, "cores per frame"),
-    "memory_mb": (int, "memory per frame [MiB]"),
-    "gpus": (int, "GPUs per frame"),
-    "gpu_memory_mb": (int, "GPU memory per frame [MiB]"),
+    "cores": (float, "cores per rank"),
+    "memory_mb": (int, "memory per rank [MiB]"),
+    "gpus": (int, "GPUs per rank"),
+    "gpu_memory_mb": (int, "GPU memory per rank [MiB]"),
     "sync_interval": (int, "all-reduce gradients every N steps"),
     "rendezvous_timeout_s": (float, "how long ranks wait for frame 0 [s]"),
 }
@@ -48,7 +50,7 @@ _JOB_FLAGS: dict[str, tuple[Any, str]] = {
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cuetrain", description="Train on the OpenCue render farm.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    s = sub.add_parser("submit", help="submit a training run (one layer, one frame per rank)")
+    s = sub.add_parser("submit", help="submit a training run (one layer, one frame per ranks-per-frame ranks)")
     s.add_argument("--template", help=f"farm template ({', '.join(templates.list_templates()) or 'none found'})")
     s.add_argument("--list-templates", action="store_true", help="list the farm templates and exit")
     s.add_argument("--show", help="OpenCue show (default $SHOW)")
@@ -103,7 +105,8 @@ def _submit(ns: argparse.Namespace, farm: Farm) -> int:
         print(farm.dry_run(job))
         return 0
     handle = farm.submit(job)
-    print(f"submitted {handle.job_name} (id {handle.job_id}): {job.world_size} rank(s)")
+    print(f"submitted {handle.job_name} (id {handle.job_id}): {job.world_size} rank(s)"
+          + (f" in {job.frames} frames x {job.ranks_per_frame} ranks" if job.ranks_per_frame > 1 else ""))
     print(f"follow it with: cuetrain status {handle.run_dir}")
     return 0
 

@@ -37,11 +37,17 @@ class RunState(enum.Enum):
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """One distributed training run on the farm: ONE layer of ``world_size`` frames.
+    """One distributed training run on the farm: ONE layer of ``world_size / ranks_per_frame`` frames.
+
+    Resources (``cores``, ``memory_mb``, ``gpus``, ``gpu_memory_mb``) are per RANK; the layer reserves
+    ``ranks_per_frame`` times each for every frame (:attr:`frame_resources`), so a template for a node
+    kind states what one rank needs and ``ranks_per_frame`` how many ranks share a node.
 
     Attributes:
         train: the trainer configuration (its ``run_dir`` must be on shared storage).
-        world_size: number of ranks = frames in the layer (frame range ``0-(world_size-1)``).
+        world_size: number of ranks in the gang (``COPYCAT_WORLD_SIZE``).
+        ranks_per_frame: trainer processes per frame, L: frame f runs ranks ``f*L .. f*L+L-1`` on one host
+            (default 1: frame number = rank). ``world_size`` must be a multiple of it.
         show: OpenCue show name.
         shot: shot name.
         user: submitting user (OpenCue refuses frames as root).
@@ -50,10 +56,10 @@ class TrainingJob:
         max_retries: retries per frame before the frame is dead [count].
         service: OpenCue service of the layer (e.g. ``cuetrain-gpu``).
         tags: host tags the layer asks for.
-        cores: cores reserved per frame [cores].
-        memory_mb: memory reserved per frame [MiB].
-        gpus: GPUs reserved per frame [count].
-        gpu_memory_mb: GPU memory reserved per frame [MiB].
+        cores: cores per rank [cores].
+        memory_mb: memory per rank [MiB].
+        gpus: GPUs per rank [count].
+        gpu_memory_mb: GPU memory per rank [MiB].
         sync_interval: ``COPYCAT_SYNC_INTERVAL`` (all-reduce every N steps) [steps].
         rendezvous: how ranks find frame 0: ``file`` (run directory) or ``cuebot`` (pycue lookup).
         rendezvous_timeout_s: how long ranks wait for frame 0's publication [seconds].
@@ -78,10 +84,17 @@ class TrainingJob:
     rendezvous: str = "file"
     rendezvous_timeout_s: float = 600.0
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    ranks_per_frame: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or self.world_size < 1:
             raise FarmError(f"world_size={self.world_size!r} must be a whole number >= 1")
+        if not isinstance(self.ranks_per_frame, int) or self.ranks_per_frame < 1:
+            raise FarmError(f"ranks_per_frame={self.ranks_per_frame!r} must be a whole number >= 1")
+        if self.world_size % self.ranks_per_frame:
+            raise FarmError(f"world_size={self.world_size} is not a multiple of ranks_per_frame={self.ranks_per_frame}: "
+                            "every frame runs the same number of ranks; choose a world size that is "
+                            f"{self.ranks_per_frame} x the number of frames (hosts)")
         if self.train.batch_size < self.world_size:
             raise FarmError(
                 f"batch_size={self.train.batch_size} is smaller than world_size={self.world_size}: every rank needs "
@@ -90,6 +103,19 @@ class TrainingJob:
             raise FarmError(f"rendezvous={self.rendezvous!r} is not one of {', '.join(RENDEZVOUS_MODES)}")
         if self.sync_interval < 1:
             raise FarmError(f"sync_interval={self.sync_interval} must be >= 1 step")
+
+    @property
+    def frames(self) -> int:
+        """Frames in the layer = hosts the gang needs: ``world_size / ranks_per_frame``."""
+        return self.world_size // self.ranks_per_frame
+
+    @property
+    def frame_resources(self) -> dict[str, float]:
+        """What the layer reserves per frame: ``ranks_per_frame`` x the per-rank ``cores`` [cores],
+        ``memory_mb`` [MiB], ``gpus`` [count] and ``gpu_memory_mb`` [MiB]."""
+        n = self.ranks_per_frame
+        return {"cores": self.cores * n, "memory_mb": self.memory_mb * n, "gpus": self.gpus * n,
+                "gpu_memory_mb": self.gpu_memory_mb * n}
 
 
 @dataclass(frozen=True)

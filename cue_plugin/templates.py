@@ -14,6 +14,10 @@ values (CLI flags, GUI fields). Example ``farm_templates/gpu-small.toml``::
     gpu_memory_mb = 12288
     world_size = 2
 
+``cores``, ``memory_mb``, ``gpus`` and ``gpu_memory_mb`` are per rank. ``ranks_per_frame = L`` (default
+1) puts L ranks on each frame (one multi-GPU or many-core node): the layer then has ``world_size / L``
+frames, each reserving L x the per-rank resources (``farm_templates/gpu-node-4x.toml``).
+
 Templates are searched in ``CUETRAIN_TEMPLATE_PATH`` folders first (studio overrides), then in the
 ``farm_templates/`` folder of this checkout. Unknown keys fail loudly and list the valid ones.
 """
@@ -45,6 +49,7 @@ TEMPLATE_KEYS: dict[str, tuple[type, ...]] = {
     "max_retries": (int,),
     "priority": (int,),
     "world_size": (int,),
+    "ranks_per_frame": (int,),
     "sync_interval": (int,),
     "rendezvous": (str,),
     "rendezvous_timeout_s": (int, float),
@@ -54,6 +59,7 @@ META_KEYS = ("description",)
 #: Job fields a caller may give explicitly besides ``train`` (every TrainingJob field).
 JOB_KEYS = tuple(f.name for f in dataclasses.fields(TrainingJob) if f.name != "train")
 _NON_NEGATIVE = ("cores", "memory_mb", "gpus", "gpu_memory_mb", "max_retries", "priority")
+_POSITIVE = ("world_size", "ranks_per_frame", "sync_interval")
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,8 @@ def validate_values(data: Mapping[str, Any], source: str) -> dict[str, Any]:
             raise FarmError(f"{source}: {key}={value!r} must be of type {' or '.join(t.__name__ for t in types)}")
         if key in _NON_NEGATIVE and value < 0:
             raise FarmError(f"{source}: {key}={value!r} must be >= 0")
+        if key in _POSITIVE and value < 1:
+            raise FarmError(f"{source}: {key}={value!r} must be >= 1")
         if key == "tags":
             value = tuple(value)
             bad = [t for t in value if not isinstance(t, str) or not t.isalnum()]

@@ -55,6 +55,35 @@ def test_golden_gpu_job_with_awkward_paths_and_env():
     check_golden("gpu_large_awkward", builder.dry_run(job, python=PYTHON, token=TOKEN))
 
 
+def test_golden_four_ranks_two_per_frame_is_one_layer_of_two_frames():
+    """``--world-size 4 --ranks-per-frame 2``: ONE layer, range 0-1, 2 x the per-rank resources per frame."""
+    job = templates.make_job(make_config(batch_size=8), template="cpu-test", world_size=4, ranks_per_frame=2,
+                             show="demo", shot="sh010", user="artist")
+    spec = builder.dry_run(job, python=PYTHON, token=TOKEN)
+    check_golden("cpu_test_4_ranks_2_per_frame", spec)
+    layers = ElementTree.fromstring(spec).findall("./job/layers/layer")
+    assert len(layers) == 1 and layers[0].findtext("range") == "0-1"
+    assert (layers[0].findtext("cores"), layers[0].findtext("memory")) == ("2.0", "8192m")  # cpu-test: 1 core, 4 GiB
+    assert "--world-size 4" in layers[0].findtext("cmd") and "--ranks-per-frame 2" in layers[0].findtext("cmd")
+    env = {k.get("name"): k.text for k in layers[0].findall("./env/key")}
+    assert env["COPYCAT_WORLD_SIZE"] == "4"
+
+
+def test_gpu_node_template_asks_for_its_ranks_gpus_per_frame():
+    job = templates.make_job(make_config(batch_size=16), template="gpu-node-4x", show="demo", shot="sh010",
+                             user="artist")
+    layer = ElementTree.fromstring(builder.dry_run(job, python=PYTHON, token=TOKEN)).find("./job/layers/layer")
+    assert (job.world_size, job.ranks_per_frame, layer.findtext("range")) == (8, 4, "0-1")
+    assert (layer.findtext("gpus"), layer.findtext("gpu_memory")) == ("4", "98304m")  # 4 x (1 GPU, 24 GiB)
+    assert (layer.findtext("cores"), layer.findtext("memory")) == ("32.0", "196608m")
+
+
+def test_world_size_not_a_multiple_of_ranks_per_frame_names_both():
+    with pytest.raises(FarmError, match=r"world_size=6 is not a multiple of ranks_per_frame=4"):
+        templates.make_job(make_config(batch_size=8), template="gpu-node-4x", world_size=6, show="demo",
+                           shot="sh010", user="artist")
+
+
 def test_layer_shape(job):
     root = ElementTree.fromstring(builder.dry_run(job, python=PYTHON, token=TOKEN))
     layers = root.findall("./job/layers/layer")

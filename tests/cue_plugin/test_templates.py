@@ -28,6 +28,15 @@ def test_template_beats_defaults_and_explicit_beats_template():
     assert job.name == "cuetrain_run"  # from the run directory name: Cuebot refuses duplicate live names
 
 
+def test_ranks_per_frame_comes_from_the_template_and_the_flag_wins():
+    node = templates.make_job(make_config(batch_size=16), template="gpu-node-4x", **PEOPLE)
+    assert (node.world_size, node.ranks_per_frame, node.frames, node.gpus) == (8, 4, 2, 1)
+    assert node.frame_resources == {"cores": 32.0, "memory_mb": 196608, "gpus": 4, "gpu_memory_mb": 98304}
+    two = templates.make_job(make_config(batch_size=16), template="gpu-node-4x", ranks_per_frame=2, **PEOPLE)
+    assert (two.frames, two.frame_resources["gpus"]) == (4, 2)
+    assert templates.make_job(make_config(), template="cpu-test", **PEOPLE).ranks_per_frame == 1  # today's contract
+
+
 def test_none_values_do_not_override(tmp_path):
     job = templates.make_job(make_config(), template="cpu-test", world_size=None, cores=None, **PEOPLE)
     assert job.world_size == 2 and job.cores == 1.0
@@ -49,6 +58,7 @@ def test_unknown_template_key_lists_the_valid_keys(tmp_path):
 @pytest.mark.parametrize("text,match", [("cores = 'four'", "cores='four' must be of type int or float"),
                                         ("gpus = true", "gpus=True must be of type int"),
                                         ("memory_mb = -1", "memory_mb=-1 must be >= 0"),
+                                        ("ranks_per_frame = 0", "ranks_per_frame=0 must be >= 1"),
                                         ("tags = ['gpu|x']", "not valid OpenCue tags"),
                                         ("world_size = [", "cannot read farm template")])
 def test_bad_template_values_name_file_and_key(tmp_path, text, match):
