@@ -3,15 +3,18 @@
     python -u -m cue_plugin.frame --frame 3 --world-size 4 --rendezvous file \\
         --rendezvous-timeout 600 -- --input ... --target ... --run-dir ...
 
-1. The rank is the frame number: ``--frame`` (Cuebot's ``#IFRAME#`` token) or ``CUE_IFRAME``.
+1. The frame number f is ``--frame`` (Cuebot's ``#IFRAME#`` token) or ``CUE_IFRAME``. With
+   ``--ranks-per-frame L`` (default 1) the frame runs ranks ``f*L .. f*L+L-1`` (L = 1: rank = frame
+   number); ``--world-size`` is the total number of ranks and must be a multiple of L.
 2. Rendezvous (see :mod:`cue_plugin.rendezvous`): frame 0 reserves a port and publishes its main
    address; the other frames wait for a usable publication (exit code 3 after the timeout).
-3. The trainer runs as a child process, ``python -u -m trainer.cli train ARGS``, with
+3. Each rank's trainer runs as a child process (L of them, through :mod:`trainer.supervise`, the
+   supervisor ``cuetrain local`` uses too; one failing stops the others), ``python -u -m trainer.cli train ARGS``, with
    ``COPYCAT_MAIN_ADDR/PORT/RANK/WORLD_SIZE/SYNC_INTERVAL`` and the job token
    (``CUETRAIN_GANG_TOKEN``) set; ``CUE_GPU_CORES`` (the GPUs RQD reserved; RQD does not set
-   CUDA's variable) becomes ``CUDA_VISIBLE_DEVICES`` with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (RQD
-   numbers GPUs like nvidia-smi, in PCI bus order), and ``CUE_THREADS`` becomes ``OMP_NUM_THREADS``
-   unless set. The child stays in the frame's process group, so RQD's kill reaches it; a SIGTERM
+   CUDA's variable) is split over the L ranks as ``CUDA_VISIBLE_DEVICES`` (one GPU each when the
+   layer reserved L) with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (RQD numbers GPUs like nvidia-smi, in PCI
+   bus order), and ``CUE_THREADS / L`` becomes ``OMP_NUM_THREADS`` unless set. The child stays in the frame's process group, so RQD's kill reaches it; a SIGTERM
    sent to this process alone is passed on.
 4. On a retry within the same job (``run.json`` shows a gang of this job already started
    training), ``--resume`` is added so the gang continues from the latest checkpoint.
@@ -58,11 +61,12 @@ from typing import Callable, Sequence
 from cue_plugin import rendezvous
 from cue_plugin.builder import LAYER_NAME
 from cue_plugin.spec import RENDEZVOUS_MODES
-from cue_plugin.supervise import RankLog, TrainerExit, run_trainer
+from cue_plugin.supervise import GangExit, RankLog, frame_devices, frame_ranks, run_ranks
 from trainer.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
 from trainer.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, read_cue_env, read_dist_env,
                              read_farm_env)
 from trainer.rundir import RunDirError, RunPaths, read_json, update_run_json
+from trainer.supervise import device_envs, rank_envs
 
 log = logging.getLogger("cue_plugin.frame")  # not __name__: run as ``-m``, that is "__main__", outside RankLog's tree
 
@@ -93,11 +97,29 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--world-size", type=int, required=True, help="number of ranks = frames in the layer")
     p.add_argument("--rendezvous", choices=RENDEZVOUS_MODES, default="file", help="how ranks find frame 0")
     p.add_argument("--rendezvous-timeout", type=float, default=600.0, help="wait for frame 0 at most [s]")
+    p.add_argument("--ranks-per-frame", type=int, default=1,
+                   help="trainer processes of this frame L: ranks frame*L .. frame*L+L-1 (default 1)")
     return p.parse_args(argv[:split]), argv[split + 1:]
 
 
+def frames_of(world_size: int, ranks_per_frame: int) -> int:
+    """Frames in the layer: ``world_size / ranks_per_frame``.
+
+    Raises:
+        ValueError: either is below 1, or ``world_size`` is not a multiple of ``ranks_per_frame`` (names both).
+    """
+    if world_size < 1 or ranks_per_frame < 1:
+        raise ValueError(f"--world-size {world_size} and --ranks-per-frame {ranks_per_frame} must be >= 1")
+    if world_size % ranks_per_frame:
+        raise ValueError(f"--world-size {world_size} is not a multiple of --ranks-per-frame {ranks_per_frame}: "
+                         "every frame runs the same number of ranks")
+    return world_size // ranks_per_frame
+
+
 def frame_rank(frame_arg: str | None, cue: CueFrameEnv, world_size: int) -> int:
-    """The rank: ``--frame`` if it is a number (an unreplaced ``#IFRAME#`` is ignored), else ``CUE_IFRAME``.
+    """The frame number: ``--frame`` if it is a number (an unreplaced ``#IFRAME#`` is ignored), else ``CUE_IFRAME``.
+
+    ``world_size`` here is the number of frames (= ranks with one rank per frame, see :func:`frames_of`).
 
     Raises:
         ValueError: no frame number, or not in ``0..world_size-1``.
@@ -127,14 +149,10 @@ def train_config(train_args: list[str]) -> TrainConfig:
 
 
 def device_env(cue: CueFrameEnv, omp_num_threads: str | None) -> dict[str, str]:
-    """GPU and thread variables for the trainer from RQD's reservation (empty when nothing is reserved)."""
-    out: dict[str, str] = {}
-    if cue.gpu_cores:
-        out["CUDA_VISIBLE_DEVICES"] = ",".join(cue.gpu_cores)
-        out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if cue.threads and not omp_num_threads:
-        out["OMP_NUM_THREADS"] = str(cue.threads)
-    return out
+    """GPU and thread variables for a one-rank frame from RQD's reservation (empty when nothing is reserved).
+
+    Frames with more ranks split them (:func:`trainer.supervise.device_envs`)."""
+    return device_envs(frame_devices(cue, omp_num_threads), 1)[0]
 
 
 def resume_args(train_args: list[str], paths: RunPaths, job_id: str) -> list[str]:
@@ -167,23 +185,29 @@ def _source(mode: str, paths: RunPaths, cue: CueFrameEnv, job_id: str) -> _Sourc
 
 
 def _trainer_env(pub: rendezvous.Publication, rank: int, world_size: int, cue: CueFrameEnv) -> dict[str, str]:
+    """The environment every trainer of this frame shares (``COPYCAT_RANK`` and devices are set per rank)."""
     dist = read_dist_env()
     env = copycat_env(pub.host, pub.port, rank, world_size, dist.sync_interval, dist.local_addr, dist.token)
-    env.update(device_env(cue, read_farm_env().omp_num_threads))
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
 def _start_trainer(ns: argparse.Namespace, rank: int, pub: rendezvous.Publication, paths: RunPaths,
                    train_args: list[str], cue: CueFrameEnv, trainer_command: Sequence[str], out: RankLog,
-                   watch: Callable[[], str | None] | None = None) -> TrainerExit:
-    env = _trainer_env(pub, rank, ns.world_size, cue)
+                   watch: Callable[[], str | None] | None = None) -> GangExit:
+    """Run this frame's trainers (ranks ``rank .. rank+L-1``, ``rank`` = its first) until they end."""
+    ranks = frame_ranks(rank // ns.ranks_per_frame, ns.ranks_per_frame)
+    envs = rank_envs(environ_with(_trainer_env(pub, rank, ns.world_size, cue)), rank, len(ranks),
+                     frame_devices(cue, read_farm_env().omp_num_threads))
     args = resume_args(train_args, paths, read_farm_env().job_id)
-    log.info("rank %d/%d starting the trainer (main %s, attempt %s%s)", rank, ns.world_size, pub.address, pub.attempt,
-             f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else "")
-    result = run_trainer([*trainer_command, *args], environ_with(env), out, watch=watch, watch_s=WATCH_S,
-                         stop_grace_s=STOP_GRACE_S)
-    log.info("rank %d: trainer exited with code %d", rank, result.code)
+    for env in envs:
+        log.info("rank %s/%d starting the trainer (main %s, attempt %s%s)", env["COPYCAT_RANK"], ns.world_size,
+                 pub.address, pub.attempt, f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}"
+                 if "CUDA_VISIBLE_DEVICES" in env else "")
+    result = run_ranks([*trainer_command, *args], list(zip(ranks, envs)), out.logs, watch=watch, watch_s=WATCH_S,
+                       stop_grace_s=STOP_GRACE_S)
+    log.info("rank(s) %s: trainer exit code(s) %s", ", ".join(map(str, ranks)),
+             ", ".join(str(result.codes.get(r, "-")) for r in ranks))
     return result
 
 
@@ -210,8 +234,9 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
              ns.world_size)
     failure = ""
     try:
-        code = _start_trainer(ns, 0, pub, paths, train_args, cue, trainer_command, out).code
-        failure = gang_incomplete(paths) if code == EXIT_GANG else ""
+        result = _start_trainer(ns, 0, pub, paths, train_args, cue, trainer_command, out)
+        code = result.code
+        failure = gang_incomplete(paths) if EXIT_GANG in (code, result.codes.get(0)) else ""
     finally:
         reservation.close()
         if not failure:
@@ -237,7 +262,7 @@ def _run_member(ns: argparse.Namespace, rank: int, paths: RunPaths, train_args: 
                 if other is not None else None
 
         result = _start_trainer(ns, rank, pub, paths, train_args, cue, trainer_command, out, watch=newer)
-        if result.code == EXIT_REJECTED or result.stopped:
+        if EXIT_REJECTED in result.codes.values() or result.stopped:
             stale.add(pub.attempt)
             why = result.stopped or "its gang refused this rank (rank already claimed: a stale gang of an old frame 0)"
             log.warning("rank %d: frame 0 attempt %s is stale: %s; waiting for another attempt of frame 0 "
@@ -344,17 +369,18 @@ def main(argv: Sequence[str] | None = None, *, trainer_command: Sequence[str] | 
     ns, train_args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cue = read_cue_env()
-        rank = frame_rank(ns.frame, cue, ns.world_size)
+        rank = frame_rank(ns.frame, cue, frames_of(ns.world_size, ns.ranks_per_frame)) * ns.ranks_per_frame
         paths = RunPaths.of(train_config(train_args).run_dir)
         paths.create()
-        out = RankLog(paths, rank)
+        out = RankLog(paths, rank, prefix=ns.ranks_per_frame > 1)
     except (ValueError, EnvError, ConfigError, RunDirError, OSError) as exc:
         print(f"cue_plugin.frame: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     out.attach()
     try:
-        log.info("frame %d of %d on %s (pid %d), rendezvous %s", rank, ns.world_size, socket.gethostname(),
-                 os.getpid(), ns.rendezvous)
+        log.info("frame %d of %d on %s (pid %d), rendezvous %s, rank(s) %d-%d of %d", rank // ns.ranks_per_frame,
+                 ns.world_size // ns.ranks_per_frame, socket.gethostname(), os.getpid(), ns.rendezvous, rank,
+                 rank + ns.ranks_per_frame - 1, ns.world_size)
         return _run(ns, rank, paths, train_args, cue, trainer_command or TRAINER_COMMAND, out)
     except rendezvous.RendezvousError as exc:
         log.error("%s", exc)

@@ -1,47 +1,43 @@
-"""The frame's trainer process: run it, tee its output, stop it when told.
+"""The frame's side of the rank supervisor (:mod:`trainer.supervise`): its log and its ranks.
 
-Output lines go to stdout (the frame log CueGUI shows) and to ``RUN_DIR/logs/rank_N.log`` (the
-complete copy: RQD 1.37 drops frame-log lines, see README). A SIGTERM sent to the frame is passed
-on to the trainer.
+A frame runs L = ranks-per-frame trainer processes through :func:`trainer.supervise.run_ranks`, the
+same supervisor ``cuetrain local`` uses. Output lines go to stdout (the frame log CueGUI shows,
+prefixed ``[rank N]`` when L > 1) and to ``RUN_DIR/logs/rank_N.log`` (the complete copy: RQD 1.37
+drops frame-log lines, see README). The frame's own log records go to the log of its first rank.
+A SIGTERM sent to the frame is passed on to every trainer.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import subprocess
-import sys
-import threading
-from dataclasses import dataclass
-from typing import IO, Callable, Sequence
 
-from trainer.rundir import FILE_MODE, RunPaths
+from trainer.envvars import CueFrameEnv
+from trainer.rundir import RunPaths
+from trainer.supervise import EXIT_NO_TRAINER, Devices, GangExit, RankLogs, run_ranks
 
-log = logging.getLogger("cue_plugin.frame")
-
-EXIT_NO_TRAINER = 127  # the shell's "command not found"
+__all__ = ["EXIT_NO_TRAINER", "GangExit", "RankLog", "frame_devices", "frame_ranks", "run_ranks"]
 
 
 class RankLog:
-    """Writes lines to stdout (the frame log) and to ``RUN_DIR/logs/rank_N.log`` (mode 0640), line by line.
+    """The frame's log: lines to stdout (the frame log) and to ``RUN_DIR/logs/rank_N.log`` of its first rank.
 
-    Also a logging handler target: :meth:`attach` sends ``cue_plugin`` log records to both.
+    :attr:`logs` is the :class:`~trainer.supervise.RankLogs` its trainers write to (the same files and
+    stdout, one lock). :meth:`attach` sends ``cue_plugin`` log records through it.
+
+    Args:
+        paths: the run directory layout.
+        rank: the frame's first rank (``frame * ranks_per_frame``): its log file gets the frame's records.
+        prefix: prefix trainer lines on stdout with ``[rank N]`` (frames with more than one rank).
     """
 
-    def __init__(self, paths: RunPaths, rank: int) -> None:
-        paths.logs.mkdir(mode=0o750, parents=True, exist_ok=True)
-        fd = os.open(paths.rank_log(rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-        self._file: IO[str] = os.fdopen(fd, "a", encoding="utf-8", errors="replace", buffering=1)
-        self._lock = threading.Lock()
+    def __init__(self, paths: RunPaths, rank: int, *, prefix: bool = False) -> None:
+        self.logs = RankLogs(paths, prefix=prefix)
+        self._rank = rank
         self._handler = logging.StreamHandler(self)  # type: ignore[arg-type]
         self._handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [frame {rank}] %(name)s: %(message)s"))
 
     def write(self, text: str) -> None:
-        with self._lock:
-            for stream in (sys.stdout, self._file):
-                stream.write(text)
-                stream.flush()
+        self.logs.write(self._rank, text, prefixed=False)
 
     def flush(self) -> None:
         """Lines are flushed as written."""
@@ -54,70 +50,15 @@ class RankLog:
 
     def close(self) -> None:
         logging.getLogger("cue_plugin").removeHandler(self._handler)
-        self._file.close()
+        self.logs.close()
 
 
-@dataclass(frozen=True)
-class TrainerExit:
-    """How the trainer ended: ``code`` (128 + signal number if killed); ``stopped`` = why the frame
-    stopped it (from the ``watch``), "" when it ended on its own."""
-
-    code: int
-    stopped: str = ""
+def frame_ranks(frame: int, ranks_per_frame: int) -> range:
+    """The ranks frame ``frame`` runs: ``frame*L .. frame*L+L-1`` (L = ``ranks_per_frame``)."""
+    return range(frame * ranks_per_frame, (frame + 1) * ranks_per_frame)
 
 
-def run_trainer(command: Sequence[str], env: dict[str, str], out: RankLog, *,
-                watch: Callable[[], str | None] | None = None, watch_s: float = 5.0,
-                stop_grace_s: float = 10.0) -> TrainerExit:
-    """Run the trainer, relaying its output lines to ``out``.
-
-    ``watch`` is called every ``watch_s`` seconds while the trainer runs; when it
-    returns a reason, the trainer is stopped (SIGTERM, SIGKILL after ``stop_grace_s`` seconds) and the reason
-    is returned in :attr:`TrainerExit.stopped`.
-    """
-    try:
-        proc = subprocess.Popen(list(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    except OSError as exc:
-        log.error("cannot start the trainer %s: %s", command[0], exc)
-        return TrainerExit(EXIT_NO_TRAINER)
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
-    stopped: list[str] = []
-    done = threading.Event()
-    watcher = None
-    if watch is not None:
-        watcher = threading.Thread(target=_watch, args=(proc, watch, watch_s, stop_grace_s, done, stopped),
-                                   name="frame-watch", daemon=True)
-        watcher.start()
-    try:
-        assert proc.stdout is not None  # PIPE above
-        for raw in iter(proc.stdout.readline, b""):
-            out.write(raw.decode("utf-8", errors="replace"))
-        code = proc.wait()
-    finally:
-        done.set()
-        if watcher is not None:
-            watcher.join()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    return TrainerExit(128 - code if code < 0 else code, stopped[0] if stopped else "")
-
-
-def _watch(proc: subprocess.Popen[bytes], watch: Callable[[], str | None], every_s: float, grace_s: float,
-           done: threading.Event, stopped: list[str]) -> None:
-    while not done.wait(every_s):
-        try:
-            reason = watch()
-        except Exception as exc:  # noqa: BLE001 - a failed look must not stop training
-            log.debug("publication check failed: %s", exc)
-            continue
-        if reason:
-            log.warning("stopping the trainer: %s", reason)
-            stopped.append(reason)
-            proc.terminate()
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            return
+def frame_devices(cue: CueFrameEnv, omp_num_threads: str | None) -> Devices:
+    """What RQD reserved for the frame: ``CUE_GPU_CORES`` (RQD does not set CUDA's variable) and
+    ``CUE_THREADS``, unless ``OMP_NUM_THREADS`` is set already (it then applies to every rank as is)."""
+    return Devices(gpus=cue.gpu_cores, threads=None if omp_num_threads else cue.threads, gpu_source="CUE_GPU_CORES")
