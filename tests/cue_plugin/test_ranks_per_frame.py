@@ -56,6 +56,24 @@ def test_frames_of_needs_a_multiple():
         frame.frames_of(6, 4)
 
 
+def test_submit_dry_run_of_four_ranks_two_per_frame_is_one_layer_0_1(tmp_path, capsys, monkeypatch):
+    from xml.etree import ElementTree
+
+    from cue_plugin import cli
+
+    monkeypatch.delenv("CUETRAIN_TEMPLATE_PATH", raising=False)
+    argv = ["submit", "--template", "cpu-test", "--world-size", "4", "--ranks-per-frame", "2", "--show", "s",
+            "--shot", "t", "--user", "artist", "--dry-run", "--input", str(tmp_path / "in"), "--target",
+            str(tmp_path / "gt"), "--run-dir", str(tmp_path / "run")]
+    assert cli.main(argv, farm=OpenCueFarm(python="/py")) == 0
+    layers = ElementTree.fromstring(capsys.readouterr().out).findall("./job/layers/layer")
+    assert [(la.get("name"), la.findtext("range")) for la in layers] == [("train", "0-1")]
+    assert "--ranks-per-frame 2" in layers[0].findtext("cmd")
+    argv[argv.index("4")] = "3"
+    assert cli.main(argv, farm=OpenCueFarm(python="/py")) == 2
+    assert "world_size=3 is not a multiple of ranks_per_frame=2" in capsys.readouterr().err
+
+
 # -- the supervisor -----------------------------------------------------------------------------------
 
 SCRIPT = ("import os, sys, time; r = int(os.environ['COPYCAT_RANK']); print('hello from', r, flush=True); "
