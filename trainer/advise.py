@@ -3,7 +3,8 @@
 Usage::
 
     cuetrain advise --input IN --target GT [train args] [--max-world-size 8] [--sync-intervals 1 2 4 8]
-                    [--bandwidth-gbps 10 --latency-us 100 | --measure-link] [--ranks-per-host 1]
+                    [--bandwidth-gbps 10 --latency-us 100 | --measure-link] [--ranks-per-frame 1]
+                    [--intra-bandwidth-gbps 20 --intra-latency-us 50]
     cuetrain advise link [--link-mb 16] [--repeats 5]
 
 The probe (``trainer.advise_probe.run_probe``) times the real training step on this host; the
@@ -14,6 +15,11 @@ measures two local processes over loopback. The model, recommendation and table 
 ``trainer.advise_model``; this module is the command line, and re-exports the API for the GUI:
 ``run_probe`` (on a worker thread: it takes seconds), then ``predict``, ``recommend``,
 ``format_table``.
+
+``--ranks-per-frame L`` predicts frames of L ranks on one host, as ``cuetrain submit --ranks-per-frame
+L`` runs them: world sizes L, 2L, ...; the probe times L processes at once; links inside a host
+(``--intra-*``, or measured over loopback with ``--measure-link``) and between hosts (``--bandwidth-gbps``,
+``--latency-us``) are modelled apart (``trainer.advise_model``).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import argparse
 import tempfile
 from typing import Sequence
 
-from trainer.advise_model import (DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S, Link, Prediction, Probe,
+from trainer.advise_model import (DEFAULT_BANDWIDTH_GBPS, DEFAULT_INTRA_BANDWIDTH_GBPS, DEFAULT_INTRA_LATENCY_S,
+                                  DEFAULT_LATENCY_S, Link, Prediction, Probe,
                                   allreduce_seconds, format_table, predict, recommend, recommendation_line)
 from trainer.advise_probe import measure_link, run_probe
 from trainer.config import add_train_arguments, config_from_args
@@ -49,13 +56,21 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--latency-us", type=float, default=DEFAULT_LATENCY_S * 1e6,
                    help=f"per-hop all-reduce latency in microseconds (default {DEFAULT_LATENCY_S * 1e6:g})")
     g.add_argument("--measure-link", action="store_true",
-                   help="measure the link between 2 local processes over loopback (for farm hosts run "
-                        "'cuetrain advise link' as two ranks and pass --bandwidth-gbps and --latency-us)")
+                   help="measure the link between 2 local processes over loopback: the link between hosts with "
+                        "--ranks-per-frame 1, else the link inside a host (for farm hosts run 'cuetrain advise "
+                        "link' as two ranks and pass --bandwidth-gbps and --latency-us)")
     g.add_argument("--link-mb", type=float, default=16.0, help="all-reduce size for --measure-link in MiB (default 16)")
     g.add_argument("--threads", type=int, default=1, help="torch threads per rank in the probe (default 1)")
-    g.add_argument("--ranks-per-host", type=int, default=1,
-                   help="ranks sharing one host, as with 'cuetrain local': the probe times this many processes "
-                        "at once (default 1: one rank per farm host)")
+    g.add_argument("--ranks-per-frame", "--ranks-per-host", dest="ranks_per_host", type=int, default=1,
+                   help="ranks sharing one host (cuetrain submit --ranks-per-frame, or cuetrain local): world sizes "
+                        "are multiples of it, the probe times this many processes at once, and links inside a host "
+                        "are modelled apart from the network (default 1: one rank per farm host)")
+    g.add_argument("--intra-bandwidth-gbps", type=float, default=DEFAULT_INTRA_BANDWIDTH_GBPS,
+                   help="bandwidth between ranks of one host in Gb/s (default "
+                        f"{DEFAULT_INTRA_BANDWIDTH_GBPS:g}; --measure-link measures it over loopback)")
+    g.add_argument("--intra-latency-us", type=float, default=DEFAULT_INTRA_LATENCY_S * 1e6,
+                   help=f"per-hop latency between ranks of one host in microseconds (default "
+                        f"{DEFAULT_INTRA_LATENCY_S * 1e6:g})")
     g.add_argument("--warmup", type=int, default=3, help="untimed probe iterations per batch size (default 3)")
     g.add_argument("--iters", type=int, default=10, help="timed probe iterations per batch size (default 10)")
     g.add_argument("--min-efficiency", type=float, default=0.7,
@@ -119,21 +134,29 @@ def main(argv: Sequence[str]) -> int:
     ns = parser.parse_args(argv)
     if ns.max_world_size < 1 or min(ns.sync_intervals) < 1:
         parser.error("--max-world-size and --sync-intervals must be >= 1")
-    if not ns.bandwidth_gbps > 0 or ns.latency_us < 0:
-        parser.error("--bandwidth-gbps must be > 0 and --latency-us >= 0")
+    if not ns.bandwidth_gbps > 0 or ns.latency_us < 0 or not ns.intra_bandwidth_gbps > 0 or ns.intra_latency_us < 0:
+        parser.error("--bandwidth-gbps and --intra-bandwidth-gbps must be > 0, --latency-us and --intra-latency-us >= 0")
+    per_frame = ns.ranks_per_host
+    if per_frame < 1 or per_frame > ns.max_world_size:
+        parser.error(f"--ranks-per-frame {per_frame} must be in 1..--max-world-size ({ns.max_world_size})")
     ns.run_dir = ns.run_dir or tempfile.gettempdir()  # not written: the advisor needs no run directory
     cfg = config_from_args(ns)
-    sizes = range(1, ns.max_world_size + 1)
-    probe = run_probe(cfg, sizes, threads=ns.threads, warmup=ns.warmup, iters=ns.iters,
-                      ranks_per_host=ns.ranks_per_host)
-    if ns.measure_link:
+    sizes = range(per_frame, ns.max_world_size + 1, per_frame)
+    probe = run_probe(cfg, sorted({1, *sizes}), threads=ns.threads, warmup=ns.warmup, iters=ns.iters,
+                      ranks_per_host=per_frame)
+    link = Link(ns.bandwidth_gbps, ns.latency_us * 1e-6, "stated; 'cuetrain advise link' measures it")
+    intra = Link(ns.intra_bandwidth_gbps, ns.intra_latency_us * 1e-6, "stated")
+    if ns.measure_link and per_frame == 1:
         link = measure_link(None, ns.link_mb)
-    else:
-        link = Link(ns.bandwidth_gbps, ns.latency_us * 1e-6, "stated; 'cuetrain advise link' measures it")
-    predictions = predict(probe, sizes, ns.sync_intervals, link.bandwidth_gbps, link.latency_s)
+    elif ns.measure_link:
+        intra = measure_link(None, ns.link_mb)
+    predictions = predict(probe, sizes, ns.sync_intervals, link.bandwidth_gbps, link.latency_s,
+                          ranks_per_frame=per_frame, intra=intra)
     chosen = recommend(predictions, ns.min_efficiency)
     print(describe_probe(probe))
     print(describe_link(link, probe))
+    if per_frame > 1:
+        print(f"inside a host ({per_frame} ranks per frame): " + describe_link(intra).removeprefix("link: "))
     if ns.max_world_size > cfg.batch_size:
         print(f"world sizes above the global batch ({cfg.batch_size}) are left out: every rank needs a crop")
     print()

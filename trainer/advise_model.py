@@ -14,6 +14,16 @@ A step of the trainer (``trainer.train``) on N ranks with sync interval k, globa
   (Patarasuk & Yuan 2009; zero for N = 1, which runs without DDP);
 - ``log(N)``: the 2-value loss all-reduce every ``log_interval`` steps.
 
+Ranks that share a host. With L ranks per frame (``cuetrain submit --ranks-per-frame L``), frame f
+holds ranks ``f*L .. f*L+L-1`` on one host, so the ring (in rank order) has ``H = N/L`` hops between
+hosts (``inter``: the farm network) and ``N - H`` hops inside a host (``intra``: loopback or shared
+memory for gloo, PCIe/NVLink for NCCL). Every one of the ``2 (N-1)`` ring steps sends ``S/N`` over
+every hop at once, so a step lasts as long as its slowest hop:
+``allreduce(N) = 2 (N-1) max_kind(S / N / beta_kind + c alpha_kind)`` over the hop kinds present
+(with L = 1 this is the formula above; with N <= L only ``intra`` is used). Only world sizes that are
+multiples of L are predicted (every frame runs L ranks), and the compute probe runs L processes at
+once (``Probe.ranks_per_host``), as L ranks share the host's cores.
+
 Images/s = B / step(N, k). Speedup is against 1 rank at sync interval 1; efficiency =
 speedup / N. The model ignores DDP's overlap of bucket all-reduces with the backward pass, so it
 errs on the slow side for models with several buckets.
@@ -31,6 +41,11 @@ DEFAULT_BANDWIDTH_GBPS = 10.0
 #: Per-hop latency assumed when none is measured [s]: a gloo TCP message between farm hosts
 #: (``cuetrain advise link`` measures it; loopback here measures about 0.05-0.1 ms).
 DEFAULT_LATENCY_S = 100e-6
+#: Link between ranks of one frame (one host) assumed when none is measured [Gb/s]: gloo TCP over
+#: loopback, which ``cuetrain advise --measure-link`` measures; NCCL over PCIe/NVLink is faster.
+DEFAULT_INTRA_BANDWIDTH_GBPS = 20.0
+#: Per-hop latency between ranks of one host assumed when none is measured [s].
+DEFAULT_INTRA_LATENCY_S = 50e-6
 
 
 @dataclass(frozen=True)
@@ -128,6 +143,7 @@ class Prediction:
         images_per_s: B / step_s [crops/s].
         speedup: images_per_s / images/s of 1 rank at k = 1.
         efficiency: speedup / N.
+        ranks_per_frame: ranks sharing one host (frame) L.
     """
 
     world_size: int
@@ -139,6 +155,12 @@ class Prediction:
     images_per_s: float
     speedup: float
     efficiency: float
+    ranks_per_frame: int = 1
+
+    @property
+    def frames(self) -> int:
+        """Frames (hosts) the gang takes: ``world_size / ranks_per_frame``."""
+        return self.world_size // self.ranks_per_frame
 
 
 def allreduce_seconds(world_size: int, payload_bytes: float, calls: int, bandwidth_gbps: float,
@@ -150,39 +172,64 @@ def allreduce_seconds(world_size: int, payload_bytes: float, calls: int, bandwid
     return hops / world_size * payload_bytes * 8 / (bandwidth_gbps * 1e9) + calls * hops * latency_s
 
 
-def _step(probe: Probe, n: int, k: int, link: Link) -> tuple[int, float, float]:
+def shared_host_allreduce_seconds(world_size: int, ranks_per_host: int, payload_bytes: float, calls: int,
+                                  inter: Link, intra: Link) -> float:
+    """Ring all-reduce time [s] of ``world_size`` ranks in rank order, ``ranks_per_host`` consecutive ranks per
+    host: ``2 (N-1) x max(S / N / beta + c alpha)`` over the hop kinds present (module doc). Equals
+    :func:`allreduce_seconds` over ``inter`` when ``ranks_per_host`` is 1."""
+    if world_size <= 1:
+        return 0.0
+    hosts = math.ceil(world_size / ranks_per_host)
+    kinds = ([inter] if hosts > 1 else []) + ([intra] if world_size > hosts else [])
+    per_step = max(payload_bytes * 8 / world_size / (k.bandwidth_gbps * 1e9) + calls * k.latency_s for k in kinds)
+    return 2 * (world_size - 1) * per_step
+
+
+def _step(probe: Probe, n: int, k: int, inter: Link, intra: Link, per_host: int) -> tuple[int, float, float]:
     b = math.ceil(probe.batch_size / n)
     compute = probe.fb_at(b) + probe.optimizer_s / k + probe.outputs_s
-    comm = (allreduce_seconds(n, probe.sync_bytes, probe.sync_calls, link.bandwidth_gbps, link.latency_s) / k
-            + allreduce_seconds(n, 16, 1, link.bandwidth_gbps, link.latency_s) / probe.log_interval)
+    comm = (shared_host_allreduce_seconds(n, per_host, probe.sync_bytes, probe.sync_calls, inter, intra) / k
+            + shared_host_allreduce_seconds(n, per_host, 16, 1, inter, intra) / probe.log_interval)
     return b, compute, comm
 
 
 def predict(probe: Probe, world_sizes: Iterable[int], sync_intervals: Iterable[int],
-            bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS, latency_s: float = DEFAULT_LATENCY_S) -> list[Prediction]:
+            bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS, latency_s: float = DEFAULT_LATENCY_S, *,
+            ranks_per_frame: int = 1, intra: Link | None = None) -> list[Prediction]:
     """Predictions for every (world size, sync interval), world sizes ascending, then intervals.
 
-    World sizes above the global batch are left out (every rank needs at least one crop).
+    World sizes above the global batch are left out (every rank needs at least one crop), and so are
+    those that are not multiples of ``ranks_per_frame`` (every frame runs that many ranks).
+
+    Args:
+        bandwidth_gbps, latency_s: the link between hosts [Gb/s], [s].
+        ranks_per_frame: ranks sharing one host, L.
+        intra: the link between ranks of one host (default :data:`DEFAULT_INTRA_BANDWIDTH_GBPS`,
+            :data:`DEFAULT_INTRA_LATENCY_S`).
 
     Raises:
-        ValueError: a world size or interval below 1, or a bandwidth that is not positive.
+        ValueError: a world size, interval or ranks_per_frame below 1, or a bandwidth that is not positive.
     """
     sizes, intervals = sorted(set(world_sizes)), sorted(set(sync_intervals))
-    if not sizes or not intervals or sizes[0] < 1 or intervals[0] < 1:
-        raise ValueError(f"world sizes {sizes} and sync intervals {intervals} must be non-empty and >= 1")
-    if not bandwidth_gbps > 0 or latency_s < 0:
-        raise ValueError(f"bandwidth {bandwidth_gbps} Gb/s must be > 0 and latency {latency_s} s >= 0")
+    if not sizes or not intervals or sizes[0] < 1 or intervals[0] < 1 or ranks_per_frame < 1:
+        raise ValueError(f"world sizes {sizes}, sync intervals {intervals} and ranks per frame {ranks_per_frame} "
+                         "must be non-empty and >= 1")
+    intra = intra or Link(DEFAULT_INTRA_BANDWIDTH_GBPS, DEFAULT_INTRA_LATENCY_S, "assumed")
+    if not bandwidth_gbps > 0 or latency_s < 0 or not intra.bandwidth_gbps > 0 or intra.latency_s < 0:
+        raise ValueError(f"bandwidths {bandwidth_gbps}, {intra.bandwidth_gbps} Gb/s must be > 0 and latencies "
+                         f"{latency_s}, {intra.latency_s} s >= 0")
     link = Link(bandwidth_gbps, latency_s)
-    _, c1, m1 = _step(probe, 1, 1, link)
+    _, c1, m1 = _step(probe, 1, 1, link, intra, ranks_per_frame)
     base = probe.batch_size / (c1 + m1)
     out = []
     for n in sizes:
-        if n > probe.batch_size:
+        if n > probe.batch_size or n % ranks_per_frame:
             continue
         for k in intervals:
-            b, compute, comm = _step(probe, n, k, link)
+            b, compute, comm = _step(probe, n, k, link, intra, ranks_per_frame)
             ips = probe.batch_size / (compute + comm)
-            out.append(Prediction(n, k, b, compute, comm, compute + comm, ips, ips / base, ips / base / n))
+            out.append(Prediction(n, k, b, compute, comm, compute + comm, ips, ips / base, ips / base / n,
+                                  ranks_per_frame))
     return out
 
 
@@ -209,8 +256,10 @@ def format_table(predictions: Sequence[Prediction], chosen: Prediction | None = 
     sizes = sorted({p.world_size for p in predictions})
     intervals = sorted({p.sync_interval for p in predictions})
     by = {(p.world_size, p.sync_interval): p for p in predictions}
-    head = f"{'ranks':>5} {'crops/rank':>10} |" + "|".join(f"{f'sync {k}':^19}" for k in intervals)
-    sub = f"{'':>5} {'':>10} |" + "|".join(f"{'images/s':>10} {'eff':>6}  " for _ in intervals)
+    shared = any(p.ranks_per_frame > 1 for p in predictions)
+    hosts = f" {'frames':>6}" if shared else ""
+    head = f"{'ranks':>5}{hosts} {'crops/rank':>10} |" + "|".join(f"{f'sync {k}':^19}" for k in intervals)
+    sub = f"{'':>5}{' ' * len(hosts)} {'':>10} |" + "|".join(f"{'images/s':>10} {'eff':>6}  " for _ in intervals)
     lines = [head, sub, "-" * len(head)]
     for n in sizes:
         cells = []
@@ -218,7 +267,9 @@ def format_table(predictions: Sequence[Prediction], chosen: Prediction | None = 
             p = by.get((n, k))
             mark = "*" if p is not None and p == chosen else " "
             cells.append(f"{p.images_per_s:>10.1f} {p.efficiency:>6.2f} {mark}" if p else f"{'-':>10} {'-':>6}  ")
-        lines.append(f"{n:>5} {by[(n, intervals[0])].per_rank_batch:>10} |" + "|".join(cells))
+        first = by[(n, intervals[0])]
+        frames = f" {first.frames:>6}" if shared else ""
+        lines.append(f"{n:>5}{frames} {first.per_rank_batch:>10} |" + "|".join(cells))
     return "\n".join(lines)
 
 
@@ -227,4 +278,5 @@ def recommendation_line(chosen: Prediction, min_efficiency: float) -> str:
     return (f"recommended: {chosen.world_size} rank(s), sync interval {chosen.sync_interval}: "
             f"{chosen.images_per_s:.1f} images/s, {chosen.speedup:.2f}x one rank, efficiency "
             f"{chosen.efficiency:.2f} (fewest ranks within 5% of the best setting with efficiency "
-            f">= {min_efficiency:g})")
+            f">= {min_efficiency:g})"
+            + (f"; {chosen.frames} frame(s) x {chosen.ranks_per_frame} ranks" if chosen.ranks_per_frame > 1 else ""))

@@ -173,3 +173,39 @@ def test_link_probe_between_two_local_processes():
     link = advise_probe.measure_link(None, mb=1, repeats=2, timeout_s=60)
     assert link.bandwidth_gbps > 0.01 and 0 < link.latency_s < 0.1
     assert "loopback" in link.source
+
+
+def test_ranks_sharing_a_host_use_the_intra_link_inside_it_and_the_network_between_hosts():
+    from trainer.advise_model import Link, shared_host_allreduce_seconds
+
+    net, box = Link(10, 100e-6), Link(100, 10e-6)
+    # one rank per host: the flat ring formula over the network
+    assert shared_host_allreduce_seconds(4, 1, 1e9, 2, net, box) == pytest.approx(allreduce_seconds(4, 1e9, 2, 10, 100e-6))
+    # all 4 ranks on one host: only the intra link
+    assert shared_host_allreduce_seconds(4, 4, 1e9, 2, net, box) == pytest.approx(allreduce_seconds(4, 1e9, 2, 100, 10e-6))
+    # 2 hosts x 2 ranks: each of the 6 ring steps waits for the slower, inter-host hop
+    assert shared_host_allreduce_seconds(4, 2, 1e9, 1, net, box) == pytest.approx(6 * (1e9 * 8 / 4 / 10e9 + 100e-6))
+    preds = predict(make_probe(), range(1, 9), [1], 1.0, 1e-4, ranks_per_frame=2, intra=box)
+    assert [(p.world_size, p.frames) for p in preds] == [(2, 1), (4, 2), (6, 3), (8, 4)]  # multiples of 2 only
+    flat = {p.world_size: p for p in predict(make_probe(), [2, 4], [1], 1.0, 1e-4)}
+    assert preds[0].comm_s < flat[2].comm_s  # 2 ranks on one host talk over the fast intra link
+    assert preds[1].comm_s == pytest.approx(flat[4].comm_s, rel=0.05)  # across hosts the network paces the ring
+    table = format_table(preds, recommend(preds))
+    assert "frames" in table.splitlines()[0]
+
+
+def test_cli_ranks_per_frame_probes_that_many_at_once_and_predicts_multiples(pairs, capsys, monkeypatch):
+    calls = []
+
+    def fake_probe(cfg, sizes, **kw):
+        calls.append((list(sizes), kw))
+        return make_probe(batch_size=cfg.batch_size, ranks_per_host=kw["ranks_per_host"])
+
+    monkeypatch.setattr(advise, "run_probe", fake_probe)
+    assert advise.main(["--input", str(pairs[0]), "--target", str(pairs[1]), "--batch-size", "8",
+                        "--max-world-size", "8", "--ranks-per-frame", "2", "--sync-intervals", "1"]) == 0
+    out = capsys.readouterr().out
+    assert calls[0][0] == [1, 2, 4, 6, 8] and calls[0][1]["ranks_per_host"] == 2
+    assert "inside a host (2 ranks per frame): 20 Gb/s, 50 us per hop (stated)" in out
+    line = next(x for x in out.splitlines() if x.startswith("recommended:"))
+    assert " frame(s) x 2 ranks" in line
