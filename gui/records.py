@@ -158,11 +158,20 @@ class Run:
 
     @property
     def ranks_text(self) -> str:
-        """``running/total`` ranks, from the farm when known, else ``-/world_size``."""
-        if self.status is not None and self.status.ranks_total:
-            return f"{self.status.ranks_running}/{self.status.ranks_total}"
-        world = self.info.get("world_size")
-        return f"-/{world}" if world else "-"
+        """``running/total`` ranks, from the farm when known (frames x ranks per frame), else ``-/world_size``;
+        with more than one rank per frame followed by ``(F frames x L ranks)``."""
+        per = self.job_record().get("ranks_per_frame", 1)
+        per = per if isinstance(per, int) and per > 0 else 1
+        shape = ""
+        if self.status is not None and self.status.ranks_total:  # the farm counts frames
+            text = f"{self.status.ranks_running * per}/{self.status.ranks_total * per}"
+            shape = f" ({self.status.ranks_total} frames x {per} ranks)"
+        else:
+            world = self.info.get("world_size")
+            text = f"-/{world}" if world else "-"
+            if isinstance(world, int):
+                shape = f" ({world // per} frames x {per} ranks)"
+        return text + shape if per > 1 else text
 
     def eta_s(self) -> float:
         """Seconds left, from the wall time of the last :data:`ETA_WINDOW` rows (NaN when unknown)."""

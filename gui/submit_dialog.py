@@ -74,6 +74,9 @@ class SubmitDialog(QDialog):
         self.batch_spin = _spin(_DEFAULTS["batch_size"], 1, 4096)
         self.steps_spin = _spin(_DEFAULTS["steps"], 1, 10_000_000)
         self.world_spin = _spin(2, 1, 1024)
+        self.frame_spin = _spin(1, 1, 64)  # ranks per frame: trainers sharing one host
+        self.frame_spin.setToolTip("ranks per frame: each frame (one host) runs this many ranks, one GPU each; "
+                                   "the world size must be a multiple of it")
         self.sync_spin = _spin(1, 1, 100_000)
         self.resume_box = QCheckBox("Resume from the latest checkpoint in the run directory")
         self.template_box = QComboBox()
@@ -113,6 +116,7 @@ class SubmitDialog(QDialog):
             return
         self.world_spin.setValue(values.get("world_size", self.world_spin.value()))
         self.sync_spin.setValue(values.get("sync_interval", self.sync_spin.value()))
+        self.frame_spin.setValue(values.get("ranks_per_frame", 1))
 
     def _build_layout(self) -> None:
         form = QFormLayout()
@@ -122,7 +126,8 @@ class SubmitDialog(QDialog):
         form.addRow("", self.resume_box)
         for label, widget in (("Model size", self.model_box), ("Crop size [px]", self.crop_spin),
                               ("Batch size [crops]", self.batch_spin), ("Steps", self.steps_spin),
-                              ("World size [ranks]", self.world_spin), ("Sync interval [steps]", self.sync_spin),
+                              ("World size [ranks]", self.world_spin), ("Ranks per frame", self.frame_spin),
+                              ("Sync interval [steps]", self.sync_spin),
                               ("Farm template", self.template_box), ("Show", self.show_edit), ("Shot", self.shot_edit)):
             form.addRow(label, widget)
         layout = QVBoxLayout(self)
@@ -160,6 +165,9 @@ class SubmitDialog(QDialog):
         if self.world_spin.value() > self.batch_spin.value():
             problems.append(f"World size {self.world_spin.value()} is larger than batch size {self.batch_spin.value()}: "
                             "every rank needs at least one crop per step; raise the batch or lower the world size.")
+        if self.world_spin.value() % self.frame_spin.value():
+            problems.append(f"World size {self.world_spin.value()} is not a multiple of ranks per frame "
+                            f"{self.frame_spin.value()}: every frame runs the same number of ranks.")
         for label, edit in (("Show", self.show_edit), ("Shot", self.shot_edit)):
             if not edit.text().strip():
                 problems.append(f"{label} is required.")
@@ -188,7 +196,8 @@ class SubmitDialog(QDialog):
             crop_size=self.crop_spin.value(), model_size=self.model_box.currentText(), resume=self.resume_box.isChecked())
         return make_job(train, template=self.template_box.currentData() or None, folders=self._folders,
                         world_size=self.world_spin.value(), show=self.show_edit.text().strip(),
-                        shot=self.shot_edit.text().strip(), user=getpass.getuser(), sync_interval=self.sync_spin.value())
+                        shot=self.shot_edit.text().strip(), user=getpass.getuser(), sync_interval=self.sync_spin.value(),
+                        ranks_per_frame=self.frame_spin.value())
 
     # -------------------------------------------------------------- advisor
     def advise_request(self) -> AdviseRequest:
@@ -203,7 +212,7 @@ class SubmitDialog(QDialog):
         return AdviseRequest(input_dir=_abs(self.input_edit.text()), target_dir=_abs(self.target_edit.text()),
                              model_size=self.model_box.currentText(), crop_size=self.crop_spin.value(),
                              batch_size=self.batch_spin.value(), steps=self.steps_spin.value(),
-                             max_world_size=max(8, self.world_spin.value()))
+                             max_world_size=max(8, self.world_spin.value()), ranks_per_frame=self.frame_spin.value())
 
     def use_recommendation(self, world_size: int, sync_interval: int) -> None:
         """Set the world size and sync interval fields (e.g. from the advisor's recommendation)."""

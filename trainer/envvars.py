@@ -29,11 +29,11 @@ ENV_TABLE: dict[str, str] = {
     "WORLD_SIZE": "torchrun: world size (fallback)",
     "MASTER_ADDR": "torchrun: main address (fallback)",
     "MASTER_PORT": "torchrun: main port (fallback)",
-    "CUE_IFRAME": "OpenCue RQD: frame number of this frame (becomes COPYCAT_RANK)",
+    "CUE_IFRAME": "OpenCue RQD: frame number f of this frame (its ranks are f*L .. f*L+L-1, L = ranks per frame)",
     "CUE_JOB": "OpenCue RQD: job name",
     "CUE_LAYER": "OpenCue RQD: layer name",
-    "CUE_GPU_CORES": "OpenCue RQD: GPU indices reserved for this frame (comma separated)",
-    "CUE_THREADS": "OpenCue RQD: cores reserved for this frame",
+    "CUE_GPU_CORES": "OpenCue RQD: GPU indices reserved for this frame (comma separated; split over its ranks)",
+    "CUE_THREADS": "OpenCue RQD: cores reserved for this frame (each of its L ranks gets CUE_THREADS / L threads)",
     "CUE_JOB_ID": "OpenCue Cuebot: id of the frame's job (unique per submission)",
     "CUETRAIN_MAIN_HOST": "farm frame 0: host name or IP it publishes as the main address (default: its host name)",
     "CUETRAIN_TEMPLATE_PATH": "farm templates: folders (os.pathsep separated) searched before farm_templates/",
@@ -41,8 +41,8 @@ ENV_TABLE: dict[str, str] = {
                     "on to frames that use the cuebot rendezvous)",
     "SHOW": "pipeline: current show (default of `cuetrain submit --show`)",
     "SHOT": "pipeline: current shot (default of `cuetrain submit --shot`)",
-    "CUDA_VISIBLE_DEVICES": "CUDA: GPUs the trainer sees; farm frames set it from CUE_GPU_CORES",
-    "OMP_NUM_THREADS": "OpenMP/torch CPU threads; farm frames set it from CUE_THREADS when unset",
+    "CUDA_VISIBLE_DEVICES": "CUDA: GPUs the trainer sees; farm frames set it per rank from CUE_GPU_CORES",
+    "OMP_NUM_THREADS": "OpenMP/torch CPU threads per rank; farm frames set it from CUE_THREADS / L when unset",
 }
 
 REQUIRED = ("COPYCAT_MAIN_ADDR", "COPYCAT_MAIN_PORT", "COPYCAT_RANK", "COPYCAT_WORLD_SIZE")

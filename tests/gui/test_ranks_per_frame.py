@@ -1,0 +1,35 @@
+"""Ranks per frame in the GUI: the submit dialog's field (template default, validation, job, advisor
+request) and the Runs panel's ranks column (frames x ranks)."""
+
+from cue_plugin.spec import JobStatus, RunState
+from gui.records import Run
+from gui.runs_panel import row_texts
+from gui.submit_dialog import SubmitDialog
+from tests.gui.test_widgets import _fill
+
+
+def test_dialog_takes_ranks_per_frame_from_the_template_and_submits_it(qtbot, controller, farm, tmp_path):
+    (tmp_path / "node.toml").write_text('description = "4-GPU node"\ngpus = 1\nworld_size = 8\nranks_per_frame = 4\n')
+    dialog = SubmitDialog(controller, template_folders=[tmp_path])
+    qtbot.addWidget(dialog)
+    _fill(dialog, tmp_path)
+    dialog.batch_spin.setValue(16)
+    dialog.template_box.setCurrentText("node")
+    assert (dialog.world_spin.value(), dialog.frame_spin.value()) == (8, 4)
+    dialog.world_spin.setValue(6)
+    assert "World size 6 is not a multiple of ranks per frame 4" in " ".join(dialog.validate())
+    dialog.world_spin.setValue(8)
+    assert dialog.validate() == []
+    job = dialog.build_job()
+    assert (job.world_size, job.ranks_per_frame, job.frames, job.frame_resources["gpus"]) == (8, 4, 2, 4)
+    assert dialog.advise_request().arguments()[-2:] == ["--ranks-per-frame", "4"]
+
+
+def test_runs_panel_shows_frames_and_ranks():
+    run = Run("/runs/a", job={"ranks_per_frame": 2}, info={"world_size": 4})
+    assert run.ranks_text == "-/4 (2 frames x 2 ranks)"
+    run.status = JobStatus(RunState.RUNNING, ranks_running=1, ranks_total=2)  # the farm counts frames
+    assert row_texts(run)[3] == "2/4 (2 frames x 2 ranks)"
+    one = Run("/runs/b", info={"world_size": 2, "farm": {"job_id": "j", "job": {"ranks_per_frame": 1}}})
+    one.status = JobStatus(RunState.RUNNING, ranks_running=2, ranks_total=2)
+    assert one.ranks_text == "2/2"  # one rank per frame: as before
