@@ -122,15 +122,29 @@ def _handle(arg: str) -> JobHandle:
     return JobHandle(job_id="", job_name=arg, run_dir="")
 
 
-def format_status(handle: JobHandle, status: JobStatus) -> list[str]:
-    """Lines describing a farm job: name, state, ranks running/total, one line per frame."""
+def format_status(handle: JobHandle, status: JobStatus, ranks_per_frame: int = 1) -> list[str]:
+    """Lines describing a farm job: name, state, ranks running/total, one line per frame (labelled by its
+    rank, or by frame number and ranks when a frame runs ``ranks_per_frame`` > 1 ranks)."""
+    per = ranks_per_frame
     lines = [f"job      {handle.job_name or '?'} (id {handle.job_id or '?'})",
              f"state    {status.state.value} (OpenCue {status.native_state or '?'}), "
-             f"ranks running {status.ranks_running}/{status.ranks_total}"]
+             f"ranks running {status.ranks_running * per}/{status.ranks_total * per}"
+             + (f" (frames {status.ranks_running}/{status.ranks_total} x {per} ranks)" if per > 1 else "")]
     for number, frame in sorted(status.frames.items(), key=lambda kv: int(kv[0])):
-        lines.append(f"rank {number:>3} {frame.get('state', '?'):10s} host {frame.get('host') or '-'}, "
+        label = f"rank {number:>3}" if per == 1 else f"frame {number:>2} (ranks {int(number) * per}-{int(number) * per + per - 1})"
+        lines.append(f"{label} {frame.get('state', '?'):10s} host {frame.get('host') or '-'}, "
                      f"retries {frame.get('retries', 0)}, exit {frame.get('exit_status', '-')}")
     return lines
+
+
+def _ranks_per_frame(run_dir: str | None) -> int:
+    """``ranks_per_frame`` recorded at submit in ``RUN_DIR/run.json`` (``farm.job``); 1 when unknown."""
+    try:
+        farm = read_json(RunPaths.of(run_dir).run_json).get("farm") if run_dir else None
+    except RunDirError:
+        return 1
+    per = (farm.get("job") or {}).get("ranks_per_frame", 1) if isinstance(farm, dict) else 1
+    return per if isinstance(per, int) and per > 0 else 1
 
 
 def format_run(run_dir: str) -> list[str]:
@@ -170,7 +184,7 @@ def _status(ns: argparse.Namespace, farm: Farm) -> int:
             print(f"farm     unavailable: {exc}")
             return 1
         raise
-    for line in format_status(handle, status):
+    for line in format_status(handle, status, _ranks_per_frame(run_dir)):
         print(line)
     return 0
 

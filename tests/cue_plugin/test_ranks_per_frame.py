@@ -74,6 +74,16 @@ def test_submit_dry_run_of_four_ranks_two_per_frame_is_one_layer_0_1(tmp_path, c
     assert "world_size=3 is not a multiple of ranks_per_frame=2" in capsys.readouterr().err
 
 
+def test_status_lists_frames_with_their_ranks():
+    from cue_plugin.cli import format_status
+    from cue_plugin.spec import JobHandle, JobStatus
+
+    status = JobStatus(RunState.RUNNING, 1, 2, "PENDING", {"1": {"state": "RUNNING", "host": "n2", "retries": 0}})
+    lines = format_status(JobHandle("i", "j", ""), status, ranks_per_frame=2)
+    assert "ranks running 2/4 (frames 1/2 x 2 ranks)" in lines[1]
+    assert lines[2].startswith("frame  1 (ranks 2-3) RUNNING")
+
+
 # -- the supervisor -----------------------------------------------------------------------------------
 
 SCRIPT = ("import os, sys, time; r = int(os.environ['COPYCAT_RANK']); print('hello from', r, flush=True); "
