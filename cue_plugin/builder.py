@@ -2,8 +2,9 @@
 
 One job, ONE ``Shell`` layer named ``train`` with frames ``0-(F-1)``, chunk 1, where F = world_size /
 ranks_per_frame (L). Frame f runs ranks ``f*L .. f*L+L-1`` (with L = 1, the default, frame N is rank
-N) and reserves L x the per-rank cores, memory, GPUs and GPU memory. Every frame runs the frame entry point with the absolute interpreter of this process (RQD
-gives frames a fixed ``PATH``, so ``python`` alone may be another interpreter)::
+N) and reserves L x the per-rank cores, memory, GPUs and GPU memory. Every frame runs the frame
+entry point with the absolute interpreter of this process (RQD gives frames a fixed ``PATH``, so
+``python`` alone may be another interpreter)::
 
     /abs/python -u -m cue_plugin.frame --frame '#IFRAME#' --world-size N --rendezvous file \\
         --rendezvous-timeout 600 [--ranks-per-frame L] -- --input ... --target ... --run-dir ...

@@ -131,7 +131,8 @@ def format_status(handle: JobHandle, status: JobStatus, ranks_per_frame: int = 1
              f"ranks running {status.ranks_running * per}/{status.ranks_total * per}"
              + (f" (frames {status.ranks_running}/{status.ranks_total} x {per} ranks)" if per > 1 else "")]
     for number, frame in sorted(status.frames.items(), key=lambda kv: int(kv[0])):
-        label = f"rank {number:>3}" if per == 1 else f"frame {number:>2} (ranks {int(number) * per}-{int(number) * per + per - 1})"
+        first = int(number) * per
+        label = f"rank {number:>3}" if per == 1 else f"frame {number:>2} (ranks {first}-{first + per - 1})"
         lines.append(f"{label} {frame.get('state', '?'):10s} host {frame.get('host') or '-'}, "
                      f"retries {frame.get('retries', 0)}, exit {frame.get('exit_status', '-')}")
     return lines

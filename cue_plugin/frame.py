@@ -9,13 +9,15 @@
 2. Rendezvous (see :mod:`cue_plugin.rendezvous`): frame 0 reserves a port and publishes its main
    address; the other frames wait for a usable publication (exit code 3 after the timeout).
 3. Each rank's trainer runs as a child process (L of them, through :mod:`trainer.supervise`, the
-   supervisor ``cuetrain local`` uses too; one failing stops the others), ``python -u -m trainer.cli train ARGS``, with
+   supervisor ``cuetrain local`` uses too; one failing stops the others),
+   ``python -u -m trainer.cli train ARGS``, with
    ``COPYCAT_MAIN_ADDR/PORT/RANK/WORLD_SIZE/SYNC_INTERVAL`` and the job token
    (``CUETRAIN_GANG_TOKEN``) set; ``CUE_GPU_CORES`` (the GPUs RQD reserved; RQD does not set
    CUDA's variable) is split over the L ranks as ``CUDA_VISIBLE_DEVICES`` (one GPU each when the
    layer reserved L) with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (RQD numbers GPUs like nvidia-smi, in PCI
-   bus order), and ``CUE_THREADS / L`` becomes ``OMP_NUM_THREADS`` unless set. The child stays in the frame's process group, so RQD's kill reaches it; a SIGTERM
-   sent to this process alone is passed on.
+   bus order), and ``CUE_THREADS / L`` becomes ``OMP_NUM_THREADS`` unless set. The children stay in
+   the frame's process group, so RQD's kill reaches them; a SIGTERM sent to this process alone is
+   passed on to each.
 4. On a retry within the same job (``run.json`` shows a gang of this job already started
    training), ``--resume`` is added so the gang continues from the latest checkpoint.
 5. Every line (this module's log and the trainer's output) goes to stdout (the frame log, line by

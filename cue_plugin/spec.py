@@ -92,7 +92,8 @@ class TrainingJob:
         if not isinstance(self.ranks_per_frame, int) or self.ranks_per_frame < 1:
             raise FarmError(f"ranks_per_frame={self.ranks_per_frame!r} must be a whole number >= 1")
         if self.world_size % self.ranks_per_frame:
-            raise FarmError(f"world_size={self.world_size} is not a multiple of ranks_per_frame={self.ranks_per_frame}: "
+            raise FarmError(f"world_size={self.world_size} is not a multiple of "
+                            f"ranks_per_frame={self.ranks_per_frame}: "
                             "every frame runs the same number of ranks; choose a world size that is "
                             f"{self.ranks_per_frame} x the number of frames (hosts)")
         if self.train.batch_size < self.world_size:

@@ -196,8 +196,8 @@ class SubmitDialog(QDialog):
             crop_size=self.crop_spin.value(), model_size=self.model_box.currentText(), resume=self.resume_box.isChecked())
         return make_job(train, template=self.template_box.currentData() or None, folders=self._folders,
                         world_size=self.world_spin.value(), show=self.show_edit.text().strip(),
-                        shot=self.shot_edit.text().strip(), user=getpass.getuser(), sync_interval=self.sync_spin.value(),
-                        ranks_per_frame=self.frame_spin.value())
+                        shot=self.shot_edit.text().strip(), user=getpass.getuser(),
+                        sync_interval=self.sync_spin.value(), ranks_per_frame=self.frame_spin.value())
 
     # -------------------------------------------------------------- advisor
     def advise_request(self) -> AdviseRequest:

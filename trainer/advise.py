@@ -135,7 +135,8 @@ def main(argv: Sequence[str]) -> int:
     if ns.max_world_size < 1 or min(ns.sync_intervals) < 1:
         parser.error("--max-world-size and --sync-intervals must be >= 1")
     if not ns.bandwidth_gbps > 0 or ns.latency_us < 0 or not ns.intra_bandwidth_gbps > 0 or ns.intra_latency_us < 0:
-        parser.error("--bandwidth-gbps and --intra-bandwidth-gbps must be > 0, --latency-us and --intra-latency-us >= 0")
+        parser.error("--bandwidth-gbps and --intra-bandwidth-gbps must be > 0, "
+                     "--latency-us and --intra-latency-us >= 0")
     per_frame = ns.ranks_per_host
     if per_frame < 1 or per_frame > ns.max_world_size:
         parser.error(f"--ranks-per-frame {per_frame} must be in 1..--max-world-size ({ns.max_world_size})")

@@ -93,7 +93,8 @@ def device_envs(devices: Devices, ranks: int) -> list[dict[str, str]]:
     return out
 
 
-def rank_envs(base: Mapping[str, str], first_rank: int, ranks: int, devices: Devices = Devices()) -> list[dict[str, str]]:
+def rank_envs(base: Mapping[str, str], first_rank: int, ranks: int,
+              devices: Devices = Devices()) -> list[dict[str, str]]:
     """The environment of each of ``ranks`` processes: ``base`` (with the COPYCAT variables of the gang),
     ``COPYCAT_RANK = first_rank + l`` and local rank l's share of ``devices``.
 
@@ -122,7 +123,7 @@ class RankLogs:
         self._lock = threading.Lock()
 
     def write(self, rank: int, text: str, *, prefixed: bool = True) -> None:
-        """Write ``text`` (whole lines) of ``rank``; ``prefixed=False`` skips the stream prefix (the frame's own log)."""
+        """Write ``text`` (whole lines) of ``rank``; ``prefixed=False``: no stream prefix (the frame's own log)."""
         with self._lock:
             if rank not in self._files:
                 fd = os.open(self._paths.rank_log(rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)

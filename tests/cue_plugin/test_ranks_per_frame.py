@@ -86,8 +86,8 @@ def test_status_lists_frames_with_their_ranks():
 
 # -- the supervisor -----------------------------------------------------------------------------------
 
-SCRIPT = ("import os, sys, time; r = int(os.environ['COPYCAT_RANK']); print('hello from', r, flush=True); "
-          "time.sleep(float(os.environ.get('SLEEP_' + str(r), '0'))); sys.exit(int(os.environ.get('EXIT_' + str(r), '0')))")
+SCRIPT = ("import os, sys, time; r = str(os.environ['COPYCAT_RANK']); print('hello from', r, flush=True); "
+          "time.sleep(float(os.environ.get('SLEEP_' + r, '0'))); sys.exit(int(os.environ.get('EXIT_' + r, '0')))")
 
 
 def test_a_failing_rank_stops_its_siblings_and_its_code_is_the_result(tmp_path):

@@ -180,9 +180,11 @@ def test_ranks_sharing_a_host_use_the_intra_link_inside_it_and_the_network_betwe
 
     net, box = Link(10, 100e-6), Link(100, 10e-6)
     # one rank per host: the flat ring formula over the network
-    assert shared_host_allreduce_seconds(4, 1, 1e9, 2, net, box) == pytest.approx(allreduce_seconds(4, 1e9, 2, 10, 100e-6))
+    flat = allreduce_seconds(4, 1e9, 2, 10, 100e-6)
+    assert shared_host_allreduce_seconds(4, 1, 1e9, 2, net, box) == pytest.approx(flat)
     # all 4 ranks on one host: only the intra link
-    assert shared_host_allreduce_seconds(4, 4, 1e9, 2, net, box) == pytest.approx(allreduce_seconds(4, 1e9, 2, 100, 10e-6))
+    inside = allreduce_seconds(4, 1e9, 2, 100, 10e-6)
+    assert shared_host_allreduce_seconds(4, 4, 1e9, 2, net, box) == pytest.approx(inside)
     # 2 hosts x 2 ranks: each of the 6 ring steps waits for the slower, inter-host hop
     assert shared_host_allreduce_seconds(4, 2, 1e9, 1, net, box) == pytest.approx(6 * (1e9 * 8 / 4 / 10e9 + 100e-6))
     preds = predict(make_probe(), range(1, 9), [1], 1.0, 1e-4, ranks_per_frame=2, intra=box)
