@@ -208,8 +208,8 @@ def _start_trainer(ns: argparse.Namespace, rank: int, pub: rendezvous.Publicatio
                  if "CUDA_VISIBLE_DEVICES" in env else "")
     result = run_ranks([*trainer_command, *args], list(zip(ranks, envs)), out.logs, watch=watch, watch_s=WATCH_S,
                        stop_grace_s=STOP_GRACE_S)
-    log.info("rank(s) %s: trainer exit code(s) %s", ", ".join(map(str, ranks)),
-             ", ".join(str(result.codes.get(r, "-")) for r in ranks))
+    for r in ranks:
+        log.info("rank %d: trainer exited with code %s", r, result.codes.get(r, "- (not started)"))
     return result
 
 
