@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from qtpy.QtCore import QTimer
 from qtpy.QtGui import QImage
@@ -198,12 +199,43 @@ def test_standalone_window_and_main(qtbot, qapp, monkeypatch, settings, tmp_path
     window.controller.shutdown()
 
 
-def test_screenshot_is_written(tmp_path):
+def _rgb(image: QImage) -> np.ndarray:
+    """(H, W, 3) uint8 of a QImage."""
+    image = image.convertToFormat(QImage.Format.Format_RGB888)
+    rows = np.frombuffer(image.constBits(), np.uint8, image.bytesPerLine() * image.height())
+    return rows.reshape(image.height(), image.bytesPerLine())[:, :image.width() * 3].reshape(
+        image.height(), image.width(), 3)
+
+
+def _colours(rgb: np.ndarray) -> set[int]:
+    """The distinct 0xRRGGBB colours of an (..., 3) uint8 array."""
+    flat = rgb.reshape(-1, 3).astype(np.int64)
+    return set(np.unique(flat[:, 0] << 16 | flat[:, 1] << 8 | flat[:, 2]).tolist())
+
+
+def test_screenshot_shows_the_loss_curve_and_the_latest_contact_sheet(tmp_path):
+    """What is in the picture: the run's loss curve in its palette colour, and the contact sheet of
+    step 200 (the latest), not step 100's. An enlarged sheet is drawn with crisp pixels, so its exact
+    colours appear in the screenshot: most colours found only in step 200's sheet are there, almost
+    none of those found only in step 100's."""
+    from gui.graph import PALETTE
+
     paths = write_run(tmp_path / "run", steps=300, logged_to=200, sheet_interval=100)
     out = tmp_path / "shot.png"
     save_panel_screenshot([str(paths.root)], str(out), size=(900, 600))
     image = QImage(str(out))
     assert image.width() >= 900 and image.height() == 600  # at least as wide as asked (button row)
+    shot = _rgb(image)
+
+    curve = np.array([int(PALETTE[0][i:i + 2], 16) for i in (1, 3, 5)])
+    assert (np.abs(shot.astype(int) - curve).max(axis=-1) <= 12).sum() > 200  # the curve (~1.5 x 450 px)
+
+    shown = _colours(shot)
+    sheet = {step: _colours(_rgb(QImage(str(paths.contact_sheet(step))))) for step in (100, 200)}
+    only_200, only_100 = sheet[200] - sheet[100], sheet[100] - sheet[200]
+    assert len(only_200) > 1000 and len(only_100) > 1000
+    assert len(only_200 & shown) > 0.9 * len(only_200), (len(only_200 & shown), len(only_200))
+    assert len(only_100 & shown) < 0.02 * len(only_100), (len(only_100 & shown), len(only_100))
 
 
 def test_gui_never_imports_torch():
