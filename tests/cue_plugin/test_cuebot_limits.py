@@ -105,8 +105,13 @@ def test_spec_is_valid_cjsl_and_within_cuebots_limits(what, spec):
 
 
 def test_a_spec_breaking_the_dtd_is_caught():
-    """The DTD check is live: a layer with its elements out of order fails validation."""
-    spec = GOLDEN[0].read_text().replace("<chunk>1</chunk>", "").replace("</cmd>", "</cmd><chunk>1</chunk>", 1)
-    bad = spec.replace("<range>0-1</range>", "").replace("<chunk>1</chunk>", "<chunk>1</chunk><range>0-1</range>")
-    root = etree.fromstring(bad.encode(), etree.XMLParser(load_dtd=False, no_network=True))
-    assert not etree.DTD(str(DTD)).validate(root)
+    """The DTD check is live: a layer without its required <range>, or with <chunk> before it, fails."""
+    spec = (HERE / "golden" / "cpu_test.xml").read_text()
+    in_order = "<range>0-1</range>\n        <chunk>1</chunk>"
+    assert in_order in spec
+    parser = etree.XMLParser(load_dtd=False, no_network=True)
+    dtd = etree.DTD(str(DTD))
+    assert dtd.validate(etree.fromstring(spec.encode(), parser))
+    for bad in (spec.replace(in_order, "<chunk>1</chunk>"),
+                spec.replace(in_order, "<chunk>1</chunk>\n        <range>0-1</range>")):
+        assert not dtd.validate(etree.fromstring(bad.encode(), parser))
