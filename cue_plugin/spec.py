@@ -53,7 +53,8 @@ class TrainingJob:
         user: submitting user (OpenCue refuses frames as root).
         name: job name suffix (default ``cuetrain``); OpenCue names the job ``show-shot-user_name``.
         priority: job priority (OpenCue: higher runs first) [1].
-        max_retries: retries per frame before the frame is dead [count].
+        max_retries: retries per frame before the frame is dead [count]; Cuebot takes at most 1
+            (``JobSpec.FRAME_RETRIES_MAX``) and lowers more to 1 without a word.
         service: OpenCue service of the layer (e.g. ``cuetrain-gpu``).
         tags: host tags the layer asks for.
         cores: cores per rank [cores].
@@ -73,7 +74,7 @@ class TrainingJob:
     user: str
     name: str = "cuetrain"
     priority: int = 100
-    max_retries: int = 3
+    max_retries: int = 1
     service: str = "cuetrain"
     tags: tuple[str, ...] = ()
     cores: float = 1.0

@@ -23,7 +23,7 @@ def test_template_beats_defaults_and_explicit_beats_template():
     job = templates.make_job(make_config(), template="gpu-small", cores=2, tags=["gpu", "a100"], **PEOPLE)
     assert (job.service, job.gpus, job.memory_mb) == ("cuetrain-gpu", 1, 24576)  # from the template
     assert (job.cores, job.tags) == (2.0, ("gpu", "a100"))  # explicit wins
-    assert job.max_retries == 2 and job.priority == 100
+    assert job.max_retries == 1 and job.priority == 100
     assert job.sync_interval == TrainingJob.sync_interval  # neither sets it: the dataclass default
     assert job.name == "cuetrain_run"  # from the run directory name: Cuebot refuses duplicate live names
 

@@ -185,11 +185,3 @@ def test_resume_of_a_run_added_by_folder_uses_the_recorded_job(controller, farm,
         ("sh020", 2, ("gpu",), {}, True)
     assert blocker.args[1].startswith("resumed as job")
 
-
-def test_default_farm_is_opencue_made_lazily(qapp):
-    import sys
-
-    from gui.controller import default_farm
-
-    farm = default_farm()  # constructing it contacts no Cuebot
-    assert type(farm).__name__ == "OpenCueFarm" and "cue_plugin.opencue_farm" in sys.modules

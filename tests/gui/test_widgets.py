@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from qtpy.QtCore import QTimer
 from qtpy.QtGui import QImage
@@ -198,12 +199,45 @@ def test_standalone_window_and_main(qtbot, qapp, monkeypatch, settings, tmp_path
     window.controller.shutdown()
 
 
-def test_screenshot_is_written(tmp_path):
+def _rgb(image: QImage) -> np.ndarray:
+    """(H, W, 3) uint8 of a QImage."""
+    image = image.convertToFormat(QImage.Format.Format_RGB888)
+    rows = np.frombuffer(image.constBits(), np.uint8, image.bytesPerLine() * image.height())
+    return rows.reshape(image.height(), image.bytesPerLine())[:, :image.width() * 3].reshape(
+        image.height(), image.width(), 3)
+
+
+def test_screenshot_shows_the_loss_curve_and_the_latest_contact_sheet(tmp_path):
+    """What is in the picture: the run's loss curve in its palette colour, and the contact sheet of
+    step 200 (the latest), not step 100's. The sheet is found by its colourful columns (output and
+    ground truth) below the runs table, then sampled at the centre of each sheet pixel: its output
+    column matches step 200's sheet, not step 100's (within a few levels: Qt may round colours)."""
+    from gui.graph import PALETTE
+
     paths = write_run(tmp_path / "run", steps=300, logged_to=200, sheet_interval=100)
     out = tmp_path / "shot.png"
     save_panel_screenshot([str(paths.root)], str(out), size=(900, 600))
     image = QImage(str(out))
     assert image.width() >= 900 and image.height() == 600  # at least as wide as asked (button row)
+    shot = _rgb(image).astype(int)
+
+    curve = np.array([int(PALETTE[0][i:i + 2], 16) for i in (1, 3, 5)])
+    near_curve = np.abs(shot - curve).max(axis=-1) <= 60
+    assert (np.abs(shot - curve).max(axis=-1) <= 12).sum() > 200  # the curve is drawn (~1.5 px x 200+ px)
+
+    below = image.height() * 2 // 5  # the graph and the sheet share the lower part; the table is above
+    colourful = (shot.max(axis=-1) - shot.min(axis=-1) > 100) & ~near_curve
+    ys, xs = np.nonzero(colourful[below:])
+    assert ys.size > 10_000, "no contact sheet in the screenshot"
+    top, size = below + ys.min(), ys.max() + 1 - ys.min()  # a square sheet: 3 x 3 crops
+    left = xs.max() + 1 - size
+    sheets = {step: _rgb(QImage(str(paths.contact_sheet(step)))).astype(int) for step in (100, 200)}
+    cells = sheets[200].shape[0]
+    centres = ((np.arange(cells) + 0.5) * size / cells).astype(int)
+    shown = shot[top + centres][:, left + centres]  # (cells, cells, 3): one sample per sheet pixel
+    middle = slice(cells // 3, 2 * cells // 3)  # the output column: where steps 100 and 200 differ
+    error = {step: float(np.abs(shown[:, middle] - sheet[:, middle]).mean()) for step, sheet in sheets.items()}
+    assert error[200] < 8 and error[100] > 2 * error[200] + 6, error  # measured: 0 and 21.5
 
 
 def test_gui_never_imports_torch():
