@@ -75,7 +75,7 @@ def test_gpu_node_template_asks_for_its_ranks_gpus_per_frame():
     layer = ElementTree.fromstring(builder.dry_run(job, python=PYTHON, token=TOKEN)).find("./job/layers/layer")
     assert (job.world_size, job.ranks_per_frame, layer.findtext("range")) == (8, 4, "0-1")
     assert (layer.findtext("gpus"), layer.findtext("gpu_memory")) == ("4", "98304m")  # 4 x (1 GPU, 24 GiB)
-    assert (layer.findtext("cores"), layer.findtext("memory")) == ("32.0", "196608m")
+    assert (layer.findtext("cores"), layer.findtext("memory")) == ("24.0", "30720m")  # 4 x (6 cores, 7.5 GiB)
 
 
 def test_world_size_not_a_multiple_of_ranks_per_frame_names_both():

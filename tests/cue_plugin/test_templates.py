@@ -31,7 +31,7 @@ def test_template_beats_defaults_and_explicit_beats_template():
 def test_ranks_per_frame_comes_from_the_template_and_the_flag_wins():
     node = templates.make_job(make_config(batch_size=16), template="gpu-node-4x", **PEOPLE)
     assert (node.world_size, node.ranks_per_frame, node.frames, node.gpus) == (8, 4, 2, 1)
-    assert node.frame_resources == {"cores": 32.0, "memory_mb": 196608, "gpus": 4, "gpu_memory_mb": 98304}
+    assert node.frame_resources == {"cores": 24.0, "memory_mb": 30720, "gpus": 4, "gpu_memory_mb": 98304}
     two = templates.make_job(make_config(batch_size=16), template="gpu-node-4x", ranks_per_frame=2, **PEOPLE)
     assert (two.frames, two.frame_resources["gpus"]) == (4, 2)
     assert templates.make_job(make_config(), template="cpu-test", **PEOPLE).ranks_per_frame == 1  # today's contract
