@@ -76,6 +76,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from trainer import netaddr
 from trainer.rundir import RunDirError, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,25 @@ def accepts_connections(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT
             return True
     except OSError:
         return False
+
+
+def main_address(override: str | None, cuebot_hosts: tuple[str, ...] | list[str] = ()) -> str:
+    """The address frame 0 publishes: ``CUETRAIN_MAIN_HOST`` (``override``) when set, else an IP chosen
+    from this host's interfaces (:func:`trainer.netaddr.choose_main`: route to Cuebot, default route,
+    only interface), never the host name (it may resolve to loopback). Logs the choice and why.
+
+    Raises:
+        RendezvousError: no address can be chosen (exit code 3; the message says what to set).
+    """
+    if override:
+        log.info("frame 0 publishes %s: CUETRAIN_MAIN_HOST is set", override)
+        return override
+    try:
+        choice = netaddr.choose_main(netaddr.interfaces(), netaddr.kernel_route, tuple(cuebot_hosts))
+    except netaddr.NetAddrError as exc:
+        raise RendezvousError(str(exc)) from None
+    log.info("frame 0 publishes %s (interface %s): %s", choice.address, choice.interface or "?", choice.reason)
+    return choice.address
 
 
 def new_attempt(host: str) -> str:
@@ -397,7 +417,8 @@ def _reject_reason(pub: Publication | None, source: Source, token: str | None,
     if not accepts_connections(pub.host, pub.port):
         age = f", published {time.time() - pub.published_at:.0f} s ago," if pub.published_at else ""
         return (f"closed {pub.attempt}", f"frame 0 attempt {pub.attempt} at {pub.address}{age} does not accept "
-                "connections yet (rank 0 still starting, or a stale publication of a dead attempt)")
+                f"connections yet (this host reaches {pub.host} {netaddr.describe_route(pub.host)}): rank 0 still "
+                "starting, a stale publication of a dead attempt, or an address this host cannot reach")
     return None
 
 
@@ -434,7 +455,8 @@ def wait_for_main(source: Source, *, rank: int, token: str | None, timeout_s: fl
             raise RendezvousTimeout(
                 f"rank {rank} gave up after {timeout_s:.0f} s (rendezvous timeout): {reason}. Check that frame 0 "
                 "runs (its log: RUN_DIR/logs/rank_0.log), that the farm has hosts for all frames, and raise "
-                "rendezvous_timeout_s if frames start far apart")
+                "rendezvous_timeout_s if frames start far apart; if frame 0 runs but cannot be reached at its "
+                "address, set CUETRAIN_MAIN_HOST on the layer to an IP of its host that the other hosts reach")
         if kind != last_kind or now - last_log >= LOG_EVERY_S:
             log.info("rank %d waiting for frame 0 (%.0f of %.0f s): %s", rank, now - start, timeout_s, reason)
             last_kind, last_log = kind, now
