@@ -218,6 +218,8 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
             source.retract(pub)
     if failure:
         fail_layer(paths, pub, failure, cue, token, notice)
+    elif code == EXIT_USAGE:  # bad settings: a retry cannot help, so the waiting ranks stop now
+        rendezvous.notify_bad_setting(notice, pub, paths.rank_log(0), token)
     return code
 
 

@@ -394,6 +394,30 @@ class CuebotSource:
         """Nothing to remove: Cuebot's frame state is the publication."""
 
 
+def last_error_line(log_path: Path, marker: str = "error: ") -> str:
+    """The last line of ``log_path`` that contains ``marker`` (read from its last 64 KiB), "" when none."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65536))
+            lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.split(marker, 1)[1].strip() for line in reversed(lines) if marker in line), "")
+
+
+def notify_bad_setting(notice: FileSource, pub: Publication, log_path: Path, token: str | None) -> None:
+    """Frame 0, after its trainer refused its settings (exit code 2: a bad address, path or value that a
+    retry cannot fix): publish a failure notice with the trainer's error line, so the waiting ranks stop
+    at once (exit code 3) instead of waiting out the rendezvous timeout. Never raises."""
+    reason = f"frame 0's trainer refused its settings: {last_error_line(log_path) or 'exit code 2'}"
+    try:
+        notice.fail(pub, reason, token)
+    except RendezvousError as exc:
+        log.error("%s; waiting ranks will wait out the rendezvous timeout", exc)
+        return
+    log.error("published a failure notice for attempt %s: %s", pub.attempt, reason)
+
+
 def failure_notice(notice: FileSource | None, token: str | None) -> Publication | None:
     """The failure notice of this job in ``notice`` (see module doc), or None."""
     pub = notice.read() if notice is not None else None

@@ -98,15 +98,16 @@ def collective_interface(env: DistEnv, net: NetEnv) -> netaddr.Choice:
         raise EnvError(str(exc)) from None
 
 
-def _use_interface(choice: netaddr.Choice, net: NetEnv, rank: int) -> None:
-    """Set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in this process (the documented knobs of gloo and NCCL),
-    keeping a value that was set before cuetrain started."""
+def _use_interface(choice: netaddr.Choice, net: NetEnv, env: DistEnv) -> str:
+    """Set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in this process (the documented knobs of gloo and NCCL).
+    A value set before cuetrain started is kept unless ``COPYCAT_LOCAL_ADDR`` is set. Returns gloo's interface."""
     for var, preset in (("GLOO_SOCKET_IFNAME", net.gloo_socket_ifname), ("NCCL_SOCKET_IFNAME", net.nccl_socket_ifname)):
-        if preset:
-            log.info("rank %d: keeping %s=%s from the environment (cuetrain would use %s)", rank, var, preset,
+        if preset and not env.local_addr:
+            log.info("rank %d: keeping %s=%s from the environment (cuetrain would use %s)", env.rank, var, preset,
                      choice.interface)
         else:
             os.environ[var] = choice.interface
+    return net.gloo_socket_ifname if net.gloo_socket_ifname and not env.local_addr else choice.interface
 
 
 def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
@@ -131,9 +132,10 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
         return Runtime(env, device, "none")
     net = read_net_env()
     choice = collective_interface(env, net)
-    _use_interface(choice, net, env.rank)
     log.info("rank %d: collective interface %s (%s): %s", env.rank, choice.interface, choice.address, choice.reason)
-    where = f"host {socket.gethostname()}, interface {choice.interface} {choice.address}"
+    ifname = _use_interface(choice, net, env)
+    addrs = netaddr.interfaces().get(ifname, ()) if ifname != choice.interface else (choice.address,)
+    where = f"host {socket.gethostname()}, interface {ifname} {addrs[0] if addrs else '?'}"
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)

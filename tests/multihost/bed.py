@@ -10,8 +10,10 @@ Each host is a network namespace ``ctn-XXXX-hI`` holding one end of a veth pair 
 double) reach every host and every host reaches them and the other hosts. Processes started with
 :meth:`NetnsBed.command` also get their own UTS and mount namespaces (``unshare --uts --mount``):
 the host name is ``ctnhI`` and ``/etc/hosts`` is a bind-mounted file that maps it to 127.0.1.1, as
-Debian's installer writes it, and maps the other hosts' names to their IPs, as a farm's DNS would.
-That is the trap of the issue: ``gethostbyname(gethostname())`` is loopback on every host.
+Debian's installer writes it. That is the trap of issue 9: ``gethostbyname(gethostname())`` is
+loopback on every host, so gloo's default address is loopback. There is no DNS: the other hosts'
+names do not resolve, so a job only trains if frame 0 publishes an IP (before issue 9 it published
+its host name, and the other frames waited for the whole rendezvous timeout).
 
 Only names starting with ``ctn-`` and addresses in 10.77.0.0/16 are created; everything is deleted
 on exit (deleting a namespace deletes its veth pair). Needs Linux, root, ``ip`` and ``unshare``;
@@ -102,9 +104,8 @@ class NetnsBed:
             _ip("-n", host.netns, "link", "set", IFNAME, "up")
             _ip("-n", host.netns, "link", "set", "lo", "up")
             _ip("-n", host.netns, "route", "add", "default", "via", self.gateway)
-            others = "".join(f"{o.ip}\t{o.name}\n" for o in self.hosts if o is not host)
             path = self.etc / f"hosts.{host.name}"
-            path.write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{host.name}\n{others}")
+            path.write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{host.name}\n")
             path.chmod(0o644)
         self.etc.chmod(0o755)
 

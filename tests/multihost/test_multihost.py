@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cue_plugin import templates
+from cue_plugin import rendezvous, templates
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import JobHandle, RunState
 from tests.conftest import ROOT, make_pairs
@@ -80,3 +80,97 @@ def test_a_three_host_job_trains_with_no_address_settings(multihost_farm, tmp_pa
     assert "routes to Cuebot" in log0  # why this IP: the interface that routes to CUEBOT_HOSTS
     assert "collective interface eth0" in log1 and "routes to the main address" in log1
     print(f"(a) 3 hosts, no address settings: submit -> SUCCEEDED in {took:.1f} s")
+
+
+@pytest.mark.timeout(150)
+def test_b_the_cuebot_rendezvous_finds_frame_0_through_pycue_find_frame(multihost_farm, tmp_path):
+    farm = multihost_farm
+    t0 = time.monotonic()
+    with use_pycue(farm.cuebot.bridge_address):
+        cue, handle, paths = submit(farm, tmp_path, "b", rendezvous="cuebot")
+        status = wait_finished(cue, handle, paths, timeout=120)
+    took = time.monotonic() - t0
+    assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
+    assert {f["host"] for f in status.frames.values()} == {h.ip for h in farm.bed.hosts}
+    port = rendezvous.cuebot_port(handle.job_id, 0)
+    frame0_ip = status.frames["0"]["host"]  # Cuebot's last_resource host: RQD reports its IP as its name
+    for rank in (1, 2):
+        assert f"rank {rank}: frame 0 (attempt retry-0) is at {frame0_ip}:{port}" in paths.rank_log(rank).read_text()
+    assert not paths.rendezvous.exists()  # nothing is published in the run directory in this mode
+    assert read_json(paths.run_json)["final_step"] == 4
+    print(f"(b) --rendezvous cuebot, 3 hosts: submit -> SUCCEEDED in {took:.1f} s")
+
+
+def wait_for(predicate, timeout: float, what: str, paths: RunPaths) -> float:
+    """Poll ``predicate`` until true; returns when (monotonic)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not seen after {timeout} s\n{logs(paths)[-6000:]}")
+        time.sleep(0.1)
+    return time.monotonic()
+
+
+@pytest.mark.timeout(240)
+def test_c_a_host_whose_link_goes_down_fails_the_survivors_in_time_and_the_farm_recovers(multihost_farm, tmp_path):
+    farm, collective_s = multihost_farm, 10
+    t0 = time.monotonic()
+    with use_pycue(farm.cuebot.bridge_address):
+        cue, handle, paths = submit(farm, tmp_path, "c", max_retries=2, steps=600, checkpoint_interval=20,
+                                    log_interval=20, contact_sheet_interval=600, collective_timeout_s=collective_s)
+        wait_for(lambda: bool(paths.list_checkpoints()), 90, "a checkpoint", paths)
+        victim = farm.host_of(cue.describe(handle).frames["2"]["host"])
+        farm.bed.link_down(victim)
+        down = time.monotonic()
+        try:
+            lost = [wait_for(lambda r=r: "lost rank" in paths.rank_log(r).read_text(), 60, f"rank {r} failing", paths)
+                    for r in (0, 1)]
+        finally:
+            farm.bed.link_up(victim)
+        status = wait_finished(cue, handle, paths, timeout=150)
+    took = time.monotonic() - t0
+    failed_after = max(lost) - down
+    # gloo's collective timeout, then explain_failure watches the heartbeats (~10 s) to name the lost rank
+    assert failed_after < collective_s + 25, failed_after
+    assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
+    assert all(status.frames[str(r)]["retries"] >= 1 for r in (0, 1)), status.frames
+    record = read_json(paths.run_json)
+    starts = [a["start_step"] for a in record["attempts"]]
+    assert record["final_step"] == 600 and len(starts) >= 2 and starts[-1] > 0, starts
+    assert "lost rank 2 during training" in paths.rank_log(0).read_text()
+    print(f"(c) link of host {victim} down at {down - t0:.1f} s: survivors failed {failed_after:.1f} s later "
+          f"(collective timeout {collective_s} s); job SUCCEEDED at {took:.1f} s, attempts start at {starts}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["COPYCAT_LOCAL_ADDR", "GLOO_SOCKET_IFNAME"])
+def test_d_a_wrong_interface_setting_fails_every_rank_with_a_clear_line(multihost_farm, tmp_path, name):
+    """``lo`` on a multi-host job. COPYCAT_LOCAL_ADDR=lo is refused before any connection: frame 0's
+    trainer exits 2 and its failure notice stops the waiting frames at once (exit 3). A
+    GLOO_SOCKET_IFNAME=lo left in the farm's environment (kept, as if an admin set it) makes gloo
+    fail to connect; the failing rank tells the others through the store and every rank exits 3."""
+    farm = multihost_farm
+    t0 = time.monotonic()
+    with use_pycue(farm.cuebot.bridge_address):
+        cue, handle, paths = submit(farm, tmp_path, f"d{name[0].lower()}", env={name: "lo"}, collective_timeout_s=20)
+        deadline = time.monotonic() + 90
+        while {f["state"] for f in cue.describe(handle).frames.values()} != {"DEAD"}:
+            assert time.monotonic() < deadline, f"{cue.describe(handle)}\n{logs(paths)}"
+            time.sleep(0.3)
+        status = cue.describe(handle)
+        cue.cancel(handle)  # DEAD frames keep a job PENDING
+    took = time.monotonic() - t0
+    codes = [status.frames[str(r)]["exit_status"] for r in range(3)]
+    for rank in range(3):
+        text = paths.rank_log(rank).read_text()
+        assert "Traceback" not in text, text
+        if name == "COPYCAT_LOCAL_ADDR":
+            assert "COPYCAT_LOCAL_ADDR=lo is loopback, but this host reaches the main address" in text, text
+            assert "unset COPYCAT_LOCAL_ADDR (cuetrain then uses eth0)" in text, text
+        else:
+            errors = [line for line in text.splitlines() if "cuetrain: error:" in line]
+            assert len(errors) == 1 and "interface lo 127.0.0.1" in errors[0], text
+            assert "loopback address" in errors[0] and "set COPYCAT_LOCAL_ADDR" in errors[0], errors
+    assert codes == ([2, 3, 3] if name == "COPYCAT_LOCAL_ADDR" else [3, 3, 3]), status.frames
+    assert took < 60, took  # not the 40 s rendezvous timeout plus more: nobody waits it out
+    print(f"(d) {name}=lo: every rank failed with a clear line in {took:.1f} s (exit codes {codes})")
