@@ -13,6 +13,11 @@ nobody listens. This closes the usual "pick a free port, close it, hope" race; w
 second ``SO_REUSEADDR`` program binding the same port in that window (unlikely; the trainer then
 fails with "cannot listen" and the frame is retried).
 
+The host frame 0 publishes (and gives its own trainer) is an IP, never its host name, which on
+many farm hosts resolves to loopback (:func:`main_address`, ``trainer.netaddr``): the IP of the
+interface that routes to Cuebot, else of the default route, else of the only interface;
+``CUETRAIN_MAIN_HOST`` overrides.
+
 Two modes (``TrainingJob.rendezvous``):
 
 ``file``
@@ -23,7 +28,8 @@ Two modes (``TrainingJob.rendezvous``):
     job token, so it proves the publication comes from this job without revealing the token.
 ``cuebot``
     Nothing is written. Ranks ask Cuebot (pycue ``findFrame(job, "train", 0)``) for frame 0: it
-    must be RUNNING; its host is the host part of ``last_resource`` (``host/cores/gpus``) and the
+    must be RUNNING; its host is the host part of ``last_resource`` (``host/cores/gpus``: RQD's IP by
+    default, rqconstants ``RQD_USE_IP_AS_HOSTNAME``; else a name the farm's DNS must resolve) and the
     port is :func:`cuebot_port` of (job id, frame 0's ``retry_count``): 20000 + crc32 % 10000,
     below Linux's ephemeral range (32768-60999). Frame 0 reserves exactly that port; if it is
     taken, frame 0 fails (exit code 6) and OpenCue's retry moves it to a new port (the retry count
