@@ -116,8 +116,8 @@ def test_c_a_host_whose_link_goes_down_fails_the_survivors_in_time_and_the_farm_
     farm, collective_s = multihost_farm, 10
     t0 = time.monotonic()
     with use_pycue(farm.cuebot.bridge_address):
-        cue, handle, paths = submit(farm, tmp_path, "c", max_retries=2, steps=600, checkpoint_interval=20,
-                                    log_interval=20, contact_sheet_interval=600, collective_timeout_s=collective_s)
+        cue, handle, paths = submit(farm, tmp_path, "c", max_retries=2, steps=240, checkpoint_interval=10,
+                                    log_interval=10, contact_sheet_interval=240, collective_timeout_s=collective_s)
         wait_for(lambda: bool(paths.list_checkpoints()), 90, "a checkpoint", paths)
         victim = farm.host_of(cue.describe(handle).frames["2"]["host"])
         farm.bed.link_down(victim)
@@ -136,7 +136,7 @@ def test_c_a_host_whose_link_goes_down_fails_the_survivors_in_time_and_the_farm_
     assert all(status.frames[str(r)]["retries"] >= 1 for r in (0, 1)), status.frames
     record = read_json(paths.run_json)
     starts = [a["start_step"] for a in record["attempts"]]
-    assert record["final_step"] == 600 and len(starts) >= 2 and starts[-1] > 0, starts
+    assert record["final_step"] == 240 and len(starts) >= 2 and starts[-1] > 0, starts
     assert "lost rank 2 during training" in paths.rank_log(0).read_text()
     print(f"(c) link of host {victim} down at {down - t0:.1f} s: survivors failed {failed_after:.1f} s later "
           f"(collective timeout {collective_s} s); job SUCCEEDED at {took:.1f} s, attempts start at {starts}")
