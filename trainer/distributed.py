@@ -142,7 +142,7 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
     log.info("rank %d/%d joining %s:%d with %s (gang timeout %.0f s)", env.rank, env.world_size, env.main_addr,
              env.main_port, backend, gang_timeout_s)
     store = gang.connect(env, gang_timeout_s, master=env.rank == 0, where=where)
-    gang.form(env, store, env.token, gang_timeout_s)
+    gang.form(env, store, env.token, gang_timeout_s, where)
     store.set_timeout(timedelta(seconds=collective_timeout_s))
     guard = gang.PhaseGuard(env, where, collective_timeout_s, on_abort)
     with guard.phase("process-group creation"):

@@ -103,7 +103,7 @@ def connect(env: DistEnv, timeout_s: float, *, master: bool, where: str = "") ->
                           "reaches, and allow TCP to that port") from exc
 
 
-def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str) -> None:
+def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str, where: str = "") -> None:
     while True:
         missing = [k for k in keys if not store.check([k])]
         if not missing:
@@ -111,7 +111,8 @@ def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str
         left = deadline - time.monotonic()
         if left <= 0:
             raise GangTimeout(f"gang incomplete: {what} {', '.join(k.rsplit('/', 1)[-1] for k in missing)} did not "
-                              "join within the gang timeout; failing the whole gang instead of holding GPUs idle")
+                              "join within the gang timeout; failing the whole gang instead of holding GPUs idle"
+                              f"{f' ({where}; a rank that cannot reach it says so in its log)' if where else ''}")
         log.info("waiting for %s %s (%.0f s of the gang timeout left)", what,
                  ", ".join(k.rsplit("/", 1)[-1] for k in missing), left)
         try:
@@ -120,8 +121,9 @@ def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str
             pass
 
 
-def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: float) -> None:
-    """Claim the rank, check the job token and wait for the whole gang (see module doc).
+def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: float, where: str = "") -> None:
+    """Claim the rank, check the job token and wait for the whole gang (see module doc); ``where`` (this
+    rank's host and interface) goes into the gang-timeout message.
 
     Raises:
         GangRejected: rank already claimed, or a token mismatch (names the rank).
@@ -138,7 +140,7 @@ def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: 
     store.set(f"mac/{env.rank}", _mac(token, nonce, env.rank) if token else "-")
     if env.rank == 0:
         ranks = [f"mac/{r}" for r in range(env.world_size)]
-        _wait_keys(store, ranks, deadline, "ranks")
+        _wait_keys(store, ranks, deadline, "ranks", f"main address {env.main_addr}:{env.main_port}, {where}")
         bad = [r for r in range(env.world_size)
                if token and not hmac.compare_digest(store.get(f"mac/{r}").decode(), _mac(token, nonce, r))]
         store.set("verdict", "ok" if not bad else f"rejected ranks {bad}")
