@@ -150,6 +150,8 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
                                 world_size=env.world_size, timeout=timedelta(seconds=collective_timeout_s))
     with guard.phase("the first collective"):
         dist.all_reduce(torch.zeros(1, device=device))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # NCCL returns at enqueue; its connections are made when it runs
     guard.close()
     return Runtime(env, device, backend, store, gang.Heartbeat(env, collective_timeout_s))
 
