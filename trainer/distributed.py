@@ -83,7 +83,8 @@ def collective_interface(env: DistEnv, net: NetEnv) -> netaddr.Choice:
     """
     try:
         if not env.local_addr:
-            return netaddr.choose_collective(env.main_addr, netaddr.interfaces(), netaddr.kernel_route, net.cuebot_hosts)
+            return netaddr.choose_collective(env.main_addr, netaddr.interfaces(), netaddr.kernel_route,
+                                             net.cuebot_hosts)
         name = interface_for(env.local_addr)
         addrs = netaddr.interfaces().get(name, ())
         addr = env.local_addr if netaddr.is_ip(env.local_addr) else (addrs[0] if addrs else "")

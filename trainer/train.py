@@ -137,7 +137,7 @@ class _Loop:
                 export_model(self.paths, self.net, self._model_meta())
         except BaseException as exc:
             if self.rt.backend != "none" and isinstance(exc, RuntimeError):  # gloo raises plain RuntimeError
-                exc = explain_failure(self.env, exc)  # name the rank that died (watches heartbeats ~10 s)
+                exc = explain_failure(self.env, exc, self.rt.heartbeat)  # name the rank that died
                 log.error("%s", exc)
             self.writer.finish("failed", error=f"{type(exc).__name__}: {exc}", failed_rank=self.env.rank)
             raise exc

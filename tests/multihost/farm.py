@@ -52,7 +52,8 @@ class MultiHostFarm:
         for rqd in self.rqds:
             rqd.stop()
         self.cuebot.stop()
-        leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(self.workdir) in " ".join(p.info["cmdline"] or [])]
+        leftovers = [p for p in psutil.process_iter(["cmdline"])
+                     if str(self.workdir) in " ".join(p.info["cmdline"] or [])]
         for p in leftovers:  # frames a stopped RQD left behind (only this farm's)
             with contextlib.suppress(psutil.Error):
                 p.kill()

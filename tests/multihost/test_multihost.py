@@ -113,7 +113,7 @@ def wait_for(predicate, timeout: float, what: str, paths: RunPaths) -> float:
 
 @pytest.mark.timeout(240)
 def test_c_a_host_whose_link_goes_down_fails_the_survivors_in_time_and_the_farm_recovers(multihost_farm, tmp_path):
-    farm, collective_s = multihost_farm, 10
+    farm, collective_s = multihost_farm, 15
     t0 = time.monotonic()
     with use_pycue(farm.cuebot.bridge_address):
         cue, handle, paths = submit(farm, tmp_path, "c", max_retries=2, steps=240, checkpoint_interval=10,
@@ -130,8 +130,8 @@ def test_c_a_host_whose_link_goes_down_fails_the_survivors_in_time_and_the_farm_
         status = wait_finished(cue, handle, paths, timeout=150)
     took = time.monotonic() - t0
     failed_after = max(lost) - down
-    # gloo's collective timeout, then explain_failure watches the heartbeats (~10 s) to name the lost rank
-    assert failed_after < collective_s + 25, failed_after
+    # the collective times out; rank 2's heartbeat has been still since the link went down, so it is named at once
+    assert failed_after < collective_s + 8, failed_after
     assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
     assert all(status.frames[str(r)]["retries"] >= 1 for r in (0, 1)), status.frames
     record = read_json(paths.run_json)
