@@ -3,7 +3,9 @@
 A stand-in for two farm hosts on a slow link: each rank runs in its own namespace
 (``ip netns exec``) and all its collective traffic crosses the veth pair, where a token-bucket
 filter (``tc qdisc ... tbf``) on both ends caps the rate. Only addresses inside the namespaces
-created here are used (10.231.0.1 and 10.231.0.2); everything is deleted on exit.
+created here are used (10.77.231.1 and 10.77.231.2); everything is deleted on exit. The ranks get
+no ``COPYCAT_LOCAL_ADDR``: each picks the interface that routes to the main address by itself
+(``trainer.netaddr``), as farm frames do.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Iterator
 
 from common import ROOT, images_per_s, read_rows
 
-ADDRS = ("10.231.0.1", "10.231.0.2")
+ADDRS = ("10.77.231.1", "10.77.231.2")
 PORT = 29731  # inside the namespaces: no other process can hold it
 TIMEOUT_S = 600  # per gang run: a hung collective ends the benchmark instead of the machine
 
@@ -44,7 +46,7 @@ def available() -> str | None:
         return "the ip and tc commands are not installed"
     if os.geteuid() != 0:
         return "creating network namespaces needs root"
-    name = f"cuetrain-check-{secrets.token_hex(3)}"
+    name = f"ctn-check-{secrets.token_hex(3)}"
     try:
         _ip("netns", "add", name)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
@@ -57,8 +59,8 @@ def available() -> str | None:
 def veth_pair(rate_mbit: float, burst_kb: int = 32, latency_ms: int = 100) -> Iterator[Pair]:
     """Create two namespaces joined by veth, each end shaped to ``rate_mbit``; delete them on exit."""
     tag = secrets.token_hex(3)
-    names = (f"cuetrain-a-{tag}", f"cuetrain-b-{tag}")
-    devs = (f"ctva{tag}", f"ctvb{tag}")
+    names = (f"ctn-a-{tag}", f"ctn-b-{tag}")
+    devs = (f"ctna{tag}", f"ctnb{tag}")
     created: list[str] = []
     try:
         for n in names:
@@ -82,7 +84,7 @@ def veth_pair(rate_mbit: float, burst_kb: int = 32, latency_ms: int = 100) -> It
 def _env(rank: int, world: int, sync: int) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "COPYCAT_MAIN_ADDR": ADDRS[0],
             "COPYCAT_MAIN_PORT": str(PORT), "COPYCAT_RANK": str(rank), "COPYCAT_WORLD_SIZE": str(world),
-            "COPYCAT_SYNC_INTERVAL": str(sync), "COPYCAT_LOCAL_ADDR": ADDRS[rank]}
+            "COPYCAT_SYNC_INTERVAL": str(sync)}
 
 
 def run_gang(pair: Pair, cli_args: list[str], sync: int = 1) -> list[str]:

@@ -230,7 +230,7 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
     farm = read_farm_env()
     if ns.rendezvous == "cuebot":
         notice.clear()  # a failure notice of an earlier attempt
-    host = farm.main_host or (None if ns.rendezvous == "cuebot" else socket.gethostname())
+    host = rendezvous.main_address(farm.main_host, farm.cuebot_hosts)  # an IP, never the host name
     reservation, pub = source.host(host, token)
     log.info("frame 0 (attempt %s) hosts the main address %s for %d rank(s)", pub.attempt, pub.address,
              ns.world_size)
@@ -245,6 +245,8 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
             source.retract(pub)
     if failure:
         fail_layer(paths, pub, failure, cue, token, notice)
+    elif code == EXIT_USAGE:  # bad settings: a retry cannot help, so the waiting ranks stop now
+        rendezvous.notify_bad_setting(notice, pub, paths.rank_log(0), token)
     return code
 
 

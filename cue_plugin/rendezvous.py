@@ -13,6 +13,11 @@ nobody listens. This closes the usual "pick a free port, close it, hope" race; w
 second ``SO_REUSEADDR`` program binding the same port in that window (unlikely; the trainer then
 fails with "cannot listen" and the frame is retried).
 
+The host frame 0 publishes (and gives its own trainer) is an IP, never its host name, which on
+many farm hosts resolves to loopback (:func:`main_address`, ``trainer.netaddr``): the IP of the
+interface that routes to Cuebot, else of the default route, else of the only interface;
+``CUETRAIN_MAIN_HOST`` overrides.
+
 Two modes (``TrainingJob.rendezvous``):
 
 ``file``
@@ -23,7 +28,8 @@ Two modes (``TrainingJob.rendezvous``):
     job token, so it proves the publication comes from this job without revealing the token.
 ``cuebot``
     Nothing is written. Ranks ask Cuebot (pycue ``findFrame(job, "train", 0)``) for frame 0: it
-    must be RUNNING; its host is the host part of ``last_resource`` (``host/cores/gpus``) and the
+    must be RUNNING; its host is the host part of ``last_resource`` (``host/cores/gpus``: RQD's IP by
+    default, rqconstants ``RQD_USE_IP_AS_HOSTNAME``; else a name the farm's DNS must resolve) and the
     port is :func:`cuebot_port` of (job id, frame 0's ``retry_count``): 20000 + crc32 % 10000,
     below Linux's ephemeral range (32768-60999). Frame 0 reserves exactly that port; if it is
     taken, frame 0 fails (exit code 6) and OpenCue's retry moves it to a new port (the retry count
@@ -76,6 +82,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from trainer import netaddr
 from trainer.rundir import RunDirError, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -203,6 +210,25 @@ def accepts_connections(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT
             return True
     except OSError:
         return False
+
+
+def main_address(override: str | None, cuebot_hosts: tuple[str, ...] | list[str] = ()) -> str:
+    """The address frame 0 publishes: ``CUETRAIN_MAIN_HOST`` (``override``) when set, else an IP chosen
+    from this host's interfaces (:func:`trainer.netaddr.choose_main`: route to Cuebot, default route,
+    only interface), never the host name (it may resolve to loopback). Logs the choice and why.
+
+    Raises:
+        RendezvousError: no address can be chosen (exit code 3; the message says what to set).
+    """
+    if override:
+        log.info("frame 0 publishes %s: CUETRAIN_MAIN_HOST is set", override)
+        return override
+    try:
+        choice = netaddr.choose_main(netaddr.interfaces(), netaddr.kernel_route, tuple(cuebot_hosts))
+    except netaddr.NetAddrError as exc:
+        raise RendezvousError(str(exc)) from None
+    log.info("frame 0 publishes %s (interface %s): %s", choice.address, choice.interface or "?", choice.reason)
+    return choice.address
 
 
 def new_attempt(host: str) -> str:
@@ -374,6 +400,30 @@ class CuebotSource:
         """Nothing to remove: Cuebot's frame state is the publication."""
 
 
+def last_error_line(log_path: Path, marker: str = "error: ") -> str:
+    """The last line of ``log_path`` that contains ``marker`` (read from its last 64 KiB), "" when none."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65536))
+            lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.split(marker, 1)[1].strip() for line in reversed(lines) if marker in line), "")
+
+
+def notify_bad_setting(notice: FileSource, pub: Publication, log_path: Path, token: str | None) -> None:
+    """Frame 0, after its trainer refused its settings (exit code 2: a bad address, path or value that a
+    retry cannot fix): publish a failure notice with the trainer's error line, so the waiting ranks stop
+    at once (exit code 3) instead of waiting out the rendezvous timeout. Never raises."""
+    reason = f"frame 0's trainer refused its settings: {last_error_line(log_path) or 'exit code 2'}"
+    try:
+        notice.fail(pub, reason, token)
+    except RendezvousError as exc:
+        log.error("%s; waiting ranks will wait out the rendezvous timeout", exc)
+        return
+    log.error("published a failure notice for attempt %s: %s", pub.attempt, reason)
+
+
 def failure_notice(notice: FileSource | None, token: str | None) -> Publication | None:
     """The failure notice of this job in ``notice`` (see module doc), or None."""
     pub = notice.read() if notice is not None else None
@@ -397,7 +447,8 @@ def _reject_reason(pub: Publication | None, source: Source, token: str | None,
     if not accepts_connections(pub.host, pub.port):
         age = f", published {time.time() - pub.published_at:.0f} s ago," if pub.published_at else ""
         return (f"closed {pub.attempt}", f"frame 0 attempt {pub.attempt} at {pub.address}{age} does not accept "
-                "connections yet (rank 0 still starting, or a stale publication of a dead attempt)")
+                f"connections yet (this host reaches {pub.host} {netaddr.describe_route(pub.host)}): rank 0 still "
+                "starting, a stale publication of a dead attempt, or an address this host cannot reach")
     return None
 
 
@@ -434,7 +485,8 @@ def wait_for_main(source: Source, *, rank: int, token: str | None, timeout_s: fl
             raise RendezvousTimeout(
                 f"rank {rank} gave up after {timeout_s:.0f} s (rendezvous timeout): {reason}. Check that frame 0 "
                 "runs (its log: RUN_DIR/logs/rank_0.log), that the farm has hosts for all frames, and raise "
-                "rendezvous_timeout_s if frames start far apart")
+                "rendezvous_timeout_s if frames start far apart; if frame 0 runs but cannot be reached at its "
+                "address, set CUETRAIN_MAIN_HOST on the layer to an IP of its host that the other hosts reach")
         if kind != last_kind or now - last_log >= LOG_EVERY_S:
             log.info("rank %d waiting for frame 0 (%.0f of %.0f s): %s", rank, now - start, timeout_s, reason)
             last_kind, last_log = kind, now

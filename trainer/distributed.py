@@ -3,6 +3,11 @@
 Rank 0 hosts the rendezvous store (``torch.distributed.TCPStore``) on ``COPYCAT_MAIN_PORT``; the
 other ranks connect to ``COPYCAT_MAIN_ADDR:COPYCAT_MAIN_PORT`` (torch's ``tcp://`` init method).
 Backend: ``nccl`` when CUDA is available, else ``gloo``.
+
+Every phase ends within its timeout with one error line (exit code 3, ``trainer.gang``): reaching
+the store and forming the gang (``--gang-timeout-s``), then process-group creation and the first
+collective (``--collective-timeout-s``, bounded by :class:`trainer.gang.PhaseGuard`, which also
+stops the other ranks when one of them fails there).
 """
 
 from __future__ import annotations
@@ -12,13 +17,13 @@ import os
 import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
-from trainer import gang
-from trainer.envvars import DistEnv, EnvError
+from trainer import gang, netaddr
+from trainer.envvars import DistEnv, EnvError, NetEnv, read_net_env
 
 log = logging.getLogger(__name__)
 
@@ -67,38 +72,88 @@ def _pick_device(env: DistEnv) -> torch.device:
     return torch.device("cpu")
 
 
-def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float) -> Runtime:
-    """Join the gang described by ``env`` (no-op when not distributed).
-
-    Rank 0 hosts the store on the main port; every rank forms the gang (``trainer.gang.form``:
-    rank claim, job-token check, wait up to ``gang_timeout_s``), then the process group is built on
-    that store with ``collective_timeout_s`` for collectives. ``COPYCAT_LOCAL_ADDR`` selects the
-    interface through ``GLOO_SOCKET_IFNAME`` and ``NCCL_SOCKET_IFNAME`` (the documented knobs of
-    gloo and NCCL), set in this process only.
+def collective_interface(env: DistEnv, net: NetEnv) -> netaddr.Choice:
+    """This rank's interface for gloo/NCCL: ``COPYCAT_LOCAL_ADDR`` when set, else the one that routes to
+    the main address (:func:`trainer.netaddr.choose_collective`).
 
     Raises:
-        EnvError: bad local address.
-        GangError: the gang could not form (timeout, port in use, duplicate rank, wrong token).
+        EnvError: ``COPYCAT_LOCAL_ADDR`` is not of this host, or is loopback while the main address is
+            reached through another interface (the other hosts could not reach this rank); or no
+            route to the main address (the message says what to set).
+    """
+    try:
+        if not env.local_addr:
+            return netaddr.choose_collective(env.main_addr, netaddr.interfaces(), netaddr.kernel_route,
+                                             net.cuebot_hosts)
+        name = interface_for(env.local_addr)
+        addrs = netaddr.interfaces().get(name, ())
+        addr = env.local_addr if netaddr.is_ip(env.local_addr) else (addrs[0] if addrs else "")
+        src = netaddr.kernel_route(env.main_addr)
+        if netaddr.is_loopback(addr) and src and not netaddr.is_loopback(src):
+            via = netaddr.interface_of(src, netaddr.interfaces())
+            raise EnvError(f"COPYCAT_LOCAL_ADDR={env.local_addr} is loopback, but this host reaches the main address "
+                           f"{env.main_addr} via {via} ({src}), so the other hosts could not reach this rank; unset "
+                           f"COPYCAT_LOCAL_ADDR (cuetrain then uses {via}) or set it to {via}")
+        return netaddr.Choice(addr, name, f"COPYCAT_LOCAL_ADDR={env.local_addr}")
+    except netaddr.NetAddrError as exc:
+        raise EnvError(str(exc)) from None
+
+
+def _use_interface(choice: netaddr.Choice, net: NetEnv, env: DistEnv) -> str:
+    """Set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in this process (the documented knobs of gloo and NCCL).
+    A value set before cuetrain started is kept unless ``COPYCAT_LOCAL_ADDR`` is set. Returns gloo's interface."""
+    for var, preset in (("GLOO_SOCKET_IFNAME", net.gloo_socket_ifname), ("NCCL_SOCKET_IFNAME", net.nccl_socket_ifname)):
+        if preset and not env.local_addr:
+            log.info("rank %d: keeping %s=%s from the environment (cuetrain would use %s)", env.rank, var, preset,
+                     choice.interface)
+        else:
+            os.environ[var] = choice.interface
+    return net.gloo_socket_ifname if net.gloo_socket_ifname and not env.local_addr else choice.interface
+
+
+def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
+          on_abort: Callable[[gang.GangError], None] | None = None) -> Runtime:
+    """Join the gang described by ``env`` (no-op when not distributed).
+
+    The collective interface is chosen first (:func:`collective_interface`, logged with its reason).
+    Rank 0 hosts the store on the main port; every rank forms the gang (``trainer.gang.form``:
+    rank claim, job-token check, wait up to ``gang_timeout_s``), then the process group is built on
+    that store and a first collective is run, each bounded by ``collective_timeout_s``
+    (:class:`trainer.gang.PhaseGuard`; ``on_abort`` is called with the error before a hung phase
+    ends the process).
+
+    Raises:
+        EnvError: bad local address, or no route to the main address.
+        GangError: the gang could not form (timeout, port in use, duplicate rank, wrong token) or the
+            process group could not connect (exit code 3).
     """
     device = _pick_device(env)
     if not env.distributed:
         log.info("training non-distributed: %s not set", ", ".join(env.missing))
         return Runtime(env, device, "none")
-    if env.local_addr:
-        ifname = interface_for(env.local_addr)
-        os.environ["GLOO_SOCKET_IFNAME"] = ifname
-        os.environ["NCCL_SOCKET_IFNAME"] = ifname
-        log.info("collective traffic on interface %s (COPYCAT_LOCAL_ADDR=%s)", ifname, env.local_addr)
+    net = read_net_env()
+    choice = collective_interface(env, net)
+    log.info("rank %d: collective interface %s (%s): %s", env.rank, choice.interface, choice.address, choice.reason)
+    ifname = _use_interface(choice, net, env)
+    addrs = netaddr.interfaces().get(ifname, ()) if ifname != choice.interface else (choice.address,)
+    where = f"host {socket.gethostname()}, interface {ifname} {addrs[0] if addrs else '?'}"
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
     log.info("rank %d/%d joining %s:%d with %s (gang timeout %.0f s)", env.rank, env.world_size, env.main_addr,
              env.main_port, backend, gang_timeout_s)
-    store = gang.connect(env, gang_timeout_s, master=env.rank == 0)
-    gang.form(env, store, env.token, gang_timeout_s)
+    store = gang.connect(env, gang_timeout_s, master=env.rank == 0, where=where)
+    gang.form(env, store, env.token, gang_timeout_s, where)
     store.set_timeout(timedelta(seconds=collective_timeout_s))
-    dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
-                            world_size=env.world_size, timeout=timedelta(seconds=collective_timeout_s))
+    guard = gang.PhaseGuard(env, where, collective_timeout_s, on_abort)
+    with guard.phase("process-group creation"):
+        dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
+                                world_size=env.world_size, timeout=timedelta(seconds=collective_timeout_s))
+    with guard.phase("the first collective"):
+        dist.all_reduce(torch.zeros(1, device=device))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # NCCL returns at enqueue; its connections are made when it runs
+    guard.close()
     return Runtime(env, device, backend, store, gang.Heartbeat(env, collective_timeout_s))
 
 

@@ -35,7 +35,8 @@ ENV_TABLE: dict[str, str] = {
     "CUE_GPU_CORES": "OpenCue RQD: GPU indices reserved for this frame (comma separated; split over its ranks)",
     "CUE_THREADS": "OpenCue RQD: cores reserved for this frame (each of its L ranks gets CUE_THREADS / L threads)",
     "CUE_JOB_ID": "OpenCue Cuebot: id of the frame's job (unique per submission)",
-    "CUETRAIN_MAIN_HOST": "farm frame 0: host name or IP it publishes as the main address (default: its host name)",
+    "CUETRAIN_MAIN_HOST": "farm frame 0: host name or IP it publishes as the main address (default: the IP chosen "
+                          "by trainer.netaddr: route to Cuebot, else default route, else the only interface)",
     "CUETRAIN_TEMPLATE_PATH": "farm templates: folders (os.pathsep separated) searched before farm_templates/",
     "CUEBOT_HOSTS": "pycue: Cuebot host[:port] list, comma separated (pycue reads it itself; cuetrain passes it "
                     "on to frames that use the cuebot rendezvous)",
@@ -43,6 +44,8 @@ ENV_TABLE: dict[str, str] = {
     "SHOT": "pipeline: current shot (default of `cuetrain submit --shot`)",
     "CUDA_VISIBLE_DEVICES": "CUDA: GPUs the trainer sees; farm frames set it per rank from CUE_GPU_CORES",
     "OMP_NUM_THREADS": "OpenMP/torch CPU threads per rank; farm frames set it from CUE_THREADS / L when unset",
+    "GLOO_SOCKET_IFNAME": "gloo: interface for collectives; cuetrain sets it (trainer.netaddr) unless already set",
+    "NCCL_SOCKET_IFNAME": "NCCL: interface for its sockets; cuetrain sets it (trainer.netaddr) unless already set",
 }
 
 REQUIRED = ("COPYCAT_MAIN_ADDR", "COPYCAT_MAIN_PORT", "COPYCAT_RANK", "COPYCAT_WORLD_SIZE")
@@ -226,3 +229,26 @@ def environ_with(updates: Mapping[str, str], env: Mapping[str, str] | None = Non
     out = dict(os.environ if env is None else env)
     out.update(updates)
     return out
+
+
+@dataclass(frozen=True)
+class NetEnv:
+    """What the address choice (``trainer.netaddr``) reads from the environment.
+
+    Attributes:
+        cuebot_hosts: ``CUEBOT_HOSTS`` split on commas (empty when unset): the route to Cuebot picks the IP.
+        gloo_socket_ifname: ``GLOO_SOCKET_IFNAME`` set before cuetrain started, or None.
+        nccl_socket_ifname: ``NCCL_SOCKET_IFNAME`` set before cuetrain started, or None.
+    """
+
+    cuebot_hosts: tuple[str, ...] = ()
+    gloo_socket_ifname: str | None = None
+    nccl_socket_ifname: str | None = None
+
+
+def read_net_env(env: Mapping[str, str] | None = None) -> NetEnv:
+    """Read the address-choice variables from ``env`` (default ``os.environ``); never raises."""
+    env = os.environ if env is None else env
+    return NetEnv(cuebot_hosts=_split(env.get("CUEBOT_HOSTS"), ","),
+                  gloo_socket_ifname=(env.get("GLOO_SOCKET_IFNAME") or "").strip() or None,
+                  nccl_socket_ifname=(env.get("NCCL_SOCKET_IFNAME") or "").strip() or None)

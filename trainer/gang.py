@@ -11,28 +11,46 @@ before the process group exists, the ranks meet on rank 0's ``TCPStore`` (on
    (``CUETRAIN_GANG_TOKEN``) is per job; without one the check is skipped;
 3. wait for the whole gang up to the gang timeout, logging every 10 s which ranks are missing.
 
+Then the process group is created and a first collective runs, each bounded by
+:class:`PhaseGuard`: gloo and NCCL connect every pair of ranks there, and a rank that cannot reach
+a peer (a peer offered a loopback or firewalled address) can leave the others blocked inside C++
+far past any timeout. The guard writes the failing rank's reason under ``abort`` on the store, so
+the other ranks stop within :data:`GUARD_POLL_S` with the same reason; a phase that is still
+blocked at its deadline ends the process (``os._exit``, exit code 3) after one error line.
+
 During training every rank bumps a heartbeat counter on the store every ``HEARTBEAT_S`` seconds.
 When a collective fails, :func:`explain_failure` watches the counters to name the rank that died.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
+import os
+import re
 import secrets
+import sys
 import threading
 import time
 from datetime import timedelta
+from typing import Callable, Iterator
 
 import torch.distributed as dist
 
 from trainer.envvars import DistEnv
+from trainer.netaddr import is_loopback
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 3.0  # seconds between heartbeat bumps
 LOG_EVERY_S = 10.0  # seconds between "waiting for ranks" lines
+GUARD_POLL_S = 0.5  # seconds between a PhaseGuard's looks at the store's abort key
+ABORT_GRACE_S = 2.0  # seconds rank 0 keeps its store up after writing an abort reason, so the others read it
+ABORT_KEY = "abort"
+FIX = ("set COPYCAT_LOCAL_ADDR on the failing ranks to the interface that reaches the other hosts (every rank logs "
+       "its 'collective interface' and why), and allow TCP between the hosts")
 
 
 class GangError(RuntimeError):
@@ -63,8 +81,9 @@ def _mac(token: str, nonce: str, rank: int) -> str:
     return hmac.new(token.encode(), f"{nonce}:{rank}".encode(), hashlib.sha256).hexdigest()
 
 
-def connect(env: DistEnv, timeout_s: float, *, master: bool) -> dist.TCPStore:
-    """Open the store on the main address (rank 0 hosts it when ``master``).
+def connect(env: DistEnv, timeout_s: float, *, master: bool, where: str = "") -> dist.TCPStore:
+    """Open the store on the main address (rank 0 hosts it when ``master``); ``where`` (host and
+    interface of this rank) goes into error messages.
 
     Raises:
         GangTimeout: the main address could not be reached within ``timeout_s`` seconds.
@@ -77,11 +96,14 @@ def connect(env: DistEnv, timeout_s: float, *, master: bool) -> dist.TCPStore:
         if master:
             raise GangError(f"rank 0 cannot listen on COPYCAT_MAIN_PORT={env.main_port}: {exc}; the port is in use "
                             "or not allowed: choose another port (farm frames pick a free one)") from exc
-        raise GangTimeout(f"rank {env.rank} could not reach the main address {env.main_addr}:{env.main_port} within "
-                          f"{timeout_s:.0f} s ({exc}); is frame/rank 0 running and reachable?") from exc
+        raise GangTimeout(f"rank {env.rank}{f' ({where})' if where else ''} could not reach the main address "
+                          f"{env.main_addr}:{env.main_port} within {timeout_s:.0f} s ({str(exc).splitlines()[0][:200]}); "
+                          "is frame/rank 0 running? If it is, its address is not reachable from here: set "
+                          "CUETRAIN_MAIN_HOST (farm) or COPYCAT_MAIN_ADDR to an IP of rank 0's host that this host "
+                          "reaches, and allow TCP to that port") from exc
 
 
-def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str) -> None:
+def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str, where: str = "") -> None:
     while True:
         missing = [k for k in keys if not store.check([k])]
         if not missing:
@@ -89,7 +111,8 @@ def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str
         left = deadline - time.monotonic()
         if left <= 0:
             raise GangTimeout(f"gang incomplete: {what} {', '.join(k.rsplit('/', 1)[-1] for k in missing)} did not "
-                              "join within the gang timeout; failing the whole gang instead of holding GPUs idle")
+                              "join within the gang timeout; failing the whole gang instead of holding GPUs idle"
+                              f"{f' ({where}; a rank that cannot reach it says so in its log)' if where else ''}")
         log.info("waiting for %s %s (%.0f s of the gang timeout left)", what,
                  ", ".join(k.rsplit("/", 1)[-1] for k in missing), left)
         try:
@@ -98,8 +121,9 @@ def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str
             pass
 
 
-def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: float) -> None:
-    """Claim the rank, check the job token and wait for the whole gang (see module doc).
+def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: float, where: str = "") -> None:
+    """Claim the rank, check the job token and wait for the whole gang (see module doc); ``where`` (this
+    rank's host and interface) goes into the gang-timeout message.
 
     Raises:
         GangRejected: rank already claimed, or a token mismatch (names the rank).
@@ -116,7 +140,7 @@ def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: 
     store.set(f"mac/{env.rank}", _mac(token, nonce, env.rank) if token else "-")
     if env.rank == 0:
         ranks = [f"mac/{r}" for r in range(env.world_size)]
-        _wait_keys(store, ranks, deadline, "ranks")
+        _wait_keys(store, ranks, deadline, "ranks", f"main address {env.main_addr}:{env.main_port}, {where}")
         bad = [r for r in range(env.world_size)
                if token and not hmac.compare_digest(store.get(f"mac/{r}").decode(), _mac(token, nonce, r))]
         store.set("verdict", "ok" if not bad else f"rejected ranks {bad}")
@@ -128,8 +152,108 @@ def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: 
     log.info("gang of %d formed (rank %d)", env.world_size, env.rank)
 
 
+def connect_failure(rank: int, where: str, phase: str, exc: BaseException) -> GangError:
+    """One clear error for a failed ``phase`` (gloo/NCCL could not connect), naming the peer address the
+    backend reported (``remote=[IP]:PORT``) and the fix."""
+    text = " ".join(str(exc).split())
+    found = re.search(r"remote=\[([^\]]+)\]:(\d+)", text)
+    if found and is_loopback(found[1]):
+        why = (f"a peer offered the loopback address {found[1]}:{found[2]} for its collectives, which this host cannot "
+               "reach (its collective interface is loopback: a host name mapped to 127.x in /etc/hosts, or "
+               "COPYCAT_LOCAL_ADDR=lo)")
+    elif found:
+        why = f"cannot connect to a peer's collective address {found[1]}:{found[2]} (firewall or wrong interface)"
+    else:
+        why = f"{type(exc).__name__}: {text[:200]}"
+    return GangError(f"rank {rank} ({where}): {phase} failed: {why}; {FIX}")
+
+
+class PhaseGuard:
+    """Bounds the phases that can block inside gloo/NCCL (see module doc) and stops every rank when one fails.
+
+    Args:
+        env: the distributed setting.
+        where: host and interface of this rank, for messages.
+        timeout_s: deadline of each phase [s] (``--collective-timeout-s``).
+        on_abort: called with the error before a blocked phase ends the process (rank 0 records it in
+            ``run.json``), or None.
+
+    Raises:
+        GangTimeout: the guard's own store connection cannot be opened within ``timeout_s``.
+    """
+
+    def __init__(self, env: DistEnv, where: str, timeout_s: float,
+                 on_abort: Callable[[GangError], None] | None = None) -> None:
+        self._env, self._where, self._timeout_s, self._on_abort = env, where, timeout_s, on_abort
+        self._store = connect(env, timeout_s, master=False, where=where)  # own client: the main thread's may block
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Run the body as phase ``name``; a failure in it becomes :func:`connect_failure` (and tells the others).
+
+        Raises:
+            GangError: the body raised (exit code 3).
+        """
+        done = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(name, done), name="gang-phase-guard", daemon=True)
+        watcher.start()
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - gloo/NCCL raise RuntimeError/DistError subclasses
+            done.set()
+            watcher.join()
+            err = connect_failure(self._env.rank, self._where, name, exc)
+            self._tell_peers(str(err))
+            raise err from None
+        done.set()
+        watcher.join()
+
+    def close(self) -> None:
+        """Nothing is watched any more (the store client is dropped)."""
+        self._store = None
+
+    def _tell_peers(self, reason: str) -> None:
+        with contextlib.suppress(Exception):  # the store may be gone already
+            self._store.set(ABORT_KEY, reason)
+        if self._env.rank == 0:
+            time.sleep(ABORT_GRACE_S)  # rank 0 hosts the store: leave the others time to read the reason
+
+    def _watch(self, name: str, done: threading.Event) -> None:
+        deadline = time.monotonic() + self._timeout_s
+        rank, env = self._env.rank, self._env
+        while not done.wait(GUARD_POLL_S):
+            try:
+                if self._store.check([ABORT_KEY]):
+                    reason = self._store.get(ABORT_KEY).decode()
+                    return self._abort(done, GangError(f"rank {rank} ({self._where}) stops during {name}: {reason}"))
+            except Exception as exc:  # noqa: BLE001 - the store went away: rank 0 exited
+                return self._abort(done, GangError(
+                    f"rank {rank} ({self._where}) lost the gang's store at {env.main_addr}:{env.main_port} during "
+                    f"{name} ({type(exc).__name__}): rank 0 exited; its log says why"))
+            if time.monotonic() > deadline:
+                err = GangTimeout(f"rank {rank} ({self._where}): {name} did not finish within {self._timeout_s:.0f} s "
+                                  f"(--collective-timeout-s): a rank cannot connect to another; {FIX}")
+                self._tell_peers(str(err))
+                return self._abort(done, err)
+        return None
+
+    def _abort(self, done: threading.Event, err: GangError) -> None:
+        """End the process: the main thread is blocked in C++ and cannot be interrupted."""
+        if done.is_set():
+            return
+        log.error("%s", err)
+        if self._on_abort is not None:
+            with contextlib.suppress(Exception):
+                self._on_abort(err)
+        sys.stderr.write(f"cuetrain: error: {err}\n")
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(err.exit_code)
+
+
 class Heartbeat:
-    """Bumps ``hb/RANK`` on the store every :data:`HEARTBEAT_S` seconds from a daemon thread.
+    """Bumps ``hb/RANK`` on the store every :data:`HEARTBEAT_S` seconds from a daemon thread, and reads
+    every rank's counter at each beat, noting when each last moved (:meth:`stale`).
 
     Uses its own store connection (client), so training threads never share a socket with it.
     """
@@ -138,6 +262,9 @@ class Heartbeat:
         self._env = env
         self._store = connect(env, timeout_s, master=False)
         self._stop = threading.Event()
+        self._seen: dict[int, tuple[int, float]] = {}  # rank -> (counter, monotonic time it last changed)
+        self._broken = False
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="gang-heartbeat", daemon=True)
         self._thread.start()
 
@@ -145,9 +272,26 @@ class Heartbeat:
         while not self._stop.is_set():
             try:
                 self._store.add(f"hb/{self._env.rank}", 1)
+                counts = [self._store.add(f"hb/{r}", 0) for r in range(self._env.world_size)]
             except Exception:  # the store went away (rank 0 died): the training thread will notice
+                self._broken = True
                 return
+            now = time.monotonic()
+            with self._lock:
+                for r, count in enumerate(counts):
+                    if self._seen.get(r, (None, 0.0))[0] != count:
+                        self._seen[r] = (count, now)
             self._stop.wait(HEARTBEAT_S)
+
+    def stale(self, min_age_s: float = 3 * HEARTBEAT_S) -> list[int]:
+        """Other ranks whose counter has not moved for ``min_age_s`` seconds [s] (as of this rank's last
+        beat), so a rank behind a dead link is named at once; empty while this rank's own beats fail."""
+        now = time.monotonic()
+        with self._lock:
+            if self._broken:
+                return []
+            return sorted(r for r, (_, changed) in self._seen.items()
+                          if r != self._env.rank and now - changed >= min_age_s)
 
     def stop(self) -> None:
         """Stop bumping (idempotent)."""
@@ -167,10 +311,15 @@ def lost_ranks(env: DistEnv, timeout_s: float = 10.0) -> list[int]:
     return [r for r in range(env.world_size) if r != env.rank and second[r] == first[r]]
 
 
-def explain_failure(env: DistEnv, exc: BaseException) -> BaseException:
+def explain_failure(env: DistEnv, exc: BaseException, heartbeat: Heartbeat | None = None) -> BaseException:
     """After a failed collective: a :class:`RankLost` naming the dead rank(s), or ``exc`` itself when
-    every rank is still alive and ``exc`` is not a c10d error (an ordinary bug stays visible)."""
-    lost = lost_ranks(env)
+    every rank is still alive and ``exc`` is not a c10d error (an ordinary bug stays visible).
+
+    Ranks whose heartbeat had already stopped for 3 beats (``heartbeat.stale()``: a host whose link
+    went down a collective timeout ago) are named at once; otherwise the counters are watched for
+    ~3 beats (:func:`lost_ranks`: a rank killed just now)."""
+    lost = heartbeat.stale() if heartbeat is not None else []
+    lost = lost or lost_ranks(env)
     if not lost and not isinstance(exc, dist.DistError):
         return exc
     names = ", ".join(str(r) for r in lost) or "unknown (heartbeats alive: a hung rank or a network failure)"

@@ -86,12 +86,16 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
     paths = RunPaths.of(cfg.run_dir)
     if env.is_main:
         paths.create()
-    try:
-        rt = distributed.setup(env, cfg.collective_timeout_s, cfg.gang_timeout_s)
-    except GangError as exc:
-        log.error("%s", exc)
+
+    def record(exc: GangError) -> None:
         if env.is_main:
             update_run_json(paths, state="failed", error=str(exc), failed_at=now_iso())
+
+    try:
+        rt = distributed.setup(env, cfg.collective_timeout_s, cfg.gang_timeout_s, on_abort=record)
+    except GangError as exc:
+        log.error("%s", exc)
+        record(exc)
         raise
     try:
         return _Loop(cfg, rt).run()
@@ -133,7 +137,7 @@ class _Loop:
                 export_model(self.paths, self.net, self._model_meta())
         except BaseException as exc:
             if self.rt.backend != "none" and isinstance(exc, RuntimeError):  # gloo raises plain RuntimeError
-                exc = explain_failure(self.env, exc)  # name the rank that died (watches heartbeats ~10 s)
+                exc = explain_failure(self.env, exc, self.rt.heartbeat)  # name the rank that died
                 log.error("%s", exc)
             self.writer.finish("failed", error=f"{type(exc).__name__}: {exc}", failed_rank=self.env.rank)
             raise exc

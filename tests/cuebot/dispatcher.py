@@ -13,10 +13,13 @@ The RunFrame is built as Cuebot's DispatchSupportService.prepareRqdRunFrame buil
 - uid, gid and user_name are the double's frame identity (see CuebotDouble): RQD refuses
   uid <= 0 and, with RQD_BECOME_JOB_USER, runs the command through `su <user_name>`.
 
-Booking: hosts are visited in registration order; a host takes frames while it has idle core
-units for the frame's layer and fewer than `max_frames_per_host` runs (None: cores only). Jobs go
-by priority then launch time; paused jobs wait. Layer tags are not matched to hosts. A host whose
-RQD refused a frame is left alone for `REFUSED_BACKOFF_S`.
+Booking: hosts are visited in registration order; a host takes frames while it has fewer than
+`max_frames_per_host` runs (None: no such limit) and the frame's layer fits in what the host has
+idle, as Cuebot decides it (see `fits`): cores, memory, GPUs and GPU memory, each the host's total
+less what its booked procs reserve. Jobs go by priority then launch time; paused jobs wait. Layer
+tags are not matched to hosts, and Cuebot's holding back of one GPU's worth of resources on GPU
+hosts for GPU frames (DispatchHost.removeGpu) is not mirrored. A host whose RQD refused a frame
+is left alone for `REFUSED_BACKOFF_S`.
 """
 
 from __future__ import annotations
@@ -56,6 +59,20 @@ def frame_spec(numbers: list[int]) -> str:
         suffix = "" if step == 1 else f"x{step}"
         return f"{numbers[0]}-{numbers[-1]}{suffix}"
     return ",".join(map(str, numbers))
+
+
+def fits(host: HostRecord, layer: LayerRecord) -> bool:
+    """True when one more frame of `layer` fits in what `host` has idle.
+
+    Cuebot's rule (cuebot/src/main/java/com/imageworks/spcue/dispatcher/CoreUnitDispatcher.java,
+    dispatchHost(host, job): a frame is booked unless `host.idleCores < frame.minCores ||
+    host.idleMemory < frame.minMemory || host.idleGpus < frame.minGpus || host.idleGpuMemory <
+    frame.minGpuMemory`; DispatchHost.useResources then subtracts the proc's reservation). Cores
+    in core units (100 = one core), memory in KB. Cuebot's negative "all but N cores" requests
+    (handleNegativeCoresRequirement) are not mirrored.
+    """
+    return (host.idle_cores >= layer.min_cores and host.idle_memory >= layer.min_memory
+            and host.idle_gpus >= layer.min_gpus and host.idle_gpu_memory >= layer.min_gpu_memory)
 
 
 def build_run_frame(job: JobRecord, layer: LayerRecord, frame: FrameRecord, proc: ProcRecord,
@@ -147,7 +164,8 @@ class Dispatcher:
                     if found is None:
                         break
                     job, layer, frame = found
-                    proc = ProcRecord(new_id(), frame.id, layer.min_cores, layer.min_gpus)
+                    proc = ProcRecord(new_id(), frame.id, layer.min_cores, layer.min_gpus,
+                                      layer.min_memory, layer.min_gpu_memory)
                     self.state.start_frame(frame, host, proc)
                     request = build_run_frame(job, layer, frame, proc, self.identity)
                     bookings.append((host, frame, proc.id, request))
@@ -169,8 +187,7 @@ class Dispatcher:
             layers = {layer.id: layer for layer in job.layers}
             for frame in job.frames:
                 layer = layers[frame.layer_id]
-                if (frame.state == job_pb2.WAITING and layer.min_cores <= host.idle_cores
-                        and layer.type != job_pb2.POST):
+                if frame.state == job_pb2.WAITING and fits(host, layer) and layer.type != job_pb2.POST:
                     return job, layer, frame
         return None
 

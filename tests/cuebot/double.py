@@ -46,8 +46,12 @@ GRPC_WORKERS = 8  # pycue, CueGUI's pool and two RQDs call at once
 class CuebotDouble:
     def __init__(self, *, frame_uid: int = 1000, frame_gid: int = 1000,
                  frame_user: str = "cuetrain", log_root: str | None = None,
-                 max_frames_per_host: int | None = 1) -> None:
-        """`max_frames_per_host=None` packs a host by idle cores instead of one run at a time."""
+                 max_frames_per_host: int | None = 1, bind_host: str | None = None) -> None:
+        """`max_frames_per_host=None` packs a host by idle cores, memory and GPUs (dispatcher.fits)
+        instead of one run at a time. `bind_host`: an address to serve on as well as 127.0.0.1, same
+        port (the multi-host test bed's bridge); then `bridge_address` is "bind_host:port"."""
+        self.bind_host = bind_host
+        self.bridge_address = ""
         self.identity = FrameIdentity(uid=frame_uid, gid=frame_gid, user=frame_user)
         self.max_frames_per_host = max_frames_per_host
         self._own_log_root = log_root is None
@@ -70,6 +74,10 @@ class CuebotDouble:
         if not self.port:
             raise RuntimeError("CuebotDouble could not bind a port on 127.0.0.1")
         self.address = f"127.0.0.1:{self.port}"
+        if self.bind_host:
+            if not self._server.add_insecure_port(f"{self.bind_host}:{self.port}"):
+                raise RuntimeError(f"CuebotDouble could not bind {self.bind_host}:{self.port}")
+            self.bridge_address = f"{self.bind_host}:{self.port}"
         self._server.start()
         self._dispatcher.start()
 

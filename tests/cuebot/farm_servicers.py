@@ -7,12 +7,16 @@ every other method answers UNIMPLEMENTED with the service and method named in th
 RQD addresses: a real Cuebot dials every RQD on one configured port. Side-by-side RQDs on one
 machine need distinct ports, so an RQD announces its port with a host tag `rqdport_<PORT>`
 (RQD_TAGS in its rqd.conf, see rqd_harness.RqdProcess); without one, RQD's default 8444 is
-assumed. The double only dials 127.0.0.1: it is a farm on one machine.
+assumed. The double dials 127.0.0.1 (a farm on one machine), or the host's name when that is an
+IPv4 address: RQD reports its IP as its name by default (rqconstants.RQD_USE_IP_AS_HOSTNAME, the
+address of RQD_NETWORK_INTERFACE), and Cuebot dials the host by name; the multi-host test bed
+(tests/multihost) relies on it.
 """
 
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import pkgutil
 import time
 
@@ -28,9 +32,14 @@ RQD_PORT_TAG = "rqdport_"
 RQD_DEFAULT_PORT = 8444
 
 
-def rqd_address(tags) -> str:
+def rqd_address(tags, name: str = "") -> str:
+    """Where RqdInterface of a host is dialled: its name if that is an IPv4 address, else 127.0.0.1."""
     ports = [tag[len(RQD_PORT_TAG):] for tag in tags if tag.startswith(RQD_PORT_TAG)]
-    return f"127.0.0.1:{ports[0] if ports else RQD_DEFAULT_PORT}"
+    try:
+        host = str(ipaddress.IPv4Address(name))
+    except ValueError:
+        host = "127.0.0.1"
+    return f"{host}:{ports[0] if ports else RQD_DEFAULT_PORT}"
 
 
 class CueServicer(cue_pb2_grpc.CueInterfaceServicer):
@@ -82,11 +91,12 @@ class RqdReportServicer(report_pb2_grpc.RqdReportInterfaceServicer):
             self._count()
             old = self.state.hosts.get(render_host.name)
             host = HostRecord(
-                name=render_host.name, address=rqd_address(render_host.tags),
+                name=render_host.name, address=rqd_address(render_host.tags, render_host.name),
                 total_cores=cores.total_cores, total_memory=render_host.total_mem,
                 free_memory=render_host.free_mem, tags=list(render_host.tags),
                 boot_time=render_host.boot_time, ping_time=int(time.time()),
-                state=render_host.state)
+                state=render_host.state, total_gpus=render_host.num_gpus,
+                total_gpu_memory=render_host.total_gpu_mem)
             if old is not None:  # a restarted RQD: its runs died with it (Cuebot: lost procs)
                 host.id = old.id
                 for proc in list(old.procs.values()):

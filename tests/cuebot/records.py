@@ -126,6 +126,8 @@ class ProcRecord:
     frame_id: str
     cores: int
     gpus: int
+    memory: int = 0  # KB reserved (the layer's min_memory)
+    gpu_memory: int = 0  # KB reserved (the layer's min_gpu_memory)
 
 
 @dataclasses.dataclass
@@ -141,10 +143,25 @@ class HostRecord:
     state: int = host_pb2.UP
     procs: dict[str, ProcRecord] = dataclasses.field(default_factory=dict)
     id: str = dataclasses.field(default_factory=new_id)
+    total_gpus: int = 0  # RenderHost.num_gpus
+    total_gpu_memory: int = 0  # KB, RenderHost.total_gpu_mem
 
     @property
     def idle_cores(self) -> int:
         return self.total_cores - sum(proc.cores for proc in self.procs.values())
+
+    @property
+    def idle_memory(self) -> int:
+        """KB not reserved by a booked proc (Cuebot's DispatchHost.idleMemory after useResources)."""
+        return self.total_memory - sum(proc.memory for proc in self.procs.values())
+
+    @property
+    def idle_gpus(self) -> int:
+        return self.total_gpus - sum(proc.gpus for proc in self.procs.values())
+
+    @property
+    def idle_gpu_memory(self) -> int:
+        return self.total_gpu_memory - sum(proc.gpu_memory for proc in self.procs.values())
 
 
 class JobExists(ValueError):

@@ -60,9 +60,14 @@ runpy.run_module("rqd", run_name="__main__", alter_sys=True)
 class RqdProcess:
     def __init__(self, cuebot_port: int, rqd_port: int, hostname: str, workdir: Path,
                  extra_env: dict | None = None, *, overrides: dict[str, str] | None = None,
-                 become_job_user: bool | None = None) -> None:
+                 become_job_user: bool | None = None, ip: str = "127.0.0.1",
+                 prefix: list[str] | tuple[str, ...] = ()) -> None:
         """`overrides`: extra `[Override]` entries for rqd.conf (e.g. LAUNCH_FRAME_USER_GID).
-        `become_job_user`: RQD_BECOME_JOB_USER, by default on when this process is root."""
+        `become_job_user`: RQD_BECOME_JOB_USER, by default on when this process is root.
+        `ip`: where RQD serves (the address of its RQD_NETWORK_INTERFACE). `prefix`: a command that
+        runs RQD elsewhere, e.g. in a network namespace (tests/multihost); it must exec RQD."""
+        self.ip = ip
+        self.prefix = list(prefix)
         self.cuebot_port = cuebot_port
         self.rqd_port = rqd_port
         self.hostname = hostname
@@ -78,7 +83,7 @@ class RqdProcess:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.rqd_port}"
+        return f"{self.ip}:{self.rqd_port}"
 
     def write_config(self) -> Path:
         entries = {
@@ -112,7 +117,7 @@ class RqdProcess:
                **self.extra_env}
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", BOOTSTRAP, "--nimbyoff"],
+                [*self.prefix, sys.executable, "-c", BOOTSTRAP, "--nimbyoff"],
                 cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -1,0 +1,139 @@
+"""A multi-host farm on one machine: K network namespaces on a bridge, each a "host" with its own IP.
+
+    with NetnsBed(hosts=3) as bed:          # bridge ctn-brXXXX 10.77.N.1/24, hosts 10.77.N.10..
+        bed.run(0, ["python", "-c", "..."])  # runs inside host 0 (its netns, UTS and mount namespaces)
+        bed.link_down(2); bed.link_up(2)     # pull host 2's cable and plug it back
+
+Each host is a network namespace ``ctn-XXXX-hI`` holding one end of a veth pair (``eth0``,
+10.77.N.(10+I)/24, default route via the bridge); the other end is a port of the bridge
+``ctn-brXXXX`` in this (the root) namespace, which has 10.77.N.1, so processes here (the Cuebot
+double) reach every host and every host reaches them and the other hosts. Processes started with
+:meth:`NetnsBed.command` also get their own UTS and mount namespaces (``unshare --uts --mount``):
+the host name is ``ctnhI`` and ``/etc/hosts`` is a bind-mounted file that maps it to 127.0.1.1, as
+Debian's installer writes it. That is the trap of issue 9: ``gethostbyname(gethostname())`` is
+loopback on every host, so gloo's default address is loopback. There is no DNS: the other hosts'
+names do not resolve, so a job only trains if frame 0 publishes an IP (before issue 9 it published
+its host name, and the other frames waited for the whole rendezvous timeout).
+
+Only names starting with ``ctn-`` and addresses in 10.77.0.0/16 are created; everything is deleted
+on exit (deleting a namespace deletes its veth pair). Needs Linux, root, ``ip`` and ``unshare``;
+:func:`unavailable` says why not otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+SUBNET_PREFIX = "10.77"  # this bed's subnet (10.77.0.0/16); one /24 per bed
+IFNAME = "eth0"  # the host's interface inside its namespace
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
+
+
+def unavailable() -> str | None:
+    """None when network namespaces can be made here, else why not (for a skip message)."""
+    if not os.path.exists("/proc/self/ns/net") or not shutil.which("ip") or not shutil.which("unshare"):
+        return "needs Linux with the ip (iproute2) and unshare (util-linux) commands"
+    if os.geteuid() != 0:
+        return "creating network namespaces needs root"
+    name = f"ctn-check-{secrets.token_hex(3)}"
+    try:
+        _ip("netns", "add", name)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        return f"'ip netns add' is not permitted here: {(getattr(exc, 'stderr', '') or str(exc)).strip()}"
+    subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+    return None
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host of the bed: namespace, host name, IP and the bridge-side end of its veth pair."""
+
+    netns: str
+    name: str
+    ip: str
+    veth: str
+
+
+class NetnsBed:
+    """K hosts on a bridge (see module doc); a context manager that deletes everything on exit."""
+
+    def __init__(self, hosts: int = 3) -> None:
+        tag = secrets.token_hex(2)
+        self.subnet = secrets.randbelow(200) + 20  # 10.77.N.0/24; random so two beds do not meet
+        self.bridge = f"ctn-br{tag}"
+        self.gateway = f"{SUBNET_PREFIX}.{self.subnet}.1"
+        self.hosts = [Host(f"ctn-{tag}-h{i}", f"ctnh{i}", f"{SUBNET_PREFIX}.{self.subnet}.{10 + i}", f"ctn{tag}v{i}")
+                      for i in range(hosts)]
+        self.etc = Path(tempfile.mkdtemp(prefix="ctn-etc-"))
+        self._netns: list[str] = []
+        self._bridge_made = False
+
+    def __enter__(self) -> "NetnsBed":
+        try:
+            self.create()
+        except BaseException:
+            self.delete()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.delete()
+
+    def create(self) -> None:
+        """Make the bridge, the namespaces, the veth pairs and each host's /etc/hosts."""
+        _ip("link", "add", self.bridge, "type", "bridge")
+        self._bridge_made = True
+        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for host in self.hosts:
+            _ip("netns", "add", host.netns)
+            self._netns.append(host.netns)
+            _ip("link", "add", host.veth, "type", "veth", "peer", "name", IFNAME, "netns", host.netns)
+            _ip("link", "set", host.veth, "master", self.bridge)
+            _ip("link", "set", host.veth, "up")
+            _ip("-n", host.netns, "addr", "add", f"{host.ip}/24", "dev", IFNAME)
+            _ip("-n", host.netns, "link", "set", IFNAME, "up")
+            _ip("-n", host.netns, "link", "set", "lo", "up")
+            _ip("-n", host.netns, "route", "add", "default", "via", self.gateway)
+            path = self.etc / f"hosts.{host.name}"
+            path.write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{host.name}\n")
+            path.chmod(0o644)
+        self.etc.chmod(0o755)
+
+    def delete(self) -> None:
+        """Delete the namespaces (and so their veth pairs) and the bridge; never raises."""
+        for netns in self._netns:
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
+        self._netns.clear()
+        if self._bridge_made:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
+            self._bridge_made = False
+        shutil.rmtree(self.etc, ignore_errors=True)
+
+    def command(self, index: int, argv: list[str]) -> list[str]:
+        """``argv`` run on host ``index``: its netns, host name and /etc/hosts (execs ``argv``, same pid)."""
+        host = self.hosts[index]
+        script = f"hostname {host.name} && mount --bind {self.etc / f'hosts.{host.name}'} /etc/hosts && exec \"$@\""
+        return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--mount", "--propagation", "private",
+                "sh", "-c", script, "sh", *argv]
+
+    def run(self, index: int, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` on host ``index`` and wait for it."""
+        return subprocess.run(self.command(index, argv), capture_output=True, text=True, timeout=timeout)
+
+    def link_down(self, index: int) -> None:
+        """Pull host ``index``'s cable: its bridge port goes down (``ip link set VETH down``)."""
+        _ip("link", "set", self.hosts[index].veth, "down")
+
+    def link_up(self, index: int) -> None:
+        """Plug host ``index``'s cable back in."""
+        _ip("link", "set", self.hosts[index].veth, "up")

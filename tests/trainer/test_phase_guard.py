@@ -1,0 +1,61 @@
+"""No hangs after the gang formed (issue 9): process-group creation and the first collective are bounded,
+and a rank that fails there stops the others (trainer.gang.PhaseGuard). Loopback only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from tests.conftest import ROOT
+from trainer.launch import free_port
+
+BLOCKED = r"""
+import sys, time
+from trainer import gang
+from trainer.envvars import DistEnv
+env = DistEnv(True, rank=0, world_size=2, main_addr="127.0.0.1", main_port=int(sys.argv[1]))
+store = gang.connect(env, 10, master=True)
+guard = gang.PhaseGuard(env, "host h, interface lo 127.0.0.1", 1.0, on_abort=lambda e: print("recorded", e.exit_code))
+with guard.phase("process-group creation"):
+    time.sleep(60)  # stands for gloo blocked in C++ waiting for a peer that cannot connect
+"""
+
+
+def test_a_phase_blocked_past_its_timeout_ends_the_process_with_one_line_and_exit_3():
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", BLOCKED, str(free_port())], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    took = time.monotonic() - t0
+    assert done.returncode == 3, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("cuetrain: error:")]
+    assert errors == ["cuetrain: error: rank 0 (host h, interface lo 127.0.0.1): process-group creation did not finish "
+                      "within 1 s (--collective-timeout-s): a rank cannot connect to another; set COPYCAT_LOCAL_ADDR "
+                      "on the failing ranks to the interface that reaches the other hosts (every rank logs its "
+                      "'collective interface' and why), and allow TCP between the hosts"], done.stderr
+    assert "recorded 3" in done.stdout and "Traceback" not in done.stderr
+    assert took < 40, took  # not the 60 s the phase would have blocked
+
+
+def test_a_rank_whose_gloo_cannot_start_stops_its_peer_too(pairs, tmp_path):
+    """Rank 1's gloo cannot use its interface; rank 0 (which could wait in connectFullMesh) stops with its reason."""
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "GLOO_", "NCCL_"))}
+    base.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), COPYCAT_MAIN_ADDR="127.0.0.1", COPYCAT_MAIN_PORT=str(port),
+                COPYCAT_WORLD_SIZE="2")
+    args = [sys.executable, "-m", "trainer.cli", "train", "--input", str(pairs[0]), "--target", str(pairs[1]),
+            "--run-dir", str(tmp_path / "run"), "--steps", "2", "--batch-size", "2", "--crop-size", "16",
+            "--collective-timeout-s", "60"]
+    envs = [{**base, "COPYCAT_RANK": "0"}, {**base, "COPYCAT_RANK": "1", "GLOO_SOCKET_IFNAME": "nosuchif0"}]
+    t0 = time.monotonic()
+    procs = [subprocess.Popen(args, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for e in envs]
+    outs = [p.communicate(timeout=120) for p in procs]
+    took = time.monotonic() - t0
+    assert [p.returncode for p in procs] == [3, 3], outs
+    err0, err1 = (o[1] for o in outs)
+    assert "rank 1 (host " in err1 and "interface nosuchif0" in err1 and "process-group creation failed" in err1
+    assert "cuetrain: error: rank 0 (host " in err0 and "stops during process-group creation: rank 1 (host" in err0
+    assert "Traceback" not in err0 + err1
+    assert took < 50, took  # well inside the 60 s collective timeout: rank 1 told rank 0
