@@ -1,7 +1,7 @@
 """The frame's trainer process: run it, tee its output, stop it when told.
 
-Output lines go to stdout (the frame log CueGUI shows) and to ``RUN_DIR/logs/rank_N.log`` (the
-complete copy: RQD 1.37 drops frame-log lines, see README). A SIGTERM sent to the frame is passed
+Output lines go to stdout (the frame log CueGUI shows; paced by :mod:`cue_plugin.framelog` so that RQD
+logs every line) and to ``RUN_DIR/logs/rank_N.log``. A SIGTERM sent to the frame is passed
 on to the trainer.
 """
 
@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import IO, Callable, Sequence
 
+from cue_plugin.framelog import PacedLines
 from trainer.rundir import FILE_MODE, RunPaths
 
 log = logging.getLogger("cue_plugin.frame")
@@ -26,7 +27,8 @@ EXIT_NO_TRAINER = 127  # the shell's "command not found"
 class RankLog:
     """Writes lines to stdout (the frame log) and to ``RUN_DIR/logs/rank_N.log`` (mode 0640), line by line.
 
-    Also a logging handler target: :meth:`attach` sends ``cue_plugin`` log records to both.
+    Also a logging handler target: :meth:`attach` sends ``cue_plugin`` log records to both. Stdout goes
+    through :class:`cue_plugin.framelog.PacedLines`; :meth:`close` drains it.
     """
 
     def __init__(self, paths: RunPaths, rank: int) -> None:
@@ -34,14 +36,15 @@ class RankLog:
         fd = os.open(paths.rank_log(rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         self._file: IO[str] = os.fdopen(fd, "a", encoding="utf-8", errors="replace", buffering=1)
         self._lock = threading.Lock()
+        self._stdout = PacedLines(sys.stdout)
         self._handler = logging.StreamHandler(self)  # type: ignore[arg-type]
         self._handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [frame {rank}] %(name)s: %(message)s"))
 
     def write(self, text: str) -> None:
         with self._lock:
-            for stream in (sys.stdout, self._file):
-                stream.write(text)
-                stream.flush()
+            self._file.write(text)
+            self._file.flush()
+            self._stdout.write(text)
 
     def flush(self) -> None:
         """Lines are flushed as written."""
@@ -53,7 +56,10 @@ class RankLog:
             root.setLevel(logging.INFO)
 
     def close(self) -> None:
+        """Detach, wait until RQD has read every stdout line, close the rank log."""
         logging.getLogger("cue_plugin").removeHandler(self._handler)
+        with self._lock:
+            self._stdout.drain()
         self._file.close()
 
 
