@@ -32,10 +32,11 @@ POLL_INTERVAL_MS = 5000
 
 
 def default_farm() -> Farm:
-    """The production backend, ``cue_plugin.opencue_farm.OpenCueFarm()`` (imported only when called)."""
-    from cue_plugin.opencue_farm import OpenCueFarm  # lazy: pulls in opencue
+    """The production backend: OpenCue through ``cuetrain --json`` subprocesses (:class:`gui.farm_process.ProcessFarm`);
+    the GUI process never imports pycue or grpc."""
+    from gui.farm_process import ProcessFarm
 
-    return OpenCueFarm()
+    return ProcessFarm()
 
 
 def default_settings() -> QSettings:
@@ -59,6 +60,7 @@ class RunsController(QObject):
     run_updated = Signal(str)
     metrics_updated = Signal(str)
     contact_sheets_updated = Signal(str)
+    submit_progressed = Signal(str)  # a step of a submit in flight, for the dialog
     submit_finished = Signal(object)  # JobHandle
     submit_failed = Signal(str)
     action_finished = Signal(str, str)  # run_dir, message
@@ -86,6 +88,7 @@ class RunsController(QObject):
         self._signals.polled.connect(self._on_polled, queued)
         self._signals.submitted.connect(self._on_submitted, queued)
         self._signals.submit_errored.connect(self.submit_failed, queued)
+        self._signals.submit_progressed.connect(self.submit_progressed, queued)
         self._signals.acted.connect(self._on_acted, queued)
         self._timer = QTimer(self)
         self._timer.setInterval(poll_interval_ms)
@@ -264,7 +267,10 @@ class RunsController(QObject):
         """Submit ``job`` on a worker; ends in :attr:`submit_finished` or :attr:`submit_failed`."""
         def work() -> None:
             try:
-                handle = self.farm().submit(job)
+                farm = self.farm()
+                with_progress = getattr(farm, "submit_with_progress", None)
+                handle = (with_progress(job, self._signals.submit_progressed.emit) if callable(with_progress)
+                          else farm.submit(job))
             except Exception as exc:  # noqa: BLE001 - reported in the dialog
                 self._signals.submit_errored.emit(error_text(exc))
                 return

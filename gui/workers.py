@@ -84,6 +84,7 @@ class WorkerSignals(QObject):
     polled = Signal(object)  # None: results wait in the controller's queue
     submitted = Signal(object, object)  # TrainingJob, JobHandle
     submit_errored = Signal(str)
+    submit_progressed = Signal(str)
     acted = Signal(object)  # Outcome
 
 

@@ -36,6 +36,8 @@ ENV_TABLE: dict[str, str] = {
     "CUE_THREADS": "OpenCue RQD: cores reserved for this frame",
     "CUE_JOB_ID": "OpenCue Cuebot: id of the frame's job (unique per submission)",
     "CUETRAIN_MAIN_HOST": "farm frame 0: host name or IP it publishes as the main address (default: its host name)",
+    "CUETRAIN_PYTHON": "GUI in a DCC: the Python interpreter of the cuetrain environment that runs every farm call "
+                       "and the advisor (default: this interpreter when it is a Python, else python3 on PATH)",
     "CUETRAIN_TEMPLATE_PATH": "farm templates: folders (os.pathsep separated) searched before farm_templates/",
     "CUEBOT_HOSTS": "pycue: Cuebot host[:port] list, comma separated (pycue reads it itself; cuetrain passes it "
                     "on to frames that use the cuebot rendezvous)",
@@ -226,3 +228,9 @@ def environ_with(updates: Mapping[str, str], env: Mapping[str, str] | None = Non
     out = dict(os.environ if env is None else env)
     out.update(updates)
     return out
+
+
+def cuetrain_python(env: Mapping[str, str] | None = None) -> str | None:
+    """``CUETRAIN_PYTHON`` (the cuetrain environment's interpreter, for the GUI's subprocesses) or None."""
+    env = os.environ if env is None else env
+    return (env.get("CUETRAIN_PYTHON") or "").strip() or None

@@ -1,8 +1,9 @@
 """Maya (2025, PySide6): adds Render > Train on Render Farm to the main window's menu bar.
 
 Install: put this file in a scripts folder on MAYA_SCRIPT_PATH (e.g. ~/maya/2025/scripts/userSetup.py,
-or append its lines to an existing userSetup.py), and make cuetrain importable by mayapy: either
-``mayapy -m pip install`` it (with qtpy, pyqtgraph, numpy) or set CUETRAIN_ROOT to the checkout.
+or append its lines to an existing userSetup.py). Maya's Python imports only cuetrain's ``gui`` with qtpy,
+pyqtgraph and numpy: set CUETRAIN_ROOT to the checkout (or ``mayapy -m pip install`` those). Farm calls and
+the advisor run out of process in the cuetrain environment: set CUETRAIN_PYTHON to its interpreter.
 """
 
 import os

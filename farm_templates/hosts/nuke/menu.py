@@ -1,8 +1,10 @@
 """Nuke (14, 15 with PySide2; 16 with PySide6): adds Render > Train on Render Farm.
 
 Install: copy this file into a folder on NUKE_PATH (e.g. ~/.nuke/menu.py, or append its lines to an
-existing menu.py), and make cuetrain importable by Nuke's Python: either install it into Nuke's
-site-packages (with qtpy, pyqtgraph, numpy) or set CUETRAIN_ROOT to the cuetrain checkout.
+existing menu.py). Nuke's Python imports only cuetrain's ``gui`` with qtpy, pyqtgraph and numpy: set
+CUETRAIN_ROOT to the cuetrain checkout (or install those into Nuke's site-packages). Every farm call and
+the advisor run in the cuetrain environment, out of process: set CUETRAIN_PYTHON to its interpreter
+(e.g. /studio/cuetrain/.venv/bin/python), since Nuke's own Python and gRPC are not cuetrain's.
 """
 
 import os
