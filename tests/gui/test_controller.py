@@ -186,10 +186,8 @@ def test_resume_of_a_run_added_by_folder_uses_the_recorded_job(controller, farm,
     assert blocker.args[1].startswith("resumed as job")
 
 
-def test_default_farm_is_opencue_made_lazily(qapp):
-    import sys
-
+def test_default_farm_runs_cuetrain_out_of_process(qapp):
     from gui.controller import default_farm
+    from gui.farm_process import ProcessFarm
 
-    farm = default_farm()  # constructing it contacts no Cuebot
-    assert type(farm).__name__ == "OpenCueFarm" and "cue_plugin.opencue_farm" in sys.modules
+    assert isinstance(default_farm(), ProcessFarm)  # constructing it starts nothing
