@@ -239,6 +239,8 @@ class RunsController(QObject):
         if res.new_sheets:
             run.sheets = sorted(run.sheets + res.new_sheets)
             self.contact_sheets_updated.emit(run.run_dir)
+        if update.local_ranks != run.local_ranks:
+            run.local_ranks, changed = update.local_ranks, True
         if update.asked_farm and (update.status, update.farm_error) != (run.status, run.farm_error):
             run.status = update.status or run.status
             run.farm_error, changed = update.farm_error, True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import socket
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -109,6 +110,7 @@ class Run:
         read_error: why ``run.json`` could not be read ("" when it was).
         metrics: the metrics read so far.
         sheets: contact sheets as ``(step, path)`` sorted by step.
+        local_ranks: rank processes of this run alive on this machine (last poll; None: not counted).
     """
 
     run_dir: str
@@ -122,6 +124,7 @@ class Run:
     read_error: str = ""
     metrics: MetricSeries = field(default_factory=MetricSeries)
     sheets: list[tuple[int, str]] = field(default_factory=list)
+    local_ranks: int | None = None
 
     @property
     def name(self) -> str:
@@ -158,11 +161,21 @@ class Run:
 
     @property
     def ranks_text(self) -> str:
-        """``running/total`` ranks, from the farm when known, else ``-/world_size``."""
+        """``running/total`` ranks: from the farm when known; for a local run of this machine the live rank
+        processes (:attr:`local_ranks`); else ``-/world_size``."""
         if self.status is not None and self.status.ranks_total:
             return f"{self.status.ranks_running}/{self.status.ranks_total}"
         world = self.info.get("world_size")
+        if world and self.handle is None and self.local_ranks is not None and self.ran_here:
+            return f"{self.local_ranks}/{world}"
         return f"-/{world}" if world else "-"
+
+    @property
+    def ran_here(self) -> bool:
+        """True when the latest attempt in ``run.json`` ran on this machine (its rank processes can be counted)."""
+        attempts = self.info.get("attempts")
+        last = attempts[-1] if isinstance(attempts, list) and attempts else None
+        return isinstance(last, Mapping) and last.get("host") == socket.gethostname()
 
     def eta_s(self) -> float:
         """Seconds left, from the wall time of the last :data:`ETA_WINDOW` rows (NaN when unknown)."""

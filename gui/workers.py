@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from qtpy.QtCore import QObject, QRunnable, Signal
 
 from cue_plugin.spec import FarmError, JobHandle, JobStatus
+from gui.localranks import count_local_ranks
 from gui.poller import PollResult, RunPoller
 from trainer.config import ConfigError
 from trainer.rundir import RunDirError
@@ -44,6 +45,7 @@ class PollUpdate:
     asked_farm: bool = False
     status: JobStatus | None = None
     farm_error: str = ""
+    local_ranks: int | None = None  # rank processes alive on this machine (runs without a farm job to ask)
 
 
 @dataclass
@@ -60,8 +62,10 @@ def poll_runs(jobs: Sequence[PollJob], describe: Callable[[JobHandle], JobStatus
     """Poll every run directory and, with ``describe``, the farm job of each live run.
 
     A failure in one run (unreadable folder, farm unreachable) is recorded in its update; the other
-    runs are still polled.
+    runs are still polled. Runs with no farm job to ask get their live local rank count
+    (:func:`gui.localranks.count_local_ranks`, one scan per poll).
     """
+    local = count_local_ranks() if any(handle is None for _, _, handle in jobs) else None
     updates = []
     for run_dir, poller, handle in jobs:
         try:
@@ -74,6 +78,8 @@ def poll_runs(jobs: Sequence[PollJob], describe: Callable[[JobHandle], JobStatus
                 update.status = describe(handle)
             except Exception as exc:  # noqa: BLE001 - shown in the run's row
                 update.farm_error = error_text(exc)
+        elif local is not None:
+            update.local_ranks = local.get(run_dir, 0)
         updates.append(update)
     return updates
 
