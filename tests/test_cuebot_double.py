@@ -221,8 +221,8 @@ def test_cuegui_monitors_show_the_job_and_its_frames(cuebot_farm, tmp_path):
             "fail": dict(command="/bin/sh -c 'exit 3'", range="1")})
         wait_frames(job, {"0001-good": job_pb2.SUCCEEDED, "0002-good": job_pb2.SUCCEEDED,
                           "0003-good": job_pb2.SUCCEEDED, "0001-fail": job_pb2.DEAD})
-    shots = DOCS if os.environ.get("CUETRAIN_UPDATE_DOCS") == "1" else tmp_path
-    shown = run_cuegui_app(farm.cuebot.address, job.id(), shots, ["3 of 4", "DEAD"])
+    # docs/cuegui_job.png shows a real training job instead: tests/gui/test_cuegui_plugin.py
+    shown = run_cuegui_app(farm.cuebot.address, job.id(), tmp_path, ["3 of 4", "DEAD"])
     assert shown["shown"], shown
     assert "NumPy" not in shown["stderr"] and "Traceback" not in shown["stderr"], shown["stderr"]
     assert shown["jobs"][0][:6] == ["cuetrain-sh010-trainer_monitored", "", "", "Failing", "3 of 4", "0"]

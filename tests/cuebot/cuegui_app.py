@@ -15,6 +15,7 @@ what was shown.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+faulthandler.enable()  # a crash in Qt prints the Python stack
 
 
 def row_texts(tree) -> list[list[str]]:
@@ -68,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.plugin:
             from tests.cuebot.cuegui_plugin_host import open_plugin
 
-            plugin = open_plugin(app, job)
+            plugin = open_plugin(app, jobs_view)
+            deadline = time.monotonic() + 15
+            while jobs_view.topLevelItemCount() == 0 and time.monotonic() < deadline:
+                app.processEvents()
+                time.sleep(0.05)
+            plugin.select_first_job()
         views = [jobs_view, frames_view]
 
         def texts() -> str:
@@ -82,19 +89,24 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(20):  # let the last updates paint
             app.processEvents()
             time.sleep(0.02)
+        if plugin is not None:
+            plugin.grab(args.out_dir / "cuegui_training_runs.png")
         jobs_view.grab().save(str(args.out_dir / "cuegui_job.png"))
         frames_view.grab().save(str(args.out_dir / "cuegui_frames.png"))
         result = {"jobs": row_texts(jobs_view), "frames": row_texts(frames_view), "waited_for": args.wait,
                   "shown": all(text in texts() for text in args.wait)}
         if plugin is not None:
             result["plugin"] = plugin.shown()
-            plugin.grab(args.out_dir / "cuegui_training_runs.png")
             plugin.close()
         dispose(jobs_view, frames_view)
-    print(json.dumps(result))
     QtWidgets.QApplication.processEvents()
+    print(json.dumps(result), flush=True)
     return 0 if result["shown"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stderr.flush()
+    # Skip the interpreter's teardown: with the plugin's thread pools and pyqtgraph's items, destroying Qt
+    # objects in garbage-collection order crashes PySide6 6.5.3 at exit (after the result is out).
+    os._exit(code)

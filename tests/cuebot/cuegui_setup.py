@@ -59,7 +59,7 @@ def run_cuegui_app(cuebot: str, job_id: str, out_dir: Path, wait: list[str], *, 
         shutil.rmtree(home, ignore_errors=True)
     lines = proc.stdout.strip().splitlines()
     if not lines or not lines[-1].startswith("{"):
-        raise RuntimeError(f"CueGUI app failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"CueGUI app failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}")
     result = json.loads(lines[-1])
     result["stderr"] = proc.stderr
     return result
