@@ -18,7 +18,7 @@ from qtpy.QtCore import QObject, QSettings, Qt, QThreadPool, QTimer, Signal
 
 from cue_plugin.spec import Farm, FarmError, JobHandle, JobStatus, TrainingJob
 from gui.poller import RunPoller
-from gui.records import Run, job_fields, retry_plan
+from gui.records import TERMINAL_STATES, Run, job_fields, retry_plan
 from gui.workers import Outcome, PollJob, PollUpdate, Task, WorkerSignals, error_text, poll_runs
 from trainer.config import ConfigError
 
@@ -172,11 +172,11 @@ class RunsController(QObject):
         if self._poll_in_flight:
             return False
         self._poll_in_flight = True
-        jobs = self._poll_jobs()
+        jobs, count_local = self._poll_jobs(), self._local_run_live()
 
         def work() -> None:
             try:
-                self._poll_work(jobs, True)
+                self._poll_work(jobs, True, count_local)
             finally:
                 self._signals.polled.emit(None)
 
@@ -185,8 +185,13 @@ class RunsController(QObject):
 
     def poll_now(self, include_farm: bool = True) -> None:
         """Poll on the calling thread and apply at once (tests, screenshots, scripts)."""
-        self._poll_work(self._poll_jobs(), include_farm)
+        self._poll_work(self._poll_jobs(), include_farm, self._local_run_live())
         self._apply_pending()
+
+    def _local_run_live(self) -> bool:
+        """True when a run without a farm job ran on this machine and has not ended (its ranks are counted)."""
+        return any(run.handle is None and run.ran_here and run.state not in TERMINAL_STATES
+                   for run in self._runs.values())
 
     def _poll_jobs(self) -> list[PollJob]:
         """What the next poll covers, taken on the GUI thread: run, poller, handle to describe."""
@@ -196,10 +201,10 @@ class RunsController(QObject):
             out.append((key, self._pollers[key], run.handle if ask else None))
         return out
 
-    def _poll_work(self, jobs: list[PollJob], include_farm: bool) -> None:
+    def _poll_work(self, jobs: list[PollJob], include_farm: bool, count_local: bool = False) -> None:
         """Read every run directory and describe live jobs; queue the results in poll order."""
         with self._poll_lock:
-            updates = poll_runs(jobs, self._describe if include_farm else None)
+            updates = poll_runs(jobs, self._describe if include_farm else None, count_local)
             with self._pending_lock:  # appended inside the poll lock: queue order = poll order
                 self._pending.append(updates)
 

@@ -173,9 +173,7 @@ class Run:
     @property
     def ran_here(self) -> bool:
         """True when the latest attempt in ``run.json`` ran on this machine (its rank processes can be counted)."""
-        attempts = self.info.get("attempts")
-        last = attempts[-1] if isinstance(attempts, list) and attempts else None
-        return isinstance(last, Mapping) and last.get("host") == socket.gethostname()
+        return ran_here(self.info)
 
     def eta_s(self) -> float:
         """Seconds left, from the wall time of the last :data:`ETA_WINDOW` rows (NaN when unknown)."""
@@ -212,6 +210,13 @@ class Run:
         if not isinstance(recorded, Mapping):
             return {}
         return {k: v for k, v in recorded.items() if k != "extra_env" or isinstance(v, Mapping)}
+
+
+def ran_here(info: Mapping[str, Any]) -> bool:
+    """True when the latest attempt of a ``run.json`` record ran on this machine."""
+    attempts = info.get("attempts")
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    return isinstance(last, Mapping) and last.get("host") == socket.gethostname()
 
 
 def format_duration(seconds: float) -> str:

@@ -3,6 +3,7 @@ host modules (``nuke``, ``maya.cmds``/``maya.utils``, ``hou``) with a real QMain
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 import types
@@ -37,6 +38,7 @@ def _host_window(qtbot, monkeypatch, settings) -> QMainWindow:
     """A host's main window (a real QMainWindow with a menu bar), the only visible one."""
     monkeypatch.setattr(menu, "default_settings", lambda: settings)  # never the user's settings
     monkeypatch.setenv("CUETRAIN_ROOT", str(HOSTS.parents[1]))
+    monkeypatch.setenv("CUETRAIN_PYTHON", "")  # restored after the test; the snippet fills it in
     window = QMainWindow()
     window.menuBar().addMenu("&File")
     qtbot.addWidget(window)
@@ -56,7 +58,14 @@ def _run_snippet(path: Path) -> dict:
     return runpy.run_path(str(path), run_name="__main__")
 
 
+def _assert_cuetrain_python_set() -> None:
+    """The snippet pointed CUETRAIN_PYTHON at the checkout's .venv (when it has one)."""
+    venv_python = HOSTS.parents[1] / ".venv" / "bin" / "python"
+    assert os.environ["CUETRAIN_PYTHON"] == (str(venv_python) if venv_python.exists() else "")
+
+
 def _open_from_menu(qtbot, window: QMainWindow):
+    _assert_cuetrain_python_set()
     render = next(m for m in window.menuBar().findChildren(QMenu) if m.title().replace("&", "") == "Render")
     action = next(a for a in render.actions() if a.text() == ACTION_TEXT)
     action.trigger()
@@ -94,6 +103,7 @@ def test_houdini_menu_items_open_the_dialog_and_the_runs(qtbot, monkeypatch, set
              for item in root.iter("scriptItem")}
     assert root.find("menuBar/subMenu").get("id") == "render_menu" and ACTION_TEXT in items
     exec(compile(items[ACTION_TEXT], "MainMenuCommon.xml", "exec"), {})
+    _assert_cuetrain_python_set()
     handler = host_handler(window)
     assert handler.dialog is not None and handler.dialog.isVisible() and handler.dialog.parent() is window
     exec(compile(items["Training Runs..."], "MainMenuCommon.xml", "exec"), {})

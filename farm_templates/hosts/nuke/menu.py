@@ -15,6 +15,8 @@ import nuke
 _root = os.environ.get("CUETRAIN_ROOT")
 if _root and _root not in sys.path:
     sys.path.insert(0, _root)
+if _root and not os.environ.get("CUETRAIN_PYTHON") and os.path.exists(os.path.join(_root, ".venv", "bin", "python")):
+    os.environ["CUETRAIN_PYTHON"] = os.path.join(_root, ".venv", "bin", "python")  # the checkout's environment
 
 if nuke.GUI:
     from gui.menu import install_in_main_window
