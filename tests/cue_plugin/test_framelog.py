@@ -50,7 +50,7 @@ def rqlog_lines(job_record, frame_name: str) -> list[str]:
     return text.split(SEPARATOR)[2].strip().splitlines()
 
 
-def test_paced_lines_write_one_line_per_write_and_keep_partial_lines(tmp_path):
+def test_paced_lines_write_one_line_per_write_and_keep_partial_lines():
     read_fd, write_fd = os.pipe()
     writes: list[str] = []
 
