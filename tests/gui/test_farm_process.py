@@ -76,3 +76,19 @@ def test_dialog_submits_describes_and_cancels_without_importing_the_farm_stack(t
     assert seen["state_after"] == "cancelled" and seen["farm_error"] == "", seen
     assert seen["imported"] == []  # the GUI process never loaded pycue, grpc, pyoutline or torch
     assert "NumPy" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_cli_json_answers_retry_and_errors(capsys, monkeypatch):
+    import io
+
+    from cue_plugin import cli
+    from tests.gui.conftest import RetryFarm
+
+    farm = RetryFarm()
+    assert cli.main(["retry", "job-name", "--json"], farm=farm) == 0
+    assert json.loads(capsys.readouterr().out) == {"retried": 1, "job": {"job_id": "", "job_name": "job-name",
+                                                                        "run_dir": ""}}
+    monkeypatch.setattr("sys.stdin", io.StringIO("{}"))
+    assert cli.main(["submit", "--job-json", "-", "--json"], farm=farm) == 2  # no "train": not a job
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "FarmError" and "not a cuetrain job" in out["error"]
