@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.plugin:
             from tests.cuebot.cuegui_plugin_host import open_plugin
 
-            plugin = open_plugin(app, jobs_view)
+            plugin = open_plugin(app, job)
             deadline = time.monotonic() + 15
-            while jobs_view.topLevelItemCount() == 0 and time.monotonic() < deadline:
+            while plugin.jobs_view.topLevelItemCount() == 0 and time.monotonic() < deadline:
                 app.processEvents()
                 time.sleep(0.05)
             plugin.select_first_job()

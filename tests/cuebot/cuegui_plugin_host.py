@@ -19,9 +19,12 @@ PLUGIN_DIR = ROOT / "gui" / "cuegui_plugins"
 class PluginSession:
     """A CueGUI-like main window with the plugin menu, the launched dock and the job monitor to click in."""
 
-    def __init__(self, app, jobs_view) -> None:
+    def __init__(self, app, job) -> None:
+        import cuegui.JobMonitorTree
         import cuegui.Plugins
 
+        jobs_view = cuegui.JobMonitorTree.JobMonitorTree(None)  # the main window's job monitor
+        jobs_view.addJob(job)
         self.window = QtWidgets.QMainWindow()
         self.window.app_name = "Cuetopia"  # what Plugins checks PLUGIN_REQUIRES against
         self.window.resize(1500, 900)
@@ -55,12 +58,16 @@ class PluginSession:
         self.window.grab().save(str(path))
 
     def close(self) -> None:
+        from tests.cuebot.cuegui_setup import dispose
+
         self.dock.close()
+        dispose(self.jobs_view)
         self.window.close()
 
 
-def open_plugin(app, jobs_view) -> PluginSession:
-    return PluginSession(app, jobs_view)
+def open_plugin(app, job) -> PluginSession:
+    """A main window with ``job`` in its job monitor and the Training Runs dock launched from the menu."""
+    return PluginSession(app, job)
 
 
 if __name__ == "__main__":
