@@ -5,8 +5,11 @@
     cuetrain submit --list-templates
     cuetrain status RUN_DIR | JOB_NAME | JOB_ID
     cuetrain cancel RUN_DIR | JOB_NAME | JOB_ID
+    cuetrain retry RUN_DIR | JOB_NAME | JOB_ID     # retry the job's dead frames
+    cuetrain submit --job-json - --json < job.json  # what the GUI runs (gui.farm_process)
 
-Results go to stdout with print(); diagnostics go through logging. Exit codes: 0 ok, 1 the run
+Results go to stdout with print(); diagnostics go through logging. With ``--json`` stdout is one JSON
+object (:mod:`cue_plugin.jsonout`), errors included (``{"error": ...}``). Exit codes: 0 ok, 1 the run
 directory was read but the farm could not be asked, 2 bad input or a farm error.
 """
 
@@ -20,7 +23,7 @@ import re
 import sys
 from typing import Any, Sequence
 
-from cue_plugin import templates
+from cue_plugin import jsonout, templates
 from cue_plugin.spec import RENDEZVOUS_MODES, Farm, FarmError, JobHandle, JobStatus
 from trainer.config import ConfigError, add_train_arguments, config_from_args
 from trainer.envvars import read_farm_env
@@ -60,15 +63,19 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tags", help="host tags, comma separated (e.g. gpu,a100)")
     s.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra frame environment")
     s.add_argument("--dry-run", action="store_true", help="print the job spec XML instead of submitting")
+    s.add_argument("--job-json", metavar="FILE", help="the whole job as JSON (cue_plugin.jsonout; '-' = stdin); "
+                   "train and job flags are then ignored")
     for dest, (kind, text) in _JOB_FLAGS.items():
         s.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, help=text)
     add_train_arguments(s)
-    for name, text in (("status", "state of a farm run"), ("cancel", "kill a farm run (idempotent)")):
+    for name, text in (("status", "state of a farm run"), ("cancel", "kill a farm run (idempotent)"),
+                       ("retry", "retry the dead frames of a farm run")):
         c = sub.add_parser(name, help=text)
         c.add_argument("job", metavar="JOB_OR_RUN_DIR", help="run directory, OpenCue job name or job id")
     for c in sub.choices.values():
         c.add_argument("--cuebot", action="append", metavar="HOST[:PORT]",
                        help="Cuebot host (default: CUEBOT_HOSTS / opencue.yaml)")
+        c.add_argument("--json", action="store_true", help="print one JSON object (for the GUI and scripts)")
     return p
 
 
@@ -89,6 +96,8 @@ def _extra_env(pairs: list[str]) -> dict[str, str]:
 
 
 def _submit(ns: argparse.Namespace, farm: Farm) -> int:
+    if ns.list_templates and ns.json:
+        return jsonout.emit({"templates": templates.list_templates()})
     if ns.list_templates:
         for name in templates.list_templates():
             t = templates.load_template(name)
@@ -100,11 +109,17 @@ def _submit(ns: argparse.Namespace, farm: Farm) -> int:
                     user=ns.user or getpass.getuser(), rendezvous=ns.rendezvous,
                     tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()) if ns.tags else None,
                     extra_env=_extra_env(ns.env) or None)
-    job = templates.make_job(config_from_args(ns), template=ns.template, **explicit)
+    job = (jsonout.job_from_json(_read_text(ns.job_json)) if ns.job_json
+           else templates.make_job(config_from_args(ns), template=ns.template, **explicit))
+    if ns.dry_run and ns.json:
+        return jsonout.emit({"spec": farm.dry_run(job)})
     if ns.dry_run:
         print(farm.dry_run(job))
         return 0
     handle = farm.submit(job)
+    if ns.json:
+        return jsonout.emit({"submitted": jsonout.handle_dict(handle), "world_size": job.world_size,
+                             "ranks_per_frame": job.ranks_per_frame, "frames": job.frames})
     print(f"submitted {handle.job_name} (id {handle.job_id}): {job.world_size} rank(s)"
           + (f" in {job.frames} frames x {job.ranks_per_frame} ranks" if job.ranks_per_frame > 1 else ""))
     print(f"follow it with: cuetrain status {handle.run_dir}")
@@ -166,7 +181,21 @@ def format_run(run_dir: str) -> list[str]:
     return [line]
 
 
+def _read_text(path: str) -> str:
+    """``path``'s text, or stdin for ``-``."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise ConfigError(f"--job-json {path}: {exc.strerror}") from exc
+
+
 def _status(ns: argparse.Namespace, farm: Farm) -> int:
+    if ns.json:
+        handle = _handle(ns.job)
+        return jsonout.emit({"job": jsonout.handle_dict(handle), "status": jsonout.status_dict(farm.describe(handle))})
     run_dir = ns.job if os.path.isdir(ns.job) else None
     if run_dir:
         for line in format_run(run_dir):
@@ -193,7 +222,21 @@ def _status(ns: argparse.Namespace, farm: Farm) -> int:
 def _cancel(ns: argparse.Namespace, farm: Farm) -> int:
     handle = _handle(ns.job)
     farm.cancel(handle)
+    if ns.json:
+        return jsonout.emit({"cancelled": jsonout.handle_dict(handle)})
     print(f"cancelled {handle.job_name or handle.job_id} (or it had ended already)")
+    return 0
+
+
+def _retry(ns: argparse.Namespace, farm: Farm) -> int:
+    handle = _handle(ns.job)
+    retry = getattr(farm, "retry", None)
+    if not callable(retry):
+        raise FarmError("this farm cannot retry frames")
+    count = retry(handle)
+    if ns.json:
+        return jsonout.emit({"retried": count, "job": jsonout.handle_dict(handle)})
+    print(f"retried {count} dead frame(s) of {handle.job_name or handle.job_id}")
     return 0
 
 
@@ -207,7 +250,9 @@ def main(argv: Sequence[str], *, farm: Farm | None = None) -> int:
     ns = _parser().parse_args(list(argv))
     try:
         farm = farm or _default_farm(ns)
-        return {"submit": _submit, "status": _status, "cancel": _cancel}[ns.command](ns, farm)
+        return {"submit": _submit, "status": _status, "cancel": _cancel, "retry": _retry}[ns.command](ns, farm)
     except (FarmError, ConfigError, RunDirError) as exc:
         print(f"cuetrain {ns.command}: error: {exc}", file=sys.stderr)
+        if ns.json:
+            jsonout.emit({"error": str(exc), "kind": type(exc).__name__})
         return 2

@@ -2,15 +2,17 @@
 
 A frame runs L = ranks-per-frame trainer processes through :func:`trainer.supervise.run_ranks`, the
 same supervisor ``cuetrain local`` uses. Output lines go to stdout (the frame log CueGUI shows,
-prefixed ``[rank N]`` when L > 1) and to ``RUN_DIR/logs/rank_N.log`` (the complete copy: RQD 1.37
-drops frame-log lines, see README). The frame's own log records go to the log of its first rank.
+prefixed ``[rank N]`` when L > 1; paced by :mod:`cue_plugin.framelog` so that RQD logs every line)
+and to ``RUN_DIR/logs/rank_N.log``. The frame's own log records go to the log of its first rank.
 A SIGTERM sent to the frame is passed on to every trainer.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 
+from cue_plugin.framelog import PacedLines
 from trainer.envvars import CueFrameEnv
 from trainer.rundir import RunPaths
 from trainer.supervise import EXIT_NO_TRAINER, Devices, GangExit, RankLogs, run_ranks
@@ -22,7 +24,9 @@ class RankLog:
     """The frame's log: lines to stdout (the frame log) and to ``RUN_DIR/logs/rank_N.log`` of its first rank.
 
     :attr:`logs` is the :class:`~trainer.supervise.RankLogs` its trainers write to (the same files and
-    stdout, one lock). :meth:`attach` sends ``cue_plugin`` log records through it.
+    stdout, one lock). :meth:`attach` sends ``cue_plugin`` log records through it. Stdout goes through
+    :class:`cue_plugin.framelog.PacedLines` (one line per write, under RankLogs' lock); :meth:`close`
+    drains it.
 
     Args:
         paths: the run directory layout.
@@ -31,7 +35,8 @@ class RankLog:
     """
 
     def __init__(self, paths: RunPaths, rank: int, *, prefix: bool = False) -> None:
-        self.logs = RankLogs(paths, prefix=prefix)
+        self._stdout = PacedLines(sys.stdout)
+        self.logs = RankLogs(paths, prefix=prefix, stream=self._stdout)  # type: ignore[arg-type]
         self._rank = rank
         self._handler = logging.StreamHandler(self)  # type: ignore[arg-type]
         self._handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [frame {rank}] %(name)s: %(message)s"))
@@ -49,7 +54,9 @@ class RankLog:
             root.setLevel(logging.INFO)
 
     def close(self) -> None:
+        """Detach, wait until RQD has read every stdout line, close the rank logs."""
         logging.getLogger("cue_plugin").removeHandler(self._handler)
+        self._stdout.drain()
         self.logs.close()
 
 

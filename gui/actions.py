@@ -41,7 +41,7 @@ def launch_cuegui() -> str:
     """Start CueGUI detached; returns "" on success or why it could not start."""
     cmd = cuegui_command()
     if cmd is None:
-        return "CueGUI is not installed (pip install opencue-cuegui, or put cuegui on PATH)"
+        return "CueGUI is not found: put its cuegui command on PATH (CueGUI lives in its own environment, see README)"
     try:
         subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL,  # noqa: S603 - fixed command
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

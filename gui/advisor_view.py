@@ -1,21 +1,19 @@
 """The submit dialog's "How many machines?" section: run ``cuetrain advise`` and use its recommendation.
 
-The advisor's probe imports torch and the GUI never does, so it runs as a separate process
-(:class:`AdvisorRunner`, a ``QProcess``: the GUI thread never waits on it). The process prints a
-table and a line ``recommended: N rank(s), sync interval K: ...`` (``trainer.advise_model.
-recommendation_line``); :func:`parse_recommendation` reads N and K from that text.
+The advisor's probe imports torch and the GUI never does, so it runs as a separate process of the
+cuetrain environment (:class:`AdvisorRunner`, a ``QProcess`` running ``cuetrain advise --json`` through
+:func:`gui.farm_process.cuetrain_command`: the GUI thread never waits on it). The process prints a table
+and ends with one JSON line holding the recommendation (:func:`parse_output`); an advisor without
+``--json`` is still understood from its ``recommended: N rank(s), sync interval K`` line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
-import os
 import re
-import shutil
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 from qtpy.QtCore import QObject, QProcess, QProcessEnvironment, Qt, Signal
@@ -23,26 +21,19 @@ from qtpy.QtGui import QFontDatabase
 from qtpy.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QToolButton,
                             QVBoxLayout, QWidget)
 
+from gui.farm_process import child_environment, cuetrain_command
+
 log = logging.getLogger(__name__)
 
 DEFAULT_BANDWIDTH_GBPS = 10.0  # as trainer.advise_model's default; not imported from there (it may pull in torch)
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # put on PYTHONPATH so "-m trainer.cli" works from any cwd
-
 # "recommended: 4 rank(s), sync interval 2: 812.3 images/s, ..." (trainer.advise_model.recommendation_line)
 _RECOMMENDED = re.compile(r"^[ \t]*recommended:[ \t]*(\d+)[ \t]*ranks?(?:\(s\))?[ \t]*,[ \t]*sync[ _-]interval[ \t]*(\d+)",
                           re.IGNORECASE | re.MULTILINE)
 
 
-def python_interpreter() -> str:
-    """The Python that runs the advisor: ``sys.executable``, or ``python3`` on PATH inside a DCC."""
-    if os.path.basename(sys.executable).lower().startswith("python"):
-        return sys.executable
-    return shutil.which("python3") or sys.executable
-
-
 def default_command() -> list[str]:
-    """``python -m trainer.cli advise`` (the request's arguments follow)."""
-    return [python_interpreter(), "-m", "trainer.cli", "advise"]
+    """``CUETRAIN_PYTHON -m trainer.cli advise`` (the request's arguments follow)."""
+    return cuetrain_command("advise")
 
 
 @dataclass(frozen=True)
@@ -64,7 +55,7 @@ class AdviseRequest:
         return ["--input", self.input_dir, "--target", self.target_dir, "--model-size", self.model_size,
                 "--crop-size", str(self.crop_size), "--batch-size", str(self.batch_size), "--steps", str(self.steps),
                 "--max-world-size", str(self.max_world_size), "--bandwidth-gbps", f"{self.bandwidth_gbps:g}",
-                *per_frame]
+                *per_frame, "--json"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +76,22 @@ def parse_recommendation(text: str) -> Recommendation | None:
         return None
     line = text[found.start():].splitlines()[0].strip()
     return Recommendation(int(found.group(1)), int(found.group(2)), line)
+
+
+def parse_output(out: str) -> tuple[str, Recommendation | None]:
+    """The advisor's table text and its recommendation: from the closing JSON line of ``--json``
+    (``{"recommended": {"world_size", "sync_interval", "line", ...}, "predictions": [...]}``), else from
+    the text's ``recommended:`` line."""
+    lines = out.rstrip().splitlines()
+    if lines and lines[-1].lstrip().startswith("{"):
+        try:
+            chosen = json.loads(lines[-1])["recommended"]
+            rec = Recommendation(int(chosen["world_size"]), int(chosen["sync_interval"]), str(chosen.get("line", "")))
+        except (ValueError, KeyError, TypeError):
+            rec = None
+        text = "\n".join(lines[:-1])
+        return text, rec or parse_recommendation(text)
+    return out, parse_recommendation(out)
 
 
 def error_line(stderr: str, exit_code: int) -> str:
@@ -118,8 +125,9 @@ class AdvisorRunner(QObject):
         """Start ``command + arguments``; a probe already running is cancelled first."""
         self.cancel()
         proc = QProcess(self)
-        env = QProcessEnvironment.systemEnvironment()
-        env.insert("PYTHONPATH", os.pathsep.join(p for p in (str(PROJECT_ROOT), env.value("PYTHONPATH", "")) if p))
+        env = QProcessEnvironment()
+        for name, value in child_environment().items():
+            env.insert(name, value)
         proc.setProcessEnvironment(env)
         proc.finished.connect(lambda code, status, p=proc: self._on_finished(p, code, status))
         proc.errorOccurred.connect(lambda error, p=proc: self._on_error(p, error))
@@ -151,7 +159,7 @@ class AdvisorRunner(QObject):
         elif code != 0:
             self.probe_failed.emit(error_line(err, code))
         else:
-            self.probe_finished.emit(out, parse_recommendation(out))
+            self.probe_finished.emit(*parse_output(out))
 
     def _on_error(self, proc: QProcess, error: QProcess.ProcessError) -> None:
         if proc is not self._process or error != QProcess.ProcessError.FailedToStart:

@@ -18,7 +18,7 @@ from qtpy.QtCore import QObject, QSettings, Qt, QThreadPool, QTimer, Signal
 
 from cue_plugin.spec import Farm, FarmError, JobHandle, JobStatus, TrainingJob
 from gui.poller import RunPoller
-from gui.records import Run, job_fields, retry_plan
+from gui.records import TERMINAL_STATES, Run, job_fields, retry_plan
 from gui.workers import Outcome, PollJob, PollUpdate, Task, WorkerSignals, error_text, poll_runs
 from trainer.config import ConfigError
 
@@ -32,10 +32,11 @@ POLL_INTERVAL_MS = 5000
 
 
 def default_farm() -> Farm:
-    """The production backend, ``cue_plugin.opencue_farm.OpenCueFarm()`` (imported only when called)."""
-    from cue_plugin.opencue_farm import OpenCueFarm  # lazy: pulls in opencue
+    """The production backend: OpenCue through ``cuetrain --json`` subprocesses (:class:`gui.farm_process.ProcessFarm`);
+    the GUI process never imports pycue or grpc."""
+    from gui.farm_process import ProcessFarm
 
-    return OpenCueFarm()
+    return ProcessFarm()
 
 
 def default_settings() -> QSettings:
@@ -59,6 +60,7 @@ class RunsController(QObject):
     run_updated = Signal(str)
     metrics_updated = Signal(str)
     contact_sheets_updated = Signal(str)
+    submit_progressed = Signal(str)  # a step of a submit in flight, for the dialog
     submit_finished = Signal(object)  # JobHandle
     submit_failed = Signal(str)
     action_finished = Signal(str, str)  # run_dir, message
@@ -86,6 +88,7 @@ class RunsController(QObject):
         self._signals.polled.connect(self._on_polled, queued)
         self._signals.submitted.connect(self._on_submitted, queued)
         self._signals.submit_errored.connect(self.submit_failed, queued)
+        self._signals.submit_progressed.connect(self.submit_progressed, queued)
         self._signals.acted.connect(self._on_acted, queued)
         self._timer = QTimer(self)
         self._timer.setInterval(poll_interval_ms)
@@ -169,11 +172,11 @@ class RunsController(QObject):
         if self._poll_in_flight:
             return False
         self._poll_in_flight = True
-        jobs = self._poll_jobs()
+        jobs, count_local = self._poll_jobs(), self._local_run_live()
 
         def work() -> None:
             try:
-                self._poll_work(jobs, True)
+                self._poll_work(jobs, True, count_local)
             finally:
                 self._signals.polled.emit(None)
 
@@ -182,8 +185,13 @@ class RunsController(QObject):
 
     def poll_now(self, include_farm: bool = True) -> None:
         """Poll on the calling thread and apply at once (tests, screenshots, scripts)."""
-        self._poll_work(self._poll_jobs(), include_farm)
+        self._poll_work(self._poll_jobs(), include_farm, self._local_run_live())
         self._apply_pending()
+
+    def _local_run_live(self) -> bool:
+        """True when a run without a farm job ran on this machine and has not ended (its ranks are counted)."""
+        return any(run.handle is None and run.ran_here and run.state not in TERMINAL_STATES
+                   for run in self._runs.values())
 
     def _poll_jobs(self) -> list[PollJob]:
         """What the next poll covers, taken on the GUI thread: run, poller, handle to describe."""
@@ -193,10 +201,10 @@ class RunsController(QObject):
             out.append((key, self._pollers[key], run.handle if ask else None))
         return out
 
-    def _poll_work(self, jobs: list[PollJob], include_farm: bool) -> None:
+    def _poll_work(self, jobs: list[PollJob], include_farm: bool, count_local: bool = False) -> None:
         """Read every run directory and describe live jobs; queue the results in poll order."""
         with self._poll_lock:
-            updates = poll_runs(jobs, self._describe if include_farm else None)
+            updates = poll_runs(jobs, self._describe if include_farm else None, count_local)
             with self._pending_lock:  # appended inside the poll lock: queue order = poll order
                 self._pending.append(updates)
 
@@ -236,6 +244,8 @@ class RunsController(QObject):
         if res.new_sheets:
             run.sheets = sorted(run.sheets + res.new_sheets)
             self.contact_sheets_updated.emit(run.run_dir)
+        if update.local_ranks != run.local_ranks:
+            run.local_ranks, changed = update.local_ranks, True
         if update.asked_farm and (update.status, update.farm_error) != (run.status, run.farm_error):
             run.status = update.status or run.status
             run.farm_error, changed = update.farm_error, True
@@ -264,7 +274,10 @@ class RunsController(QObject):
         """Submit ``job`` on a worker; ends in :attr:`submit_finished` or :attr:`submit_failed`."""
         def work() -> None:
             try:
-                handle = self.farm().submit(job)
+                farm = self.farm()
+                with_progress = getattr(farm, "submit_with_progress", None)
+                handle = (with_progress(job, self._signals.submit_progressed.emit) if callable(with_progress)
+                          else farm.submit(job))
             except Exception as exc:  # noqa: BLE001 - reported in the dialog
                 self._signals.submit_errored.emit(error_text(exc))
                 return

@@ -104,7 +104,7 @@ def install_menu(menubar_or_menu: QMenuBar | QMenu, farm_factory: FarmFactory | 
 
     Args:
         menubar_or_menu: the host's main ``QMenuBar``, its Render ``QMenu``, or any menu to hold a Render menu.
-        farm_factory: farm backend factory (default: ``cue_plugin.opencue_farm.OpenCueFarm``).
+        farm_factory: farm backend factory (default: :class:`gui.farm_process.ProcessFarm`, OpenCue out of process).
         controller: share this controller (the standalone window); else one is made on first use.
         runs_view: a widget already showing the runs, shown by "Training Runs...".
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import socket
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -109,6 +110,7 @@ class Run:
         read_error: why ``run.json`` could not be read ("" when it was).
         metrics: the metrics read so far.
         sheets: contact sheets as ``(step, path)`` sorted by step.
+        local_ranks: rank processes of this run alive on this machine (last poll; None: not counted).
     """
 
     run_dir: str
@@ -122,6 +124,7 @@ class Run:
     read_error: str = ""
     metrics: MetricSeries = field(default_factory=MetricSeries)
     sheets: list[tuple[int, str]] = field(default_factory=list)
+    local_ranks: int | None = None
 
     @property
     def name(self) -> str:
@@ -158,20 +161,28 @@ class Run:
 
     @property
     def ranks_text(self) -> str:
-        """``running/total`` ranks, from the farm when known (frames x ranks per frame), else ``-/world_size``;
-        with more than one rank per frame followed by ``(F frames x L ranks)``."""
+        """``running/total`` ranks: from the farm when known (frames x ranks per frame); for a local run of
+        this machine the live rank processes (:attr:`local_ranks`); else ``-/world_size``. With more than one
+        rank per frame followed by ``(F frames x L ranks)``."""
         per = self.job_record().get("ranks_per_frame", 1)
         per = per if isinstance(per, int) and per > 0 else 1
+        world = self.info.get("world_size")
         shape = ""
         if self.status is not None and self.status.ranks_total:  # the farm counts frames
             text = f"{self.status.ranks_running * per}/{self.status.ranks_total * per}"
             shape = f" ({self.status.ranks_total} frames x {per} ranks)"
+        elif world and self.handle is None and self.local_ranks is not None and self.ran_here:
+            return f"{self.local_ranks}/{world}"
         else:
-            world = self.info.get("world_size")
             text = f"-/{world}" if world else "-"
             if isinstance(world, int):
                 shape = f" ({world // per} frames x {per} ranks)"
         return text + shape if per > 1 else text
+
+    @property
+    def ran_here(self) -> bool:
+        """True when the latest attempt in ``run.json`` ran on this machine (its rank processes can be counted)."""
+        return ran_here(self.info)
 
     def eta_s(self) -> float:
         """Seconds left, from the wall time of the last :data:`ETA_WINDOW` rows (NaN when unknown)."""
@@ -208,6 +219,13 @@ class Run:
         if not isinstance(recorded, Mapping):
             return {}
         return {k: v for k, v in recorded.items() if k != "extra_env" or isinstance(v, Mapping)}
+
+
+def ran_here(info: Mapping[str, Any]) -> bool:
+    """True when the latest attempt of a ``run.json`` record ran on this machine."""
+    attempts = info.get("attempts")
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    return isinstance(last, Mapping) and last.get("host") == socket.gethostname()
 
 
 def format_duration(seconds: float) -> str:

@@ -64,6 +64,7 @@ class SubmitDialog(QDialog):
         self._build_layout()
         controller.submit_finished.connect(self._on_finished)
         controller.submit_failed.connect(self._on_failed)
+        controller.submit_progressed.connect(self._on_progress)
 
     def _make_fields(self) -> None:
         self.input_edit, self.target_edit, self.run_dir_edit = QLineEdit(), QLineEdit(), QLineEdit()
@@ -88,6 +89,9 @@ class SubmitDialog(QDialog):
         self.errors.setObjectName("errors")
         self.errors.setWordWrap(True)
         self.errors.setStyleSheet("color: #e05050;")
+        self.progress = QLabel("")  # what a submit in flight is doing (the cuetrain subprocess's log lines)
+        self.progress.setObjectName("progress")
+        self.progress.setWordWrap(True)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.submit_button = self.buttons.addButton("Submit", QDialogButtonBox.ButtonRole.AcceptRole)
         self.buttons.accepted.connect(self.try_submit)
@@ -134,6 +138,7 @@ class SubmitDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(self.advisor)
         layout.addWidget(self.errors)
+        layout.addWidget(self.progress)
         layout.addWidget(self.buttons)
 
     def _with_browse(self, edit: QLineEdit) -> QWidget:
@@ -246,8 +251,13 @@ class SubmitDialog(QDialog):
         """List ``problems`` in the dialog (an empty list clears them)."""
         self.errors.setText("\n".join(problems))
 
+    def _on_progress(self, line: str) -> None:
+        if self._busy:
+            self.progress.setText(line)
+
     def _set_busy(self, busy: bool) -> None:
         self._busy = busy
+        self.progress.setText("Submitting: starting cuetrain..." if busy else "")
         self.submit_button.setEnabled(not busy)
         self.submit_button.setText("Submitting..." if busy else "Submit")
 

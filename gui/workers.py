@@ -13,7 +13,9 @@ from typing import Callable, Sequence
 from qtpy.QtCore import QObject, QRunnable, Signal
 
 from cue_plugin.spec import FarmError, JobHandle, JobStatus
+from gui.localranks import count_local_ranks
 from gui.poller import PollResult, RunPoller
+from gui.records import ran_here
 from trainer.config import ConfigError
 from trainer.rundir import RunDirError
 
@@ -44,6 +46,7 @@ class PollUpdate:
     asked_farm: bool = False
     status: JobStatus | None = None
     farm_error: str = ""
+    local_ranks: int | None = None  # rank processes alive on this machine (runs without a farm job to ask)
 
 
 @dataclass
@@ -56,11 +59,15 @@ class Outcome:
     handle: JobHandle | None = None
 
 
-def poll_runs(jobs: Sequence[PollJob], describe: Callable[[JobHandle], JobStatus] | None) -> list[PollUpdate]:
+def poll_runs(jobs: Sequence[PollJob], describe: Callable[[JobHandle], JobStatus] | None,
+              count_local: bool = False) -> list[PollUpdate]:
     """Poll every run directory and, with ``describe``, the farm job of each live run.
 
     A failure in one run (unreadable folder, farm unreachable) is recorded in its update; the other
-    runs are still polled.
+    runs are still polled. With ``count_local`` (a local run of this machine is running, as known on the
+    GUI thread) or a freshly read ``run.json`` saying so, runs with no farm job to ask get their live
+    local rank count (:func:`gui.localranks.count_local_ranks`: one scan
+    of /proc per poll, ~1-20 ms).
     """
     updates = []
     for run_dir, poller, handle in jobs:
@@ -75,6 +82,12 @@ def poll_runs(jobs: Sequence[PollJob], describe: Callable[[JobHandle], JobStatus
             except Exception as exc:  # noqa: BLE001 - shown in the run's row
                 update.farm_error = error_text(exc)
         updates.append(update)
+    fresh = [u for u, (_, _, handle) in zip(updates, jobs) if handle is None and u.result.info is not None]
+    if count_local or any(ran_here(u.result.info) and u.result.info.get("state") == "running" for u in fresh):
+        local = count_local_ranks()
+        for update, (_, _, handle) in zip(updates, jobs):
+            if handle is None and local is not None:
+                update.local_ranks = local.get(update.run_dir, 0)
     return updates
 
 
@@ -84,6 +97,7 @@ class WorkerSignals(QObject):
     polled = Signal(object)  # None: results wait in the controller's queue
     submitted = Signal(object, object)  # TrainingJob, JobHandle
     submit_errored = Signal(str)
+    submit_progressed = Signal(str)
     acted = Signal(object)  # Outcome
 
 

@@ -25,6 +25,8 @@ L`` runs them: world sizes L, 2L, ...; the probe times L processes at once; link
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import tempfile
 from typing import Sequence
 
@@ -75,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--iters", type=int, default=10, help="timed probe iterations per batch size (default 10)")
     g.add_argument("--min-efficiency", type=float, default=0.7,
                    help="lowest scaling efficiency to recommend (default 0.7)")
+    g.add_argument("--json", action="store_true", help="end with one JSON line: the recommendation and every "
+                   "prediction (the submit dialog reads it)")
     return p
 
 
@@ -169,5 +173,8 @@ def main(argv: Sequence[str]) -> int:
         plain = recommend(every, ns.min_efficiency)
         print(f"at sync interval 1 (the effective batch you chose): {plain.world_size} rank(s), "
               f"{plain.images_per_s:.1f} images/s, efficiency {plain.efficiency:.2f}")
+    if ns.json:
+        print(json.dumps({"recommended": {**dataclasses.asdict(chosen), "line": recommendation_line(
+            chosen, ns.min_efficiency)}, "predictions": [dataclasses.asdict(p) for p in predictions]}))
     return 0
 

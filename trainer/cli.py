@@ -17,7 +17,7 @@ from trainer.config import ConfigError, add_train_arguments, config_from_args
 
 log = logging.getLogger("cuetrain")
 
-FARM_COMMANDS = ("submit", "status", "cancel")
+FARM_COMMANDS = ("submit", "status", "cancel", "retry")
 
 
 def _errors() -> tuple[type[BaseException], ...]:

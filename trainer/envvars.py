@@ -37,6 +37,8 @@ ENV_TABLE: dict[str, str] = {
     "CUE_JOB_ID": "OpenCue Cuebot: id of the frame's job (unique per submission)",
     "CUETRAIN_MAIN_HOST": "farm frame 0: host name or IP it publishes as the main address (default: the IP chosen "
                           "by trainer.netaddr: route to Cuebot, else default route, else the only interface)",
+    "CUETRAIN_PYTHON": "GUI in a DCC: the Python interpreter of the cuetrain environment that runs every farm call "
+                       "and the advisor (default: this interpreter when it is a Python, else python3 on PATH)",
     "CUETRAIN_TEMPLATE_PATH": "farm templates: folders (os.pathsep separated) searched before farm_templates/",
     "CUEBOT_HOSTS": "pycue: Cuebot host[:port] list, comma separated (pycue reads it itself; cuetrain passes it "
                     "on to frames that use the cuebot rendezvous)",
@@ -252,3 +254,9 @@ def read_net_env(env: Mapping[str, str] | None = None) -> NetEnv:
     return NetEnv(cuebot_hosts=_split(env.get("CUEBOT_HOSTS"), ","),
                   gloo_socket_ifname=(env.get("GLOO_SOCKET_IFNAME") or "").strip() or None,
                   nccl_socket_ifname=(env.get("NCCL_SOCKET_IFNAME") or "").strip() or None)
+
+
+def cuetrain_python(env: Mapping[str, str] | None = None) -> str | None:
+    """``CUETRAIN_PYTHON`` (the cuetrain environment's interpreter, for the GUI's subprocesses) or None."""
+    env = os.environ if env is None else env
+    return (env.get("CUETRAIN_PYTHON") or "").strip() or None

@@ -64,19 +64,53 @@ def cpu_copy(obj: Any) -> Any:
     return obj
 
 
-def contact_sheet_image(inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor) -> np.ndarray:
-    """Grid of crops: rows = crops, columns = input | output | ground truth.
+SHEET_LABELS = ("Input", "Output", "Ground Truth")
+SHEET_MIN_CELL = 96  # pixels: crops are enlarged (nearest neighbour, whole factors) to at least this width
+SHEET_HEADER = 30  # pixels: the band above the grid holding the step and the column labels
 
-    Args: three (n, 3, c, c) tensors. Returns (n*c + (n-1)*gap, 3*c + 2*gap, 3) float32 clipped to 0..1.
+
+def sheet_scale(crop: int) -> int:
+    """Whole enlargement factor of a ``crop``-pixel cell so that its label fits (>= 1)."""
+    return max(1, -(-SHEET_MIN_CELL // crop))
+
+
+def contact_sheet_image(inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor, step: int | None = None) -> np.ndarray:
+    """Labelled grid of crops: rows = crops, columns = Input | Output | Ground Truth, under a header
+    band that names the columns and the step, so the PNG reads on its own.
+
+    Args: three (n, 3, c, c) tensors; ``step``: training step written in the header (omitted when None).
+    Returns (SHEET_HEADER + n*C + (n-1)*gap, 3*C + 2*gap, 3) float32 clipped to 0..1, where C = c *
+    :func:`sheet_scale` (c) (cells enlarged by whole factors, nearest neighbour, so no pixel is invented).
     """
     n, _, c, _ = inp.shape
-    g = SHEET_GAP
-    sheet = np.ones((n * c + (n - 1) * g, 3 * c + 2 * g, 3), np.float32)
+    k = sheet_scale(c)
+    cell, g = c * k, SHEET_GAP
+    sheet = np.ones((SHEET_HEADER + n * cell + (n - 1) * g, 3 * cell + 2 * g, 3), np.float32)
     for row in range(n):
         for col, t in enumerate((inp, out, tgt)):
-            y, x = row * (c + g), col * (c + g)
-            sheet[y:y + c, x:x + c] = t[row].detach().float().cpu().permute(1, 2, 0).numpy()
+            y, x = SHEET_HEADER + row * (cell + g), col * (cell + g)
+            crop = t[row].detach().float().cpu().permute(1, 2, 0).numpy()  # (3, c, c) -> (c, c, 3)
+            sheet[y:y + cell, x:x + cell] = crop.repeat(k, axis=0).repeat(k, axis=1)
+    sheet[:SHEET_HEADER] = _header(sheet.shape[1], cell, g, step)
     return np.clip(sheet, 0.0, 1.0)
+
+
+def _header(width: int, cell: int, gap: int, step: int | None) -> np.ndarray:
+    """(SHEET_HEADER, width, 3) float32: dark band, the step top left, a label centred over each column.
+
+    Drawn with Pillow's built-in font (Pillow comes with imageio; no font file is needed)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    band = Image.new("RGB", (width, SHEET_HEADER), (40, 40, 40))
+    draw = ImageDraw.Draw(band)
+    font = ImageFont.load_default()
+    if step is not None:
+        draw.text((3, 1), f"step {step}", fill=(255, 210, 80), font=font)
+    for col, label in enumerate(SHEET_LABELS):
+        left, _, right, _ = draw.textbbox((0, 0), label, font=font)
+        x = col * (cell + gap) + max(0, (cell - (right - left)) // 2)
+        draw.text((x, SHEET_HEADER // 2 + 1), label, fill=(235, 235, 235), font=font)
+    return np.asarray(band, dtype=np.float32) / 255.0
 
 
 class RunWriter:
@@ -116,7 +150,7 @@ class RunWriter:
     def contact_sheet(self, step: int, inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor) -> None:
         """Queue ``contact_sheets/step_NNNNNN.png`` from (n, 3, c, c) crops."""
         if self.enabled:
-            sheet = contact_sheet_image(inp, out, tgt)
+            sheet = contact_sheet_image(inp, out, tgt, step)
             self._submit(write_image, self.paths.contact_sheet(step), sheet)
 
     def checkpoint(self, step: int, state: dict[str, Any]) -> None:

@@ -20,11 +20,49 @@ Constants (cuegui.yaml) are read at import and need nothing. pycue must point at
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 from qtpy import QtCore, QtWidgets
+
+ROOT = Path(__file__).resolve().parents[2]
+#: CueGUI's own environment (scripts/setup.sh): CueGUI 1.37 pins PySide6==6.5.3, built for NumPy 1.x.
+CUEGUI_PYTHON = ROOT / ".venv-cuegui" / "bin" / "python"
+
+
+def run_cuegui_app(cuebot: str, job_id: str, out_dir: Path, wait: list[str], *, plugin: bool = False,
+                   env: dict[str, str] | None = None, timeout_s: float = 45) -> dict:
+    """Run tests/cuebot/cuegui_app.py in CueGUI's environment against the Cuebot double at ``cuebot``.
+
+    Returns its JSON (``jobs`` and ``frames`` rows, ``plugin``, ``shown``: every ``wait`` text appeared).
+
+    Raises:
+        FileNotFoundError: ``.venv-cuegui`` is missing (run scripts/setup.sh).
+        RuntimeError: the script failed without a result (its stderr is in the message).
+    """
+    if not CUEGUI_PYTHON.exists():
+        raise FileNotFoundError(f"{CUEGUI_PYTHON} is missing: run scripts/setup.sh (it makes CueGUI's environment)")
+    command = [str(CUEGUI_PYTHON), "-m", "tests.cuebot.cuegui_app", cuebot, job_id, str(out_dir),
+               "--timeout-s", str(timeout_s - 15), *(f"--wait={text}" for text in wait)]
+    if plugin:
+        command.append("--plugin")
+    home = tempfile.mkdtemp(prefix="cuegui-home-")  # CueGUI writes ~/.config/.cuetopia
+    full_env = {"PATH": "/usr/bin:/bin", "HOME": home, "QT_QPA_PLATFORM": "offscreen",
+                "PYTHONPATH": str(ROOT), **(env or {})}
+    try:
+        proc = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout_s)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    lines = proc.stdout.strip().splitlines()
+    if not lines or not lines[-1].startswith("{"):
+        raise RuntimeError(f"CueGUI app failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}")
+    result = json.loads(lines[-1])
+    result["stderr"] = proc.stderr
+    return result
 
 
 def _adopt(app: QtWidgets.QApplication) -> None:

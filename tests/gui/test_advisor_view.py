@@ -65,7 +65,8 @@ def test_parse_recommendation_reads_the_advisors_line():
 def test_request_arguments_are_the_cli_flags():
     args = AdviseRequest("/in", "/gt", "small", 64, 8, 1000, max_world_size=16, bandwidth_gbps=25).arguments()
     assert args == ["--input", "/in", "--target", "/gt", "--model-size", "small", "--crop-size", "64",
-                    "--batch-size", "8", "--steps", "1000", "--max-world-size", "16", "--bandwidth-gbps", "25"]
+                    "--batch-size", "8", "--steps", "1000", "--max-world-size", "16", "--bandwidth-gbps", "25",
+                    "--json"]
     assert default_command()[1:] == ["-m", "trainer.cli", "advise"]
 
 
@@ -148,3 +149,4 @@ def test_real_advisor_recommends(qtbot, tmp_path):
     assert [r[0] for r in rows] == ["1", "2"]
     assert view.recommendation is not None and view.recommendation.world_size in (1, 2)
     assert view.recommended_label.text().startswith("recommended: ") and view.use_button.isEnabled()
+    assert '"predictions"' not in view.table.toPlainText()  # the --json line is read, not shown

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import run_cli
+from trainer import outputs as outputs_mod
 from trainer import train as train_mod
 from trainer.config import TrainConfig
 from trainer.envvars import DistEnv
@@ -100,7 +101,8 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     assert set(rows[0]) == {"step", "loss", "lr", "images_per_s", "wall_s"}
     assert [s for s, _ in run.list_contact_sheets()] == [4, 8, 12]
     sheet = read_image(run.contact_sheet(12))
-    assert sheet.shape == (3 * 16 + 4, 3 * 16 + 4, 3)  # 3 crops x (input | output | ground truth)
+    cell = 16 * outputs_mod.sheet_scale(16)  # crops enlarged so the column labels fit
+    assert sheet.shape == (outputs_mod.SHEET_HEADER + 3 * cell + 4, 3 * cell + 4, 3)  # 3 crops x 3 columns
     assert [s for s, _ in run.list_checkpoints()] == [8, 12]  # keep last 2
     scripted = torch.jit.load(str(run.model))
     x = torch.rand(1, 3, 29, 41)

@@ -1,8 +1,10 @@
 """Nuke (14, 15 with PySide2; 16 with PySide6): adds Render > Train on Render Farm.
 
 Install: copy this file into a folder on NUKE_PATH (e.g. ~/.nuke/menu.py, or append its lines to an
-existing menu.py), and make cuetrain importable by Nuke's Python: either install it into Nuke's
-site-packages (with qtpy, pyqtgraph, numpy) or set CUETRAIN_ROOT to the cuetrain checkout.
+existing menu.py). Nuke's Python imports only cuetrain's ``gui`` with qtpy, pyqtgraph and numpy: set
+CUETRAIN_ROOT to the cuetrain checkout (or install those into Nuke's site-packages). Every farm call and
+the advisor run in the cuetrain environment, out of process: set CUETRAIN_PYTHON to its interpreter
+(e.g. /studio/cuetrain/.venv/bin/python), since Nuke's own Python and gRPC are not cuetrain's.
 """
 
 import os
@@ -13,6 +15,8 @@ import nuke
 _root = os.environ.get("CUETRAIN_ROOT")
 if _root and _root not in sys.path:
     sys.path.insert(0, _root)
+if _root and not os.environ.get("CUETRAIN_PYTHON") and os.path.exists(os.path.join(_root, ".venv", "bin", "python")):
+    os.environ["CUETRAIN_PYTHON"] = os.path.join(_root, ".venv", "bin", "python")  # the checkout's environment
 
 if nuke.GUI:
     from gui.menu import install_in_main_window

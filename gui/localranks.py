@@ -1,0 +1,53 @@
+"""How many rank processes of a local run (``cuetrain local``) are alive on this machine.
+
+A farm run's ranks are counted by the farm (``describe``); a local run has no farm, so the Runs panel
+counts its rank processes itself: every process whose command line is ``... -m trainer.cli train ...
+--run-dir DIR`` (what :mod:`trainer.launch` starts per rank) counts for ``DIR``. Linux only (``/proc``);
+elsewhere nothing is counted and the panel shows ``-/N``. Pure Python: runs on the poll worker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+PROC = "/proc"
+
+
+def _run_dir_of(argv: list[str], cwd: str) -> str | None:
+    """The ``--run-dir`` of a ``trainer.cli train`` command line (absolute), else None."""
+    if "trainer.cli" not in argv or "train" not in argv:
+        return None
+    for i, arg in enumerate(argv):
+        if arg == "--run-dir" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--run-dir="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        return os.path.normpath(os.path.join(cwd, os.path.expanduser(value)))
+    return None
+
+
+def count_local_ranks(proc_root: str = PROC) -> Counter[str] | None:
+    """Live rank processes per run directory (absolute, normalised); None when ``proc_root`` is not there.
+
+    Processes that vanish or cannot be read while scanning are skipped.
+    """
+    try:
+        pids = [p for p in os.listdir(proc_root) if p.isdigit()]
+    except OSError:
+        return None
+    counts: Counter[str] = Counter()
+    for pid in pids:
+        try:
+            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as f:
+                argv = f.read().decode("utf-8", "replace").split("\0")
+            if "trainer.cli" not in argv:
+                continue
+            run_dir = _run_dir_of(argv, os.readlink(os.path.join(proc_root, pid, "cwd")))
+        except OSError:
+            continue
+        if run_dir:
+            counts[run_dir] += 1
+    return counts
