@@ -22,7 +22,7 @@ def test_dialog_takes_ranks_per_frame_from_the_template_and_submits_it(qtbot, co
     assert dialog.validate() == []
     job = dialog.build_job()
     assert (job.world_size, job.ranks_per_frame, job.frames, job.frame_resources["gpus"]) == (8, 4, 2, 4)
-    assert dialog.advise_request().arguments()[-2:] == ["--ranks-per-frame", "4"]
+    assert dialog.advise_request().arguments()[-3:] == ["--ranks-per-frame", "4", "--json"]
 
 
 def test_runs_panel_shows_frames_and_ranks():
