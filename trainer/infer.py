@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trainer.colour import ColourSpec
 from trainer.images import DataError, find_sequence, read_image
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,24 @@ def apply_model(model: torch.nn.Module, rgb: np.ndarray, device: torch.device | 
     return y[0].permute(1, 2, 0).float().cpu().numpy()
 
 
+def model_colour(model_path: str | Path) -> ColourSpec:
+    """The colour spaces ``model.json`` beside ``model_path`` records (none if it has none or is missing).
+
+    Raises:
+        ColourError: a recorded colour space is unknown (or OpenColorIO is missing).
+    """
+    meta_path = Path(model_path).with_name("model.json")
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read {meta_path}: {exc}; re-export the model or remove the file") from None
+    spec = ColourSpec.from_dict(meta.get("colour"))
+    spec.check()
+    if spec.active:
+        log.info("colour: %s -> %s for the model, and back (%s)", spec.colorspace, spec.working_space, spec.config)
+    return spec
+
+
 def select_frames(frames: dict[int, Path], first: int | None = None, last: int | None = None) -> dict[int, Path]:
     """The frames numbered ``first..last`` (inclusive; None: unbounded) of an indexed sequence.
 
@@ -62,7 +82,9 @@ def infer_sequence(model_path: str | Path, input_dir: str | Path, output_dir: st
     """Apply the model to the frames ``first..last`` of ``input_dir`` (default all).
 
     Each output is ``output_dir/<same name>`` with the input's format, bit depth, channels and
-    metadata (:func:`trainer.image_like.write_like`); only R, G and B go through the model.
+    metadata (:func:`trainer.image_like.write_like`); only R, G and B go through the model. When
+    ``model.json`` beside the model records colour spaces (``trainer.colour``), each frame is
+    converted to the working space before the model and back after it.
 
     Returns:
         The written paths in frame order.
@@ -74,13 +96,15 @@ def infer_sequence(model_path: str | Path, input_dir: str | Path, output_dir: st
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = load_model(model_path, device)
+    colour = model_colour(model_path)
     frames = select_frames(find_sequence(input_dir), first, last)
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for number, src in frames.items():
         dst = out_dir / src.name
-        write_like(dst, apply_model(model, read_image(src), device), like=src)
+        rgb = colour.from_working(apply_model(model, colour.to_working(read_image(src)), device))
+        write_like(dst, rgb, like=src)
         written.append(dst)
     log.info("wrote %d frames to %s", len(written), out_dir)
     return written
