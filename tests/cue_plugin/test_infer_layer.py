@@ -19,7 +19,7 @@ from opencue_proto import job_pb2
 from cue_plugin import builder, cli, infer_layer, templates
 from cue_plugin.infer_layer import InferenceJob, InferenceLayer, frame_range, make_layer
 from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import FarmError
+from cue_plugin.spec import JobHandle
 from tests.conftest import make_pairs, run_cli
 from tests.cue_plugin.conftest import make_config
 from tests.cue_plugin.test_builder import PYTHON, TOKEN, check_golden, fixed_submitter  # noqa: F401 (fixture)
@@ -199,3 +199,16 @@ def test_train_then_infer_on_the_farm_matches_local_inference(farm, tmp_path):  
         assert np.array_equal(farm_px[..., 3], src_px[..., 3])  # alpha passed through
         assert np.abs(farm_px[..., :3] - src_px[..., :3]).max() > 1e-3  # the trained model changed the colour
     print(f"train + infer layers SUCCEEDED in {took:.1f} s ({len(by_layer['infer'])} infer frames)")
+
+    # cuetrain submit-infer: the same layer alone, for the model the job trained
+    again = tmp_path / "again"
+    env = [f"--env={k}={v}" for k, v in extra.items()]
+    assert cli.main(["submit-infer", "--model", str(run.model), "--input", str(plates), "--output", str(again),
+                     "--chunk", "5", "--template", "cpu-test", "--show", "cuetrain", "--shot", "e2e", "--user",
+                     "trainer", "--name", "again", *env], farm=cue) == 0
+    alone = opencue.api.findJob("cuetrain-e2e-trainer_again")
+    wait_finished(cue, JobHandle(job_id=alone.id(), job_name=alone.name(), run_dir=""), run, timeout=90)
+    (frame,) = opencue.api.getJob(alone.id()).getFrames()
+    assert (frame.data.layer_name, job_pb2.FrameState.Name(frame.data.state)) == ("infer", "SUCCEEDED")
+    for source in sorted(plates.iterdir()):
+        assert np.array_equal(read_all(again / source.name)[1], read_all(local / source.name)[1])
