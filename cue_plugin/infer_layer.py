@@ -234,11 +234,20 @@ def layer_from_args(ns: argparse.Namespace, run_dir: str) -> InferenceLayer | No
     given = (getattr(ns, "infer_input", None), getattr(ns, "infer_output", None))
     if not any(given):
         return None
-    if not all(given):
+    return layer_from_folders(given[0] or "", given[1] or "", run_dir, ns.infer_chunk)
+
+
+def layer_from_folders(input_dir: str, output_dir: str, run_dir: str, chunk: int = DEFAULT_CHUNK) -> InferenceLayer:
+    """The inference layer that applies ``RUN_DIR/model.pt`` to ``input_dir`` (CLI and submit dialog).
+
+    Raises:
+        FarmError: one of the folders missing, or a bad input folder.
+    """
+    if not (input_dir and output_dir):
         raise FarmError("--infer-input and --infer-output go together; give both (or neither)")
     from trainer.rundir import RunPaths
 
-    return make_layer(RunPaths.of(run_dir).model, given[0], given[1], ns.infer_chunk)
+    return make_layer(RunPaths.of(run_dir).model, input_dir, output_dir, chunk)
 
 
 def add_submit_infer_parser(sub: Any) -> argparse.ArgumentParser:
