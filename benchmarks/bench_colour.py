@@ -13,7 +13,7 @@ applied to the held-out frames with ``cuetrain infer`` (which converts back to l
 output and the Ground Truth are converted to display values (``sRGB - Display`` /
 ``ACES 1.0 - SDR Video``) for the PSNR, as an artist would judge them.
 
-    .venv/bin/python benchmarks/bench_colour.py [--steps 1500] [--out /tmp/bench_colour]
+    .venv/bin/python benchmarks/bench_colour.py [--steps 1000] [--out /tmp/bench_colour] [--only linear|ACEScct]
 """
 
 from __future__ import annotations
@@ -68,19 +68,22 @@ def cuetrain(*args: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--out", type=Path, default=Path("/tmp/bench_colour"))
+    p.add_argument("--only", choices=("linear", "ACEScct"), help="run one of the two (to run both side by side)")
     ns = p.parse_args()
     d = extract(ns.out / "png")
     lin = {name: ns.out / "linear" / name for name in ("train_in", "train_gt", "hold_in", "hold_gt")}
-    above = [linearise(src, lin[name]) for src, name in ((d.train_input, "train_in"), (d.train_target, "train_gt"),
+    above = [linearise(src, lin[name]) if not lin[name].is_dir() else float("nan") for src, name in ((d.train_input, "train_in"), (d.train_target, "train_gt"),
                                                         (d.holdout_input, "hold_in"), (d.holdout_target, "hold_gt"))]
-    print(f"scene-linear carphone: {above[1]:.1%} of Ground Truth values above 1, max "
+    print(f"scene-linear carphone: {above[1]:.1%} of Ground Truth values above 1 (nan: data reused), max "
           f"{max(read_image(p).max() for p in find_sequence(lin['train_gt']).values()):.2f}")
     print(f"| working space | held-out PSNR, display space | train wall |\n|---|---|---|\n"
           f"| (Input, untrained) | {display_psnr(lin['hold_in'], lin['hold_gt']):.2f} dB | - |")
     for name, colour in (("linear", []), ("ACEScct", ["--colorspace", LINEAR, "--working-space", "ACEScct"])):
-        run = ns.out / f"run_{name}"
+        if ns.only and name != ns.only:
+            continue
+        run = ns.out / f"run_{name}_{ns.steps}"
         t0 = time.monotonic()
         cuetrain("train", "--input", str(lin["train_in"]), "--target", str(lin["train_gt"]), "--run-dir", str(run),
                  "--steps", str(ns.steps), *TRAIN_ARGS, *colour)
