@@ -130,6 +130,10 @@ def build(job: TrainingJob, *, python: str | None = None, token: str | None = No
     layer = Shell(LAYER_NAME, **args)
     ol.add_layer(layer)
     layer.check_required_args()
+    if job.infer is not None:  # a second layer, LAYER_ON_LAYER on this one
+        from cue_plugin.infer_layer import with_training
+
+        with_training(job, ol, layer, python)
     return ol
 
 

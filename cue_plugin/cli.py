@@ -68,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     for dest, (kind, text) in _JOB_FLAGS.items():
         s.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, help=text)
     add_train_arguments(s)
+    from cue_plugin import infer_layer
+
+    infer_layer.add_infer_arguments(s)
+    infer_layer.add_submit_infer_parser(sub)
     for name, text in (("status", "state of a farm run"), ("cancel", "kill a farm run (idempotent)"),
                        ("retry", "retry the dead frames of a farm run")):
         c = sub.add_parser(name, help=text)
@@ -109,8 +113,14 @@ def _submit(ns: argparse.Namespace, farm: Farm) -> int:
                     user=ns.user or getpass.getuser(), rendezvous=ns.rendezvous,
                     tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()) if ns.tags else None,
                     extra_env=_extra_env(ns.env) or None)
-    job = (jsonout.job_from_json(_read_text(ns.job_json)) if ns.job_json
-           else templates.make_job(config_from_args(ns), template=ns.template, **explicit))
+    from cue_plugin.infer_layer import layer_from_args
+
+    if ns.job_json:
+        job = jsonout.job_from_json(_read_text(ns.job_json))
+    else:
+        train = config_from_args(ns)
+        explicit["infer"] = layer_from_args(ns, train.run_dir)
+        job = templates.make_job(train, template=ns.template, **explicit)
     if ns.dry_run and ns.json:
         return jsonout.emit({"spec": farm.dry_run(job)})
     if ns.dry_run:
@@ -250,7 +260,11 @@ def main(argv: Sequence[str], *, farm: Farm | None = None) -> int:
     ns = _parser().parse_args(list(argv))
     try:
         farm = farm or _default_farm(ns)
-        return {"submit": _submit, "status": _status, "cancel": _cancel, "retry": _retry}[ns.command](ns, farm)
+        from cue_plugin.infer_layer import submit_infer
+
+        commands = {"submit": _submit, "status": _status, "cancel": _cancel, "retry": _retry,
+                    "submit-infer": submit_infer}
+        return commands[ns.command](ns, farm)
     except (FarmError, ConfigError, RunDirError) as exc:
         print(f"cuetrain {ns.command}: error: {exc}", file=sys.stderr)
         if ns.json:

@@ -28,7 +28,7 @@ def job_to_json(job: TrainingJob) -> str:
 
 
 def job_from_json(text: str) -> TrainingJob:
-    """The job :func:`job_to_json` wrote.
+    """The job :func:`job_to_json` wrote (with its ``infer`` layer, when it has one).
 
     Raises:
         FarmError: not JSON, or fields that :class:`TrainingJob`/:class:`TrainConfig` do not have
@@ -39,6 +39,12 @@ def job_from_json(text: str) -> TrainingJob:
         train = TrainConfig(**data.pop("train"))
         if "tags" in data:
             data["tags"] = tuple(data["tags"])
+        if data.get("infer") is not None:  # the optional inference layer (cue_plugin.infer_layer)
+            from cue_plugin.infer_layer import InferenceLayer
+
+            infer = dict(data["infer"])
+            infer["frames"] = tuple(infer.get("frames", ()))
+            data["infer"] = InferenceLayer(**infer)
         return TrainingJob(train=train, **data)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise FarmError(f"--job-json is not a cuetrain job ({type(exc).__name__}: {exc}); "

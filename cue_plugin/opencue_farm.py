@@ -209,6 +209,23 @@ class OpenCueFarm:
                  handle.run_dir)
         return handle
 
+    def launch_spec(self, spec: str, *, user: str) -> JobHandle:
+        """Launch a job spec built elsewhere (``cue_plugin.infer_layer``); its handle has no run directory.
+
+        Raises:
+            FarmError: root submission, or Cuebot unreachable / refusing the spec.
+        """
+        if not self.allow_root and (user == "root" or os.geteuid() == 0):
+            raise FarmError(f"OpenCue's RQD refuses to run frames as root (user {user!r}, uid {os.geteuid()}); "
+                            "submit from your own login with --user set to it")
+        opencue = self._connect()
+        with self._errors("submit job"):
+            launched = opencue.api.launchSpecAndWait(spec)
+        if not launched:
+            raise FarmError("Cuebot accepted the spec but launched no job; check the Cuebot log")
+        log.info("submitted %s (%s)", launched[0].name(), launched[0].id())
+        return JobHandle(job_id=launched[0].id(), job_name=launched[0].name(), run_dir="")
+
     def _find(self, opencue: Any, handle: JobHandle) -> Any:
         if handle.job_id:
             return opencue.api.getJob(handle.job_id)
@@ -299,7 +316,9 @@ def _job_record(job: TrainingJob) -> dict[str, Any]:
         value = getattr(job, f.name)
         if f.name == "train":
             continue
-        if isinstance(value, Mapping):
+        if dataclasses.is_dataclass(value):  # infer: the inference layer
+            value = dataclasses.asdict(value)
+        elif isinstance(value, Mapping):
             value = sorted(value)
         elif isinstance(value, tuple):
             value = list(value)

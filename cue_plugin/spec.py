@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from trainer.config import TrainConfig
+
+if TYPE_CHECKING:
+    from cue_plugin.infer_layer import InferenceLayer
 
 RENDEZVOUS_MODES = ("file", "cuebot")
 
@@ -65,6 +68,8 @@ class TrainingJob:
         rendezvous: how ranks find frame 0: ``file`` (run directory) or ``cuebot`` (pycue lookup).
         rendezvous_timeout_s: how long ranks wait for frame 0's publication [seconds].
         extra_env: more environment variables for every frame.
+        infer: an inference layer ``infer`` that runs after the ``train`` layer, or None
+            (``cue_plugin.infer_layer``).
     """
 
     train: TrainConfig
@@ -86,6 +91,7 @@ class TrainingJob:
     rendezvous_timeout_s: float = 600.0
     extra_env: Mapping[str, str] = field(default_factory=dict)
     ranks_per_frame: int = 1
+    infer: "InferenceLayer | None" = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or self.world_size < 1:

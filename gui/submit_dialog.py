@@ -85,6 +85,8 @@ class SubmitDialog(QDialog):
         self.template_box.currentIndexChanged.connect(self._on_template_chosen)
         self.show_edit = QLineEdit(os.environ.get("SHOW", ""))
         self.shot_edit = QLineEdit(os.environ.get("SHOT", ""))
+        # optional inference layer after training (cue_plugin.infer_layer): both folders or neither
+        self.infer_input_edit, self.infer_output_edit = QLineEdit(), QLineEdit()
         self.errors = QLabel("")
         self.errors.setObjectName("errors")
         self.errors.setWordWrap(True)
@@ -134,6 +136,9 @@ class SubmitDialog(QDialog):
                               ("Sync interval [steps]", self.sync_spin),
                               ("Farm template", self.template_box), ("Show", self.show_edit), ("Shot", self.shot_edit)):
             form.addRow(label, widget)
+        for label, edit in (("Then apply to (optional)", self.infer_input_edit),
+                            ("Write results to", self.infer_output_edit)):
+            form.addRow(label, self._with_browse(edit))
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.advisor)
@@ -199,10 +204,16 @@ class SubmitDialog(QDialog):
             input_dir=_abs(self.input_edit.text()), target_dir=_abs(self.target_edit.text()),
             run_dir=_abs(self.run_dir_edit.text()), steps=self.steps_spin.value(), batch_size=self.batch_spin.value(),
             crop_size=self.crop_spin.value(), model_size=self.model_box.currentText(), resume=self.resume_box.isChecked())
+        infer = None
+        if self.infer_input_edit.text().strip() or self.infer_output_edit.text().strip():
+            from cue_plugin.infer_layer import layer_from_folders
+
+            infer = layer_from_folders(self.infer_input_edit.text().strip(), self.infer_output_edit.text().strip(),
+                                       train.run_dir)
         return make_job(train, template=self.template_box.currentData() or None, folders=self._folders,
                         world_size=self.world_spin.value(), show=self.show_edit.text().strip(),
                         shot=self.shot_edit.text().strip(), user=getpass.getuser(),
-                        sync_interval=self.sync_spin.value(), ranks_per_frame=self.frame_spin.value())
+                        sync_interval=self.sync_spin.value(), ranks_per_frame=self.frame_spin.value(), infer=infer)
 
     # -------------------------------------------------------------- advisor
     def advise_request(self) -> AdviseRequest:

@@ -35,6 +35,14 @@ def make_pairs(folder: Path, frames: int = 4, height: int = 40, width: int = 48,
     return inp, tgt
 
 
+@pytest.fixture(autouse=True)
+def _skip_onnx_export(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training runs in tests write model.pt only (CUETRAIN_EXPORT_ONNX=0): an ONNX export costs 5-15 s
+    on 2 cores. Tests marked ``onnx`` (tests/trainer/test_export.py) keep it and check model.onnx."""
+    if "onnx" not in request.keywords:
+        monkeypatch.setenv("CUETRAIN_EXPORT_ONNX", "0")
+
+
 @pytest.fixture
 def pairs(tmp_path: Path) -> tuple[Path, Path]:
     """(input_dir, target_dir) with 4 PNG frames of 48x40 pixels."""

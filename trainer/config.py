@@ -50,6 +50,9 @@ class TrainConfig:
         collective_timeout_s: a collective that takes longer fails: how fast a hung rank is noticed [seconds].
         gang_timeout_s: how long ranks that are up wait for the rest of the gang before the whole gang
             fails (OpenCue starts frames one by one) [seconds].
+        colorspace: OCIO colour space of the Input and Ground Truth frames ("" = no colour management;
+            see ``trainer.colour``).
+        working_space: OCIO colour space the network trains in, e.g. ``ACEScct`` ("" = none).
     """
 
     input_dir: str
@@ -72,6 +75,8 @@ class TrainConfig:
     grad_compression: str = "none"
     collective_timeout_s: float = 60.0
     gang_timeout_s: float = 600.0
+    colorspace: str = ""
+    working_space: str = ""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -86,6 +91,9 @@ class TrainConfig:
         _check_choice("model_size", self.model_size, MODEL_SIZES)
         _check_choice("lr_scaling", self.lr_scaling, ("linear", "none"))
         _check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSION)
+        if bool(self.colorspace) != bool(self.working_space):
+            raise ConfigError("--colorspace and --working-space go together: give both (e.g. --colorspace "
+                              "'Linear Rec.709 (sRGB)' --working-space ACEScct) or neither")
         if self.crop_size < 8:
             raise ConfigError(f"crop_size={self.crop_size} is too small; use at least 8 pixels (e.g. 64)")
 
@@ -154,6 +162,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-compression", choices=GRAD_COMPRESSION, help="DDP gradient compression (default none)")
     g.add_argument("--collective-timeout-s", type=float, help="collective timeout in seconds (default 60)")
     g.add_argument("--gang-timeout-s", type=float, help="wait for all ranks at most this long (default 600 s)")
+    g.add_argument("--colorspace", help="OCIO colour space of the frames, e.g. 'Linear Rec.709 (sRGB)' (default: none)")
+    g.add_argument("--working-space", help="OCIO colour space to train in, e.g. ACEScct (default: none)")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

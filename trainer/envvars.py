@@ -48,6 +48,7 @@ ENV_TABLE: dict[str, str] = {
     "OMP_NUM_THREADS": "OpenMP/torch CPU threads per rank; farm frames set it from CUE_THREADS / L when unset",
     "GLOO_SOCKET_IFNAME": "gloo: interface for collectives; cuetrain sets it (trainer.netaddr) unless already set",
     "NCCL_SOCKET_IFNAME": "NCCL: interface for its sockets; cuetrain sets it (trainer.netaddr) unless already set",
+    "CUETRAIN_EXPORT_ONNX": "optional: 0 skips writing model.onnx at the end of training (default 1; 5-15 s on CPU)",
 }
 
 REQUIRED = ("COPYCAT_MAIN_ADDR", "COPYCAT_MAIN_PORT", "COPYCAT_RANK", "COPYCAT_WORLD_SIZE")
@@ -260,3 +261,18 @@ def cuetrain_python(env: Mapping[str, str] | None = None) -> str | None:
     """``CUETRAIN_PYTHON`` (the cuetrain environment's interpreter, for the GUI's subprocesses) or None."""
     env = os.environ if env is None else env
     return (env.get("CUETRAIN_PYTHON") or "").strip() or None
+
+
+def read_export_onnx(env: Mapping[str, str] | None = None) -> bool:
+    """``CUETRAIN_EXPORT_ONNX`` (default on): whether rank 0 also writes ``model.onnx``.
+
+    Raises:
+        EnvError: a value other than 0/1/true/false/yes/no/on/off.
+    """
+    env = os.environ if env is None else env
+    raw = (env.get("CUETRAIN_EXPORT_ONNX") or "1").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise EnvError(f"CUETRAIN_EXPORT_ONNX={raw!r} is not 0 or 1; set it to 0 to skip model.onnx, 1 to write it")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.images import DataError, find_sequence, read_image, write_image
+from trainer.colour import ColourSpec
+from trainer.images import DataError, find_sequence, read_image
 
 log = logging.getLogger(__name__)
 
@@ -40,24 +42,69 @@ def apply_model(model: torch.nn.Module, rgb: np.ndarray, device: torch.device | 
     return y[0].permute(1, 2, 0).float().cpu().numpy()
 
 
-def infer_sequence(model_path: str | Path, input_dir: str | Path, output_dir: str | Path) -> list[Path]:
-    """Apply the model to every frame of ``input_dir``; write ``output_dir/<same name>`` in the same format.
-
-    Returns the written paths in frame order.
+def model_colour(model_path: str | Path) -> ColourSpec:
+    """The colour spaces ``model.json`` beside ``model_path`` records (none if it has none or is missing).
 
     Raises:
-        DataError: bad model or input sequence (names the path).
+        ColourError: a recorded colour space is unknown (or OpenColorIO is missing).
     """
+    meta_path = Path(model_path).with_name("model.json")
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read {meta_path}: {exc}; re-export the model or remove the file") from None
+    spec = ColourSpec.from_dict(meta.get("colour"))
+    spec.check()
+    if spec.active:
+        log.info("colour: %s -> %s for the model, and back (%s)", spec.colorspace, spec.working_space, spec.config)
+    return spec
+
+
+def select_frames(frames: dict[int, Path], first: int | None = None, last: int | None = None) -> dict[int, Path]:
+    """The frames numbered ``first..last`` (inclusive; None: unbounded) of an indexed sequence.
+
+    A farm chunk passes Cuebot's ``#FRAME_START#``/``#FRAME_END#`` (the first and last frame of the
+    chunk, DispatchSupportService.prepareRqdRunFrame); frames missing from the folder are skipped.
+
+    Raises:
+        DataError: no frame of the folder is in the range (names the range and what the folder holds).
+    """
+    picked = {n: p for n, p in frames.items() if (first is None or n >= first) and (last is None or n <= last)}
+    if not picked:
+        held = f"{min(frames)}-{max(frames)}" if frames else "none"
+        raise DataError(f"no input frame is in {first if first is not None else ''}-{last if last is not None else ''} "
+                        f"(the folder holds frames {held}); check --first/--last")
+    return picked
+
+
+def infer_sequence(model_path: str | Path, input_dir: str | Path, output_dir: str | Path,
+                   first: int | None = None, last: int | None = None) -> list[Path]:
+    """Apply the model to the frames ``first..last`` of ``input_dir`` (default all).
+
+    Each output is ``output_dir/<same name>`` with the input's format, bit depth, channels and
+    metadata (:func:`trainer.image_like.write_like`); only R, G and B go through the model. When
+    ``model.json`` beside the model records colour spaces (``trainer.colour``), each frame is
+    converted to the working space before the model and back after it.
+
+    Returns:
+        The written paths in frame order.
+
+    Raises:
+        DataError: bad model, input sequence or frame range (names the path).
+    """
+    from trainer.image_like import write_like
+
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = load_model(model_path, device)
-    frames = find_sequence(input_dir)
+    colour = model_colour(model_path)
+    frames = select_frames(find_sequence(input_dir), first, last)
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for number in sorted(frames):
-        src = frames[number]
+    for number, src in frames.items():
         dst = out_dir / src.name
-        write_image(dst, apply_model(model, read_image(src), device), like=src)
+        rgb = colour.from_working(apply_model(model, colour.to_working(read_image(src)), device))
+        write_like(dst, rgb, like=src)
         written.append(dst)
     log.info("wrote %d frames to %s", len(written), out_dir)
     return written

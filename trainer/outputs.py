@@ -194,18 +194,31 @@ class RunWriter:
                 self._pool.shutdown(wait=True)
 
 
-def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any]) -> None:
-    """Write ``model.pt`` (TorchScript, CPU, eval mode) and ``model.json`` (``meta`` + versions), atomically."""
-    import copy
-    import warnings
+def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], onnx: bool | None = None) -> None:
+    """Write ``model.pt`` (TorchScript), ``model.onnx`` and ``model.json`` (``meta`` + exports + versions), atomically.
 
-    buf = io.BytesIO()
-    with warnings.catch_warnings():  # torch 2.10+ deprecates TorchScript; hosts still load it (see README)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.script(copy.deepcopy(model).cpu().eval()), buf)
-    atomic_write_bytes(paths.model, buf.getvalue())
-    atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "versions": versions(),
-                                         "exported_at": now_iso()})
+    The contracts of both files are in ``trainer.export``. ``model.onnx`` is skipped (with a warning,
+    and ``exports`` in model.json without it) when ``onnx`` is False (default:
+    ``CUETRAIN_EXPORT_ONNX``) or the onnx packages are missing; a failed ONNX export is logged and
+    skipped too, so a finished training run always leaves ``model.pt``.
+
+    Raises:
+        ExportError: the model cannot be scripted for model.pt.
+        RunDirError: a file cannot be written.
+    """
+    from trainer.envvars import read_export_onnx
+    from trainer.export import ExportError, onnx_bytes, onnx_description, torchscript_bytes, torchscript_description
+
+    atomic_write_bytes(paths.model, torchscript_bytes(model))
+    exports: dict[str, Any] = {"model.pt": torchscript_description()}
+    if read_export_onnx() if onnx is None else onnx:
+        try:
+            atomic_write_bytes(paths.model_onnx, onnx_bytes(model))
+            exports["model.onnx"] = onnx_description()
+        except ExportError as exc:
+            log.warning("model.onnx not written: %s", exc)
+    atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "exports": exports,
+                                         "versions": versions(), "exported_at": now_iso()})
 
 
 def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
       contact_sheets/step_NNNNNN.png   3 crops as rows x (input | output | ground truth) columns
       checkpoints/step_NNNNNN.pt   training state (weights, optimizer, step, config), last K kept
       model.pt                     final exported TorchScript model
+      model.onnx                   the same model as ONNX (opset 18, dynamic H and W; trainer.export)
       model.json                   metadata of model.pt (model size, parameters, step, channels)
       logs/rank_N.log              per-rank log (every rank writes its own)
       rendezvous/main.json         frame 0's published main address {host, port, attempt, token}
@@ -78,6 +79,10 @@ class RunPaths:
     @property
     def model(self) -> Path:
         return self.root / "model.pt"
+
+    @property
+    def model_onnx(self) -> Path:
+        return self.root / "model.onnx"
 
     @property
     def model_meta(self) -> Path:

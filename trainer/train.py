@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer import distributed
+from trainer.colour import ColourSpec, working_pairs
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import CropSampler, rank_loss_weight
 from trainer.envvars import DistEnv, read_dist_env
@@ -110,7 +111,8 @@ class _Loop:
         self.cfg, self.rt, self.env = cfg, rt, rt.env
         self.master = rt.env.is_main  # this process logs, writes contact sheets and checkpoints
         self.paths = RunPaths.of(cfg.run_dir)
-        frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir))
+        self.colour = ColourSpec(cfg.colorspace, cfg.working_space)
+        frames = working_pairs(load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)), self.colour)
         self.sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size, cfg.seed)
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
         self.net = build_model(cfg.model_size).to(rt.device)
@@ -237,7 +239,7 @@ class _Loop:
     def _model_meta(self) -> dict[str, Any]:
         return {"model_size": self.cfg.model_size, "parameters": count_parameters(self.net), "step": self.step,
                 "channels": 3, "input": "(B, 3, H, W) float32, any H and W", "config": self.cfg.to_dict(),
-                "world_size": self.env.world_size}
+                "world_size": self.env.world_size, "colour": self.colour.to_dict()}
 
     def _progress(self, steps: range) -> Iterator[int]:
         if self.master and sys.stderr.isatty():

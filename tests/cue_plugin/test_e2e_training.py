@@ -287,7 +287,7 @@ def submit(farm: Farm, tmp_path: Path, name: str, *, world_size: int = 2, max_re
     values.update(train)
     cfg = TrainConfig(input_dir=str(inp), target_dir=str(tgt), run_dir=str(run), **values)
     extra = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
-             "CUEBOT_HOSTS": farm.cuebot.address}
+             "CUEBOT_HOSTS": farm.cuebot.address, "CUETRAIN_EXPORT_ONNX": "0"}  # model.onnx: test_export.py
     job = templates.make_job(cfg, template="cpu-test", world_size=world_size, show="cuetrain", shot="e2e",
                              user="trainer", extra_env=extra, rendezvous_timeout_s=60, max_retries=max_retries)
     cue = OpenCueFarm(hosts=[farm.cuebot.address], allow_root=True)

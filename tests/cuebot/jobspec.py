@@ -13,7 +13,14 @@ Differences, on purpose:
   tag "general", not threadable); the service names are kept on the layer;
 - the spec uid is kept for display only; the double runs frames as its configured frame user
   (a root test process would otherwise submit uid 0, which Cuebot rejects);
-- POST layers, `<localbook>` and `<depends>` entries are refused with `NotSupported`.
+- POST layers, `<localbook>` and `<depends>` entries other than a LAYER_ON_LAYER between two layers
+  of one job are refused with `NotSupported`.
+
+Layer-on-layer depends (JobSpec.handleDependTag; DependManagerService.createDepend(LayerOnLayer)
+raises the depend count of every frame of the depending layer, so they start in DEPEND; the
+depend is satisfied when a frame of the layer it is on SUCCEEDS and that layer is then complete:
+no frame WAITING, RUNNING, DEAD or DEPEND (FrameCompleteHandler.satisfyDependsAndCompleteLayerAndJob,
+LayerDaoJdbc.IS_LAYER_COMPLETE); see records.FarmState.satisfy_layer_depends.
 """
 
 from __future__ import annotations
@@ -113,13 +120,32 @@ def parse_spec(spec: str, *, log_root: Path) -> list[JobRecord]:
         raise SpecError(f"Failed to parse job spec XML, {exc}") from exc
     show, user = text(root, "show", ""), text(root, "user", "")
     shot = conform_name("Shot", text(root, "shot", ""))
-    depends = root.find("depends")
-    if depends is not None and len(depends):
-        raise NotSupported("CuebotDouble does not model dependencies (<depends>)")
     jobs = [_parse_job(tag, show, shot, user, root, log_root) for tag in root.findall("job")]
     if not jobs:
         raise SpecError("The spec has no jobs")
+    for depend in root.findall("depends/depend"):
+        _layer_on_layer(depend, jobs, show, shot, user)
     return jobs
+
+
+def _layer_on_layer(tag, jobs: list[JobRecord], show, shot, user) -> None:
+    """Apply one <depend>: only LAYER_ON_LAYER inside one job (its frames start in DEPEND)."""
+    kind = (tag.get("type") or "").upper()
+    names = {key: text(tag, key, "") for key in ("depjob", "deplayer", "onjob", "onlayer")}
+    if kind != "LAYER_ON_LAYER" or to_bool(tag.get("anyframe")) or names["depjob"] != names["onjob"]:
+        raise NotSupported(f"CuebotDouble models only LAYER_ON_LAYER depends within one job, not {kind} {names}")
+    job_name = conform_job_name(names["depjob"], show, shot, user)
+    job = next((j for j in jobs if j.name == job_name), None)
+    layers = {layer.name: layer for layer in job.layers} if job else {}
+    er, on = (layers.get(conform_name("Layer", names[k])) for k in ("deplayer", "onlayer"))
+    if er is None or on is None:
+        raise SpecError(f"error, the depend {names} names an unknown job or layer")
+    if er is on:
+        raise SpecError(f"error, the layer {er.name} cannot depend on itself")
+    er.depend_on.append(on.id)
+    for frame in job.frames:
+        if frame.layer_id == er.id:
+            frame.state = job_pb2.DEPEND
 
 
 def _parse_job(tag, show, shot, user, root, log_root: Path) -> JobRecord:

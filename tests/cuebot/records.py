@@ -59,6 +59,7 @@ class LayerRecord:
     env: dict[str, str]
     timeout: int = 0
     timeout_llu: int = 0
+    depend_on: list[str] = dataclasses.field(default_factory=list)  # ids of layers still to finish
 
 
 @dataclasses.dataclass
@@ -264,6 +265,26 @@ class FarmState:
             else:
                 state = job_pb2.WAITING
             self.stop_frame(frame, state, exit_status)
+            if state == job_pb2.SUCCEEDED:
+                self.satisfy_layer_depends(job, frame.layer_id)
+
+    def satisfy_layer_depends(self, job: JobRecord, layer_id: str) -> None:
+        """Once `layer_id` is complete (no frame WAITING, RUNNING, DEAD or DEPEND: Cuebot's
+        LayerDaoJdbc.IS_LAYER_COMPLETE), drop the LAYER_ON_LAYER depends on it; a layer with none
+        left moves its DEPEND frames to WAITING (FrameCompleteHandler.satisfyDependsAndCompleteLayerAndJob,
+        called on a SUCCEEDED frame only: depend.satisfy_only_on_frame_success defaults to true)."""
+        blocking = (job_pb2.WAITING, job_pb2.RUNNING, job_pb2.DEAD, job_pb2.DEPEND)
+        if any(f.layer_id == layer_id and f.state in blocking for f in job.frames):
+            return
+        for layer in job.layers:
+            if layer_id not in layer.depend_on:
+                continue
+            layer.depend_on.remove(layer_id)
+            if not layer.depend_on:
+                for f in job.frames:
+                    if f.layer_id == layer.id and f.state == job_pb2.DEPEND:
+                        f.state = job_pb2.WAITING
+                        self.touch(f)
 
     def update_job_state(self, job: JobRecord) -> None:
         """PENDING -> FINISHED once nothing is left to run (JobDaoJdbc.isJobComplete)."""

@@ -7,6 +7,7 @@ outline or torch (the pytest process itself has imported them, so the check need
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cue_plugin import jsonout
+from cue_plugin.infer_layer import InferenceLayer
 from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
 from gui.advisor_view import parse_output
 from gui.farm_process import ProcessFarm, cuetrain_command
@@ -30,6 +32,9 @@ def test_jobs_and_statuses_survive_the_json_round_trip(tmp_path):
     job = TrainingJob(train=TrainConfig(input_dir="/in", target_dir="/gt", run_dir=str(tmp_path)), world_size=3,
                       show="s", shot="sh", user="u", tags=("gpu", "a100"), extra_env={"A": "1"})
     assert jsonout.job_from_json(jsonout.job_to_json(job)) == job
+    infer = InferenceLayer(model=f"{tmp_path}/model.pt", input_dir="/plates", output_dir="/out", frames=(1, 2, 5), chunk=2)
+    with_infer = dataclasses.replace(job, infer=infer)
+    assert jsonout.job_from_json(jsonout.job_to_json(with_infer)) == with_infer  # the submit dialog's infer layer
     status = JobStatus(RunState.RUNNING, 1, 3, "IN_PROGRESS", {"0": {"state": "RUNNING", "host": "n1"}})
     assert jsonout.status_from(json.loads(json.dumps(jsonout.status_dict(status)))) == status
     with pytest.raises(FarmError, match="not a cuetrain job"):
