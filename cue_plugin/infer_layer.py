@@ -93,7 +93,7 @@ class InferenceJob:
     user: str
     name: str = "cuetrain_infer"
     priority: int = 100
-    max_retries: int = 3
+    max_retries: int = 1  # Cuebot lowers more to 1 (JobSpec.FRAME_RETRIES_MAX; tests/cue_plugin/test_cuebot_limits.py)
     service: str = "cuetrain"
     tags: tuple[str, ...] = ()
     cores: float = 1.0

@@ -100,7 +100,11 @@ def test_spec_is_valid_cjsl_and_within_cuebots_limits(what, spec):
             assert int(layer.findtext("gpus")) >= 1, f"{what}: GPU memory without a GPU"
         tags = (layer.findtext("tags") or "").replace(" ", "").split("|")
         assert all(NAME_REGEX.match(t) for t in tags if t), f"{what}: tags {tags}"
-        assert layer.get("type") == "Render" and layer.findtext("chunk") == "1"  # one frame = one rank
+        assert layer.get("type") == "Render"
+        if layer.get("name") == "train":
+            assert layer.findtext("chunk") == "1"  # one frame = L ranks, never a chunk of frames
+        else:  # the infer layer (cue_plugin.infer_layer): chunks of the shot's frames per farm frame
+            assert layer.get("name") == "infer" and int(layer.findtext("chunk")) >= 1
         assert NAME_REGEX.match(job.get("name")) and NAME_REGEX.match(layer.get("name")), what
 
 
