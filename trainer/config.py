@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 MODEL_SIZES = ("small", "medium", "large")
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
+MEMORY_FORMATS = ("channels_last", "contiguous")
 
 
 class ConfigError(ValueError):
@@ -50,6 +52,10 @@ class TrainConfig:
         collective_timeout_s: a collective that takes longer fails: how fast a hung rank is noticed [seconds].
         gang_timeout_s: how long ranks that are up wait for the rest of the gang before the whole gang
             fails (OpenCue starts frames one by one) [seconds].
+        precision: ``auto``, ``fp32``, ``bf16`` or ``fp16`` autocast of the forward pass; weights,
+            gradients, optimizer state and loss stay float32 (see ``trainer.precision``).
+        memory_format: ``channels_last`` (NHWC activations, faster on oneDNN and cuDNN) or ``contiguous``.
+        compile: ``torch.compile`` the training model (opt-in; the first steps compile).
     """
 
     input_dir: str
@@ -72,6 +78,9 @@ class TrainConfig:
     grad_compression: str = "none"
     collective_timeout_s: float = 60.0
     gang_timeout_s: float = 600.0
+    precision: str = "auto"
+    memory_format: str = "channels_last"
+    compile: bool = False
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -86,6 +95,8 @@ class TrainConfig:
         _check_choice("model_size", self.model_size, MODEL_SIZES)
         _check_choice("lr_scaling", self.lr_scaling, ("linear", "none"))
         _check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSION)
+        _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("memory_format", self.memory_format, MEMORY_FORMATS)
         if self.crop_size < 8:
             raise ConfigError(f"crop_size={self.crop_size} is too small; use at least 8 pixels (e.g. 64)")
 
@@ -154,6 +165,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-compression", choices=GRAD_COMPRESSION, help="DDP gradient compression (default none)")
     g.add_argument("--collective-timeout-s", type=float, help="collective timeout in seconds (default 60)")
     g.add_argument("--gang-timeout-s", type=float, help="wait for all ranks at most this long (default 600 s)")
+    g.add_argument("--precision", choices=PRECISIONS,
+                   help="forward-pass precision; auto = bf16 on Ampere+ GPUs and AVX512-BF16/AMX CPUs, fp16 on "
+                        "older GPUs, else fp32 (default auto)")
+    g.add_argument("--memory-format", choices=MEMORY_FORMATS, help="activation layout (default channels_last)")
+    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (opt-in)")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
