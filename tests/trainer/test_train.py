@@ -88,15 +88,15 @@ def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sy
 
 
 def test_mixed_precision_short_run_matches_fp32_loss(pairs, tmp_path):
-    """Quality parity in a short run: bf16 autocast ends within 3% of fp32's loss, far less than
-    training lowered it (the full demo comparison is benchmarks/bench_quality.py)."""
-    base = dict(steps=30, batch_size=4, crop_size=24, warmup_steps=5, log_interval=10)
-    fp32 = train_mod.train(cfg(pairs, tmp_path / "fp32", precision="fp32", **base), NON_DIST)
-    bf16 = train_mod.train(cfg(pairs, tmp_path / "bf16", precision="bf16", **base), NON_DIST)
-    first = read_metrics(RunPaths.of(tmp_path / "fp32"))[0]["loss"]
-    assert fp32.loss < 0.8 * first  # it learned
-    assert bf16.loss == pytest.approx(fp32.loss, rel=0.03)
-    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())
+    """Quality parity in a short run: bf16 autocast logs the same losses as fp32 within 2% at every
+    logged step (the full demo comparison is benchmarks/bench_quality.py)."""
+    base = dict(steps=30, batch_size=4, crop_size=24, warmup_steps=5, log_interval=10, lr=3e-3)
+    runs = {p: train_mod.train(cfg(pairs, tmp_path / p, precision=p, **base), NON_DIST) for p in ("fp32", "bf16")}
+    losses = {p: [r["loss"] for r in read_metrics(RunPaths.of(tmp_path / p))] for p in runs}
+    assert len(losses["fp32"]) == 3
+    assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.02)
+    assert runs["bf16"].model.tail.weight.abs().max() > 0  # it trained
+    assert all(p.dtype == torch.float32 for p in runs["bf16"].model.parameters())  # master weights
 
 
 def test_sync_interval_changes_the_result(pairs, tmp_path):
