@@ -49,11 +49,14 @@ def run_cuetrain(data: tuple[Path, Path], world: int, batch: int, steps: int, ex
     return images_per_s(run_cuetrain_metrics(data, world, batch, steps, extra, env), batch)
 
 
-def run_bare(world: int, batch: int, steps: int, model_size: str = "small", crop: int = 64) -> float:
-    """images/s of a bare DDP loop (same model, same per-rank batch, pre-made tensors, no outputs)."""
+def run_bare(world: int, batch: int, steps: int, model_size: str = "small", crop: int = 64, precision: str = "fp32",
+             memory_format: str = "contiguous", device: str = "cpu", compile: bool = False) -> float:
+    """images/s of a bare DDP loop (same model, same per-rank batch, pre-made tensors, no outputs);
+    ``precision``/``memory_format`` as cuetrain's flags (default: the plain fp32, NCHW loop)."""
     port = free_port()
+    extra = [precision, memory_format, device] + (["compile"] if compile else [])
     procs = [subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "bare_ddp.py"), str(rank), str(world),
-                               str(port), str(batch), str(steps), model_size, str(crop)],
+                               str(port), str(batch), str(steps), model_size, str(crop), *extra],
                               env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
                               stdout=subprocess.PIPE, text=True) for rank in range(world)]
     outs = [p.communicate()[0] for p in procs]

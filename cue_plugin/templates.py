@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from cue_plugin.spec import FarmError, TrainingJob
-from trainer.config import TrainConfig
+from trainer.config import PRECISIONS, TrainConfig
 from trainer.envvars import read_farm_env
 
 #: The built-in templates (next to this package in the checkout).
@@ -53,6 +53,7 @@ TEMPLATE_KEYS: dict[str, tuple[type, ...]] = {
     "sync_interval": (int,),
     "rendezvous": (str,),
     "rendezvous_timeout_s": (int, float),
+    "precision": (str,),  # the trainer's --precision for this kind of node; applied to the TrainConfig
 }
 #: Keys that describe the template itself (not job values).
 META_KEYS = ("description",)
@@ -142,6 +143,8 @@ def validate_values(data: Mapping[str, Any], source: str) -> dict[str, Any]:
         types = TEMPLATE_KEYS[key]
         if isinstance(value, bool) or not isinstance(value, types):
             raise FarmError(f"{source}: {key}={value!r} must be of type {' or '.join(t.__name__ for t in types)}")
+        if key == "precision" and value not in PRECISIONS:
+            raise FarmError(f"{source}: precision={value!r} is not one of {', '.join(PRECISIONS)}")
         if key in _NON_NEGATIVE and value < 0:
             raise FarmError(f"{source}: {key}={value!r} must be >= 0")
         if key in _POSITIVE and value < 1:
@@ -194,6 +197,9 @@ def make_job(train: TrainConfig, *, template: str | Template | None = None,
         raise FarmError(f"missing job value(s) {', '.join(missing)}{where}; give them explicitly "
                         "(cuetrain submit --world-size/--show/--shot/--user)")
     values.setdefault("name", default_name(train.run_dir))
+    precision = values.pop("precision", None)  # a train value: the template's, unless the config chose one
+    if precision and train.precision == "auto":
+        train = dataclasses.replace(train, precision=precision)
     if "cores" in values:
         values["cores"] = float(values["cores"])
     if "rendezvous_timeout_s" in values:

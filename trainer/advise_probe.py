@@ -1,7 +1,8 @@
 """The measurements behind ``cuetrain advise``: a compute probe and a link probe.
 
 :func:`run_probe` trains the real model on this host for a few iterations at every per-rank batch
-``ceil(B/N)`` the table needs: data + forward + backward, then the Adam step, timed separately
+``ceil(B/N)`` the table needs, with the trainer's ``--precision`` and ``--memory-format`` and its
+crops cut on the device: data + forward + backward, then the Adam step, timed separately
 (warm-up iterations dropped, medians kept), in rounds that visit every batch size in turn. It also
 times rank 0's contact sheet and checkpoint, and takes the bytes all-reduced per sync from the
 parameter shapes (``trainer.compression.sync_payload``). With ``ranks_per_host`` R > 1 it runs R
@@ -124,6 +125,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
     from trainer.compression import sync_calls, sync_payload
     from trainer.images import load_pairs, pair_frames
     from trainer.model import build_model, count_parameters
+    from trainer.precision import configure_backends, memory_format, resolve_precision
 
     frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)[:PROBE_FRAMES])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -131,26 +133,30 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
     torch.set_num_threads(threads)
     try:
         torch.manual_seed(cfg.seed)
-        net = build_model(cfg.model_size).to(device)
+        precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
+        configure_backends(device)
+        net = build_model(cfg.model_size).to(device, memory_format=fmt)  # the trainer's settings
         opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+        step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)
         batches = probe_batches(cfg.batch_size, sizes)
-        samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed) for b in batches}
+        samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt)
+                    for b in batches}
         times: dict[int, list[float]] = {b: [] for b in batches}
         opt_times: list[float] = []
         gang.start.wait()
         # Rounds visit every batch size once (1, 2, 4, 8, 1, 2, ...) so a noisy neighbour slows all alike.
         for i in range(warmup + iters):
             for b in batches:
-                fb_s, opt_s = _timed_step(net, opt, samplers[b], i, device)
+                fb_s, opt_s = step(samplers[b], i)
                 if i >= warmup:
                     times[b].append(fb_s)
                     opt_times.append(opt_s)
         with gang.running.get_lock():  # then keep loading the host until the other probe processes are done
             gang.running.value -= 1
         while gang.running.value > 0:
-            _timed_step(net, opt, samplers[batches[-1]], 0, device)
+            step(samplers[batches[-1]], 0)
         fb = monotone([(b, statistics.median(times[b])) for b in batches])
-        sheet_s, ckpt_s = _time_outputs(cfg, net, opt, frames, device)
+        sheet_s, ckpt_s = _time_outputs(cfg, net, opt, frames, device, fmt)
     finally:
         torch.set_num_threads(old_threads)
     shapes = [tuple(p.shape) for p in net.parameters() if p.requires_grad]
@@ -163,19 +169,30 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
                  threads=threads, device=device.type, warmup=warmup, iters=iters)
 
 
-def _timed_step(net: torch.nn.Module, opt: torch.optim.Optimizer, sampler: CropSampler, step: int,
-                device: torch.device) -> tuple[float, float]:
-    """One training step as ``trainer.train`` runs it: (data + forward + backward, Adam step) seconds."""
-    t0 = _now(device)
-    batch = sampler.batch(step)
-    inp, tgt = batch.input.to(device), batch.target.to(device)
-    per_crop = (net(inp) - tgt).abs().mean(dim=(1, 2, 3))  # (b, 3, c, c) -> (b,) L1 per crop
-    (per_crop.sum() / sampler.local_batch).backward()
-    _ = per_crop.detach().sum()  # the loop's running loss sum
-    t1 = _now(device)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return t1 - t0, _now(device) - t1
+@dataclass(frozen=True)
+class _Step:
+    """One training step as ``trainer.train`` runs it, with its precision and memory format."""
+
+    net: torch.nn.Module
+    opt: torch.optim.Optimizer
+    autocast: Any  # () -> context manager (trainer.precision.Precision.autocast)
+    scaler: torch.amp.GradScaler
+    device: torch.device
+
+    def __call__(self, sampler: CropSampler, step: int) -> tuple[float, float]:
+        """(data + forward + backward, Adam step) seconds."""
+        t0 = _now(self.device)
+        batch = sampler.batch(step)  # cut on the device, as the trainer does
+        with self.autocast():
+            out = self.net(batch.input)
+        per_crop = (out.float() - batch.target).abs().mean(dim=(1, 2, 3))  # (b, 3, c, c) -> (b,) L1 per crop
+        self.scaler.scale(per_crop.sum() / sampler.local_batch).backward()
+        _ = per_crop.detach().sum()  # the loop's running loss sum
+        t1 = _now(self.device)
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self.opt.zero_grad(set_to_none=True)
+        return t1 - t0, _now(self.device) - t1
 
 
 def _now(device: torch.device) -> float:
@@ -185,12 +202,12 @@ def _now(device: torch.device) -> float:
 
 
 def _time_outputs(cfg: TrainConfig, net: torch.nn.Module, opt: torch.optim.Optimizer, frames: list,
-                  device: torch.device) -> tuple[float, float]:
+                  device: torch.device, fmt: torch.memory_format) -> tuple[float, float]:
     """Rank 0's training-thread time for one contact sheet and one checkpoint, as ``trainer.train`` does them."""
     from trainer.outputs import RunWriter, cpu_copy
     from trainer.rundir import RunPaths
 
-    sampler = CropSampler(frames, cfg.crop_size, 1, seed=cfg.seed)
+    sampler = CropSampler(frames, cfg.crop_size, 1, seed=cfg.seed, device=device, memory_format=fmt)
     sheets, ckpts = [], []
     with tempfile.TemporaryDirectory(prefix="cuetrain-advise-") as tmp:
         paths = RunPaths.of(tmp)
@@ -201,7 +218,7 @@ def _time_outputs(cfg: TrainConfig, net: torch.nn.Module, opt: torch.optim.Optim
                 t0 = _now(device)
                 prev = sampler.preview(step)
                 with torch.no_grad():
-                    out = net(prev.input.to(device))
+                    out = net(prev.input)
                 writer.contact_sheet(step, prev.input, out, prev.target)
                 t1 = _now(device)
                 writer.checkpoint(step, cpu_copy({"model": net.state_dict(), "optimizer": opt.state_dict(),

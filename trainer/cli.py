@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from trainer.config import ConfigError, add_train_arguments, config_from_args
+from trainer.config import PRECISIONS, ConfigError, add_train_arguments, config_from_args
 
 log = logging.getLogger("cuetrain")
 
@@ -37,6 +37,8 @@ def _errors() -> tuple[type[BaseException], ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from trainer.demo import DEMO_STEPS  # the demo's defaults live with the demo (README lists the figures)
+
     p = argparse.ArgumentParser(prog="cuetrain", description="Distributed CopyCat-style training on OpenCue.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_train_arguments(sub.add_parser("train", help="train one rank (distributed when COPYCAT_* are set)"))
@@ -55,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--run-dir", default="runs/demo", help="run directory (default runs/demo)")
     demo.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
     demo.add_argument("--steps", type=int, default=DEMO_STEPS, help=f"training steps (default {DEMO_STEPS})")
+    demo.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for train (default auto)")
     for name in FARM_COMMANDS:
         sub.add_parser(name, add_help=False, help=f"farm: see 'cuetrain {name} --help'")
     sub.add_parser("gui", add_help=False, help="standalone window with the Runs panel")
@@ -62,10 +65,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-#: Demo defaults, chosen to finish in under 6 minutes on a 2-core CPU (README lists the figures).
-DEMO_STEPS = 3000
-DEMO_TRAIN_ARGS = ["--batch-size", "8", "--crop-size", "64", "--model-size", "small", "--lr", "2e-3",
-                   "--checkpoint-interval", "500", "--contact-sheet-interval", "250", "--log-interval", "50"]
 
 
 def _setup_logging() -> None:
@@ -100,9 +99,10 @@ def _run(ns: argparse.Namespace) -> int:
         print(f"wrote {len(written)} frames to {ns.output}")
         return 0
     if ns.command == "demo":
-        from trainer.demo import run_demo
+        from trainer.demo import DEMO_TRAIN_ARGS, run_demo
 
-        return run_demo(Path(ns.run_dir).absolute(), ns.world_size, ns.steps, DEMO_TRAIN_ARGS)
+        return run_demo(Path(ns.run_dir).absolute(), ns.world_size, ns.steps,
+                        [*DEMO_TRAIN_ARGS, "--precision", ns.precision])
     raise ConfigError(f"unknown command {ns.command!r}")
 
 

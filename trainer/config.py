@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 MODEL_SIZES = ("small", "medium", "large")
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
+MEMORY_FORMATS = ("channels_last", "contiguous")
 
 
 class ConfigError(ValueError):
@@ -53,6 +55,10 @@ class TrainConfig:
         colorspace: OCIO colour space of the Input and Ground Truth frames ("" = no colour management;
             see ``trainer.colour``).
         working_space: OCIO colour space the network trains in, e.g. ``ACEScct`` ("" = none).
+        precision: ``auto``, ``fp32``, ``bf16`` or ``fp16`` autocast of the forward pass; weights,
+            gradients, optimizer state and loss stay float32 (see ``trainer.precision``).
+        memory_format: ``channels_last`` (NHWC activations, faster on oneDNN and cuDNN) or ``contiguous``.
+        compile: ``torch.compile`` the training model (opt-in; the first steps compile).
     """
 
     input_dir: str
@@ -77,6 +83,9 @@ class TrainConfig:
     gang_timeout_s: float = 600.0
     colorspace: str = ""
     working_space: str = ""
+    precision: str = "auto"
+    memory_format: str = "channels_last"
+    compile: bool = False
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -94,6 +103,8 @@ class TrainConfig:
         if bool(self.colorspace) != bool(self.working_space):
             raise ConfigError("--colorspace and --working-space go together: give both (e.g. --colorspace "
                               "'Linear Rec.709 (sRGB)' --working-space ACEScct) or neither")
+        _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("memory_format", self.memory_format, MEMORY_FORMATS)
         if self.crop_size < 8:
             raise ConfigError(f"crop_size={self.crop_size} is too small; use at least 8 pixels (e.g. 64)")
 
@@ -164,6 +175,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gang-timeout-s", type=float, help="wait for all ranks at most this long (default 600 s)")
     g.add_argument("--colorspace", help="OCIO colour space of the frames, e.g. 'Linear Rec.709 (sRGB)' (default: none)")
     g.add_argument("--working-space", help="OCIO colour space to train in, e.g. ACEScct (default: none)")
+    g.add_argument("--precision", choices=PRECISIONS,
+                   help="forward-pass precision; auto = bf16 on Ampere+ GPUs and AVX512-BF16/AMX CPUs, fp16 on "
+                        "older GPUs, else fp32 (default auto)")
+    g.add_argument("--memory-format", choices=MEMORY_FORMATS, help="activation layout (default channels_last)")
+    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (opt-in)")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

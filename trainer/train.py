@@ -35,6 +35,8 @@ from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
 from trainer.images import load_pairs, pair_frames
 from trainer.model import build_model, count_parameters
+from trainer.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
+                               resolve_precision)
 from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, now_iso, wall_clock
 from trainer.rundir import RunPaths, update_run_json
 
@@ -112,10 +114,15 @@ class _Loop:
         self.master = rt.env.is_main  # this process logs, writes contact sheets and checkpoints
         self.paths = RunPaths.of(cfg.run_dir)
         self.colour = ColourSpec(cfg.colorspace, cfg.working_space)
+        self.precision = resolve_precision(cfg.precision, rt.device)
+        fmt = memory_format(cfg.memory_format)
+        configure_backends(rt.device)
         frames = working_pairs(load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)), self.colour)
-        self.sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size, cfg.seed)
+        self.sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size, cfg.seed,
+                                   rt.device, fmt)  # frames uploaded once, crops cut on the device
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        self.net = build_model(cfg.model_size).to(rt.device)
+        self.net = build_model(cfg.model_size).to(rt.device, memory_format=fmt)  # float32 master weights
+        self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=self.peak_lr)
         self.total_updates = math.ceil(cfg.steps / self.env.sync_interval)
@@ -129,6 +136,10 @@ class _Loop:
         start = self.step
         model = self._wrap()
         self.writer.start(self.cfg.to_dict(), self.env.world_size, start, self.rt.backend)
+        if self.master:
+            update_run_json(self.paths, precision=self.precision.to_dict())
+        log.info("precision %s (%s), memory format %s", self.precision.name, self.precision.reason,
+                 self.cfg.memory_format)
         log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g",
                  self.env.rank, self.env.world_size, self.cfg.model_size, count_parameters(self.net),
                  self.sampler.local_batch, start + 1, self.cfg.steps, self.peak_lr)
@@ -136,7 +147,7 @@ class _Loop:
             loss = self._steps(model)
             if self.master:
                 self.writer.flush()
-                export_model(self.paths, self.net, self._model_meta())
+                export_model(self.paths, float32_contiguous(self.net), self._model_meta())
         except BaseException as exc:
             if self.rt.backend != "none" and isinstance(exc, RuntimeError):  # gloo raises plain RuntimeError
                 exc = explain_failure(self.env, exc, self.rt.heartbeat)  # name the rank that died
@@ -148,13 +159,13 @@ class _Loop:
 
     def _wrap(self) -> torch.nn.Module:
         if self.rt.backend == "none":
-            return self.net
+            return maybe_compile(self.net, self.cfg.compile)
         ids = [self.rt.device.index] if self.rt.device.type == "cuda" else None
         model = DDP(self.net, device_ids=ids, gradient_as_bucket_view=True)  # no copy grads <-> buckets
         from trainer.compression import register_hook
 
         register_hook(model, self.cfg.grad_compression)
-        return model
+        return maybe_compile(model, self.cfg.compile)
 
     def _steps(self, model: torch.nn.Module) -> float:
         cfg, sync = self.cfg, self.env.sync_interval
@@ -163,12 +174,14 @@ class _Loop:
         t0 = t_last
         for step in self._progress(range(self.step + 1, cfg.steps + 1)):
             update = step % sync == 0 or step == cfg.steps
-            batch = self.sampler.batch(step)
-            inp, tgt = batch.input.to(self.rt.device), batch.target.to(self.rt.device)
+            batch = self.sampler.batch(step)  # on the device already
             no_sync = getattr(model, "no_sync", None)
             with no_sync() if (no_sync is not None and not update) else contextlib.nullcontext():
-                per_crop = (model(inp) - tgt).abs().mean(dim=(1, 2, 3))  # (b,) L1 per crop
-                (per_crop.sum() / self.sampler.local_batch * self.loss_weight / sync).backward()
+                with self.precision.autocast():
+                    out = model(batch.input)
+                per_crop = (out.float() - batch.target).abs().mean(dim=(1, 2, 3))  # (b,) float32 L1 per crop
+                loss_sum = per_crop.sum() / self.sampler.local_batch * self.loss_weight / sync
+                self.scaler.scale(loss_sum).backward()  # scaled for fp16 only
             loss_acc += per_crop.detach().sum()
             n_acc += self.sampler.local_batch
             self.step = step
@@ -185,7 +198,8 @@ class _Loop:
         lr = lr_at(self.updates, self.total_updates, self.peak_lr, self.cfg.warmup_steps)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        self.opt.step()
+        self.scaler.step(self.opt)  # opt.step(), skipped by fp16's scaler when gradients overflowed
+        self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
         self.updates += 1
 
@@ -205,8 +219,8 @@ class _Loop:
         cfg = self.cfg
         if step % cfg.contact_sheet_interval == 0 or step == cfg.steps:
             prev = self.sampler.preview(step)
-            with torch.no_grad():
-                out = self.net(prev.input.to(self.rt.device))
+            with torch.no_grad(), self.precision.autocast():
+                out = self.net(prev.input)
             self.writer.contact_sheet(step, prev.input, out, prev.target)
         due = step // cfg.checkpoint_interval > self._last_ckpt // cfg.checkpoint_interval or step == cfg.steps
         if update and due:  # only at update boundaries: no gradients are pending
@@ -217,7 +231,8 @@ class _Loop:
         return cpu_copy({"model": self.net.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
                          "updates": self.updates, "config": self.cfg.to_dict(), "model_size": self.cfg.model_size,
                          "world_size": self.env.world_size, "sync_interval": self.env.sync_interval,
-                         "torch_rng": torch.get_rng_state()})
+                         "torch_rng": torch.get_rng_state(), "grad_scaler": self.scaler.state_dict(),
+                         "precision": self.precision.name})
 
     def _resume(self) -> None:
         ckpt = load_latest_checkpoint(self.paths) if self.master else None
@@ -232,6 +247,8 @@ class _Loop:
                              f"--model-size is {self.cfg.model_size}; use the same size or another --run-dir")
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
+        if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far
+            self.scaler.load_state_dict(ckpt["grad_scaler"])
         torch.set_rng_state(ckpt["torch_rng"])
         self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
         log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
@@ -239,7 +256,8 @@ class _Loop:
     def _model_meta(self) -> dict[str, Any]:
         return {"model_size": self.cfg.model_size, "parameters": count_parameters(self.net), "step": self.step,
                 "channels": 3, "input": "(B, 3, H, W) float32, any H and W", "config": self.cfg.to_dict(),
-                "world_size": self.env.world_size, "colour": self.colour.to_dict()}
+                "world_size": self.env.world_size, "colour": self.colour.to_dict(),
+                "trained_precision": self.precision.name}
 
     def _progress(self, steps: range) -> Iterator[int]:
         if self.master and sys.stderr.isatty():

@@ -12,6 +12,7 @@ from trainer import outputs as outputs_mod
 from trainer import train as train_mod
 from trainer.config import TrainConfig
 from trainer.envvars import DistEnv
+from trainer.model import build_model
 from trainer.outputs import load_latest_checkpoint
 from trainer.rundir import RunPaths, read_metrics
 
@@ -37,23 +38,78 @@ def assert_same_weights(a, b, atol=1e-6):
         assert torch.allclose(a[k], b[k], atol=atol, rtol=1e-5), k
 
 
-@pytest.mark.parametrize("sync", [1, 2])
-def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sync):
-    """2 ranks x B crops with DDP == 1 rank x 2B crops fed the same crops (allclose weights)."""
-    c = cfg(pairs, tmp_path / "one", steps=6, checkpoint_interval=6)
+def assert_mixed_precision_match(w1, w2, c: TrainConfig, rel: float = 0.02) -> None:
+    """2 ranks vs 1 rank under bf16/fp16 autocast: the same training up to 16-bit rounding.
+
+    With autocast each rank's weight gradients are rounded to 16 bits before DDP adds them, so the
+    2-rank gradient (two rounded halves) and the 1-rank one (one rounded sum) differ by about one
+    rounding, relative 2**-8 for bf16 (8 significant bits; fp16 has 11). Adam's update
+    ``lr x m/sqrt(v)`` is scale-free, so where a gradient is near zero that rounding can flip an
+    update's sign: per weight the runs can differ by up to ``2 x sum(lr_t)`` (the hard bound
+    checked first). In aggregate the rounding is small: the difference of the two runs must be
+    under ``rel`` (2%) of how far training moved the weights, where a wrong crop split or a missing
+    all-reduce gives differences of the order of the whole update (100%).
+    """
+    peak = train_mod.effective_lr(c, 1)
+    bound = 2 * sum(train_mod.lr_at(u, c.steps, peak, c.warmup_steps) for u in range(c.steps))
+    torch.manual_seed(c.seed)
+    w0 = build_model(c.model_size).state_dict()
+    assert_same_weights(w1, w2, atol=bound)
+    flat = lambda w: torch.cat([w[k].flatten() for k in sorted(w)])  # noqa: E731
+    moved, diff = (flat(w1) - flat(w0)).norm(), (flat(w2) - flat(w1)).norm()
+    print(f"{c.precision}: |w2 - w1| / |w1 - w0| = {float(diff / moved):.5f}")
+    assert diff <= rel * moved, f"2 ranks differ from 1 rank by {float(diff / moved):.1%} of the update"
+
+
+@pytest.mark.parametrize("sync, precision", [(1, "fp32"), (2, "fp32"), (1, "bf16"), (1, "fp16")])
+def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sync, precision):
+    """2 ranks x B crops with DDP == 1 rank x 2B crops fed the same crops (allclose weights), in each precision."""
+    c = cfg(pairs, tmp_path / "one", steps=6, checkpoint_interval=6, precision=precision)
     one = run_cli("train", *c.to_argv(), env={"COPYCAT_SYNC_INTERVAL": str(sync)})
     assert one.returncode == 0, one.stderr
     assert "training non-distributed: COPYCAT_MAIN_ADDR, COPYCAT_MAIN_PORT, COPYCAT_RANK, COPYCAT_WORLD_SIZE not set" \
         in one.stderr
+    assert f"precision {precision} (set by --precision), memory format channels_last" in one.stderr
     two_dir = tmp_path / "two"
     two = run_cli("local", "--world-size", "2", "--sync-interval", str(sync),
-                  *cfg(pairs, two_dir, steps=6, checkpoint_interval=6).to_argv())
+                  *cfg(pairs, two_dir, steps=6, checkpoint_interval=6, precision=precision).to_argv())
     assert two.returncode == 0, two.stdout + two.stderr
     assert "[rank 1] [Step:6/6]" in two.stdout
     w1, w2 = final_weights(tmp_path / "one"), final_weights(two_dir)
-    assert_same_weights(w1, w2)
+    if precision == "fp32":
+        assert_same_weights(w1, w2)
+    else:
+        assert_mixed_precision_match(w1, w2, c)
     assert not torch.equal(w1["tail.weight"], torch.zeros_like(w1["tail.weight"]))  # it trained
-    assert json.loads(RunPaths.of(two_dir).run_json.read_text())["world_size"] == 2
+    assert all(v.dtype == torch.float32 for v in w2.values())  # master weights stay float32
+    record = json.loads(RunPaths.of(two_dir).run_json.read_text())
+    assert record["world_size"] == 2
+    assert record["precision"] == {"precision": precision, "requested": precision, "device": "cpu",
+                                   "reason": "set by --precision"}
+
+
+@pytest.mark.parametrize("compression", ["fp16", "powersgd"])
+def test_compression_hooks_work_under_bf16_autocast(pairs, tmp_path, compression):
+    """Autocast leaves the gradients float32, so the fp16 and PowerSGD hooks get the buckets they expect."""
+    c = cfg(pairs, tmp_path / "run", steps=4, checkpoint_interval=4, precision="bf16", grad_compression=compression)
+    two = run_cli("local", "--world-size", "2", *c.to_argv())
+    assert two.returncode == 0, two.stdout + two.stderr
+    assert f"gradient compression: {compression}" in two.stdout + two.stderr
+    rows = read_metrics(RunPaths.of(tmp_path / "run"))
+    assert [r["step"] for r in rows] == [2, 4] and all(0 < r["loss"] < 1 for r in rows)
+    assert all(v.dtype == torch.float32 for v in final_weights(tmp_path / "run").values())
+
+
+def test_mixed_precision_short_run_matches_fp32_loss(pairs, tmp_path):
+    """Quality parity in a short run: bf16 autocast logs the same losses as fp32 within 2% at every
+    logged step (the full demo comparison is benchmarks/bench_quality.py)."""
+    base = dict(steps=30, batch_size=4, crop_size=24, warmup_steps=5, log_interval=10, lr=3e-3)
+    runs = {p: train_mod.train(cfg(pairs, tmp_path / p, precision=p, **base), NON_DIST) for p in ("fp32", "bf16")}
+    losses = {p: [r["loss"] for r in read_metrics(RunPaths.of(tmp_path / p))] for p in runs}
+    assert len(losses["fp32"]) == 3
+    assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.02)
+    assert runs["bf16"].model.tail.weight.abs().max() > 0  # it trained
+    assert all(p.dtype == torch.float32 for p in runs["bf16"].model.parameters())  # master weights
 
 
 def test_sync_interval_changes_the_result(pairs, tmp_path):
@@ -105,11 +161,13 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     assert sheet.shape == (outputs_mod.SHEET_HEADER + 3 * cell + 4, 3 * cell + 4, 3)  # 3 crops x 3 columns
     assert [s for s, _ in run.list_checkpoints()] == [8, 12]  # keep last 2
     scripted = torch.jit.load(str(run.model))
+    assert all(p.dtype == torch.float32 and p.is_contiguous() for p in scripted.parameters())  # hosts expect fp32
     x = torch.rand(1, 3, 29, 41)
     with torch.no_grad():
         assert torch.allclose(scripted(x), result.model(x), atol=1e-6)
     meta = json.loads(run.model_meta.read_text())
     assert meta["model_size"] == "small" and meta["step"] == 12 and meta["parameters"] == 169_843
+    assert record["precision"]["requested"] == "auto" and record["precision"]["precision"] == meta["trained_precision"]
 
 
 def test_a_truncated_latest_checkpoint_is_skipped(pairs, tmp_path):
