@@ -50,6 +50,8 @@ class TrainConfig:
         collective_timeout_s: a collective that takes longer fails: how fast a hung rank is noticed [seconds].
         gang_timeout_s: how long ranks that are up wait for the rest of the gang before the whole gang
             fails (OpenCue starts frames one by one) [seconds].
+        stop_grace_s: after SIGTERM/SIGINT, the gang stops at an agreed step and rank 0 checkpoints; a rank
+            still running this long after the signal exits anyway (code 76) (see trainer.stop) [seconds].
     """
 
     input_dir: str
@@ -72,6 +74,7 @@ class TrainConfig:
     grad_compression: str = "none"
     collective_timeout_s: float = 60.0
     gang_timeout_s: float = 600.0
+    stop_grace_s: float = 20.0
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -80,7 +83,7 @@ class TrainConfig:
             raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
         if not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
-        for name in ("collective_timeout_s", "gang_timeout_s"):
+        for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0 seconds")
         _check_choice("model_size", self.model_size, MODEL_SIZES)
@@ -154,6 +157,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-compression", choices=GRAD_COMPRESSION, help="DDP gradient compression (default none)")
     g.add_argument("--collective-timeout-s", type=float, help="collective timeout in seconds (default 60)")
     g.add_argument("--gang-timeout-s", type=float, help="wait for all ranks at most this long (default 600 s)")
+    g.add_argument("--stop-grace-s", type=float,
+                   help="after SIGTERM/SIGINT: checkpoint and exit within this many seconds (default 20)")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -28,6 +28,8 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from trainer.envvars import DistEnv
+from trainer.exitcodes import ExitCode
+from trainer.runrecord import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -36,27 +38,38 @@ LOG_EVERY_S = 10.0  # seconds between "waiting for ranks" lines
 
 
 class GangError(RuntimeError):
-    """The gang could not form or lost a member. ``exit_code`` tells the farm what happened."""
+    """The gang could not form or lost a member. ``exit_code`` (trainer.exitcodes) tells the farm what happened;
+    ``kind`` is recorded in run.json ``failure_kind`` (trainer.runrecord)."""
 
-    exit_code = 3
+    exit_code = int(ExitCode.GANG)
+    kind = FailureKind.PORT_IN_USE
 
 
 class GangTimeout(GangError):
-    """Not every rank arrived within the gang timeout (exit code 3)."""
+    """A rank could not reach the main address within the gang timeout (exit code 3)."""
 
-    exit_code = 3
+    exit_code = int(ExitCode.GANG)
+    kind = FailureKind.MAIN_UNREACHABLE
+
+
+class GangIncomplete(GangTimeout):
+    """Not every rank arrived within the gang timeout (exit code 3); frame 0 fails the whole layer on it."""
+
+    kind = FailureKind.GANG_INCOMPLETE
 
 
 class RankLost(GangError):
     """A rank died or hung during training (exit code 4); the farm's retry restarts the gang."""
 
-    exit_code = 4
+    exit_code = int(ExitCode.RANK_LOST)
+    kind = FailureKind.RANK_LOST
 
 
 class GangRejected(GangError):
     """This process may not join: its rank is taken or its job token is wrong (exit code 5)."""
 
-    exit_code = 5
+    exit_code = int(ExitCode.REJECTED)
+    kind = FailureKind.REJECTED
 
 
 def _mac(token: str, nonce: str, rank: int) -> str:
@@ -88,7 +101,7 @@ def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str
             return
         left = deadline - time.monotonic()
         if left <= 0:
-            raise GangTimeout(f"gang incomplete: {what} {', '.join(k.rsplit('/', 1)[-1] for k in missing)} did not "
+            raise GangIncomplete(f"gang incomplete: {what} {', '.join(k.rsplit('/', 1)[-1] for k in missing)} did not "
                               "join within the gang timeout; failing the whole gang instead of holding GPUs idle")
         log.info("waiting for %s %s (%.0f s of the gang timeout left)", what,
                  ", ".join(k.rsplit("/", 1)[-1] for k in missing), left)
@@ -103,7 +116,7 @@ def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: 
 
     Raises:
         GangRejected: rank already claimed, or a token mismatch (names the rank).
-        GangTimeout: not everybody arrived within ``gang_timeout_s`` seconds.
+        GangIncomplete: not everybody arrived within ``gang_timeout_s`` seconds.
     """
     deadline = time.monotonic() + gang_timeout_s
     if store.add(f"claim/{env.rank}", 1) != 1:
