@@ -27,10 +27,11 @@ from typing import IO
 from trainer.envvars import copycat_env
 from trainer.config import ConfigError
 from trainer.rundir import FILE_MODE, RunPaths
+from trainer.stop import SUPERVISOR_GRACE_S
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = 10.0  # seconds between SIGTERM and SIGKILL when stopping a gang
+STOP_GRACE_S = SUPERVISOR_GRACE_S  # seconds between SIGTERM and SIGKILL: ranks checkpoint within --stop-grace-s
 
 
 def free_port(host: str = "127.0.0.1") -> int:
