@@ -67,3 +67,23 @@ def test_sigterm_to_one_rank_stops_both_at_one_step_and_the_gang_resumes_there(p
              for r in range(2)]
     assert [finish(p)[0] for p in ranks] == [0, 0]
     assert [a["start_step"] for a in read_record(run).attempts] == [0, step]
+
+
+def test_sigint_is_trapped_like_sigterm_and_the_grace_watchdog_exits_76_when_stuck(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from trainer.stop import StopSignal
+
+    with StopSignal(grace_s=60) as sig:
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the handler only records it
+        time.sleep(0.1)
+        assert sig.signum == signal.SIGINT
+        sig.finished()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    stuck = ("import os, signal, time\nfrom trainer.stop import StopSignal\n"
+             "with StopSignal(grace_s=1.0):\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(60)\n")
+    t = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", stuck], capture_output=True, text=True, timeout=60)
+    assert done.returncode == ExitCode.STOP_TIMEOUT and time.monotonic() - t < 30, done.stderr
