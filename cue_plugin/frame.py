@@ -18,7 +18,8 @@
 5. Every line (this module's log and the trainer's output) goes to stdout (the frame log, line by
    line) and to ``RUN_DIR/logs/rank_N.log``. The exit code is the trainer's (128 + signal number
    when it was killed); 2 = bad arguments, 3 = rendezvous timeout or gang failed, 6 = port
-   unavailable, 127 = the trainer could not be started.
+   unavailable, 75 = stopped by SIGTERM with a checkpoint, 127 = the trainer could not be started
+   (the table: trainer/exitcodes.py).
 
 Stale gangs (ranks other than 0). OpenCue retries a failed frame on its own, so a retried rank can
 reach a frame 0 whose old gang is still alive (it needs ~10-15 s to notice the lost rank and exit
