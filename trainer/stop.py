@@ -43,7 +43,9 @@ import threading
 import time
 from typing import Any, Callable
 
+from trainer import runrecord
 from trainer.exitcodes import ExitCode
+from trainer.rundir import RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -204,3 +206,12 @@ class GangStop:
                 work.wait()
             except Exception as exc:  # noqa: BLE001 - the run is over; a dead peer does not matter now
                 log.debug("last stop vote failed: %s", exc)
+
+
+def record_stop_timeout(paths: RunPaths) -> Callable[[], None]:
+    """An ``on_timeout`` for rank 0's :class:`StopSignal`: records ``failure_kind: stop_timeout`` and exit 76."""
+    def record() -> None:
+        runrecord.update_record(paths, state="failed", failure_kind=runrecord.FailureKind.STOP_TIMEOUT.value,
+                                error="no checkpoint within the stop grace period after SIGTERM/SIGINT",
+                                exit_code=int(ExitCode.STOP_TIMEOUT), finished_at=runrecord.now_iso())
+    return record

@@ -21,7 +21,7 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -32,7 +32,7 @@ from trainer.config import ConfigError, TrainConfig
 from trainer.data import CropSampler, rank_loss_weight
 from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
-from trainer.stop import GangStop, StopSignal, StopTraining
+from trainer.stop import GangStop, StopSignal, StopTraining, record_stop_timeout
 from trainer.images import load_pairs, pair_frames
 from trainer.model import build_model, count_parameters
 from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, now_iso, wall_clock
@@ -88,7 +88,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
     paths = RunPaths.of(cfg.run_dir)
     if env.is_main:
         paths.create()
-    with StopSignal(cfg.stop_grace_s, on_timeout=_record_stop_timeout(paths) if env.is_main else None) as sig:
+    with StopSignal(cfg.stop_grace_s, on_timeout=record_stop_timeout(paths) if env.is_main else None) as sig:
         try:
             rt = distributed.setup(env, cfg.collective_timeout_s, cfg.gang_timeout_s)
         except GangError as exc:
@@ -101,14 +101,6 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
             return _Loop(cfg, rt, sig).run()
         finally:
             distributed.teardown(rt)
-
-
-def _record_stop_timeout(paths: RunPaths) -> Callable[[], None]:
-    def record() -> None:
-        runrecord.update_record(paths, state="failed", failure_kind=runrecord.FailureKind.STOP_TIMEOUT.value,
-                                error="no checkpoint within the stop grace period after SIGTERM/SIGINT",
-                                exit_code=int(StopTraining.timeout_code), finished_at=now_iso())
-    return record
 
 
 class _Loop:

@@ -82,8 +82,12 @@ def test_sigint_is_trapped_like_sigterm_and_the_grace_watchdog_exits_76_when_stu
         assert sig.signum == signal.SIGINT
         sig.finished()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
-    stuck = ("import os, signal, time\nfrom trainer.stop import StopSignal\n"
-             "with StopSignal(grace_s=1.0):\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(60)\n")
+    stuck = ("import os, signal, sys, time\nfrom trainer.rundir import RunPaths\n"
+             "from trainer.stop import StopSignal, record_stop_timeout\n"
+             "with StopSignal(grace_s=1.0, on_timeout=record_stop_timeout(RunPaths.of(sys.argv[1]))):\n"
+             "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(60)\n")
     t = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", stuck], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", stuck, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == ExitCode.STOP_TIMEOUT and time.monotonic() - t < 30, done.stderr
+    record = read_record(RunPaths.of(tmp_path))
+    assert (record.state, record.failure_kind, record.exit_code) == ("failed", "stop_timeout", 76)
