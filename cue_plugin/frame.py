@@ -23,7 +23,8 @@
 5. Every line (this module's log and the trainer's output) goes to stdout (the frame log, line by
    line) and to ``RUN_DIR/logs/rank_N.log``. The exit code is the trainer's (128 + signal number
    when it was killed); 2 = bad arguments, 3 = rendezvous timeout or gang failed, 6 = port
-   unavailable, 127 = the trainer could not be started.
+   unavailable, 75 = stopped by SIGTERM with a checkpoint, 127 = the trainer could not be started
+   (the table: trainer/exitcodes.py).
 
 Stale gangs (ranks other than 0). OpenCue retries a failed frame on its own, so a retried rank can
 reach a frame 0 whose old gang is still alive (it needs ~10-15 s to notice the lost rank and exit
@@ -34,9 +35,9 @@ frame also looks at the publication every :data:`WATCH_S` seconds: a publication
 attempt means frame 0 started again and this trainer's gang is gone (e.g. it is still trying to
 reach the old, dead address), so the trainer is stopped and the frame waits for the new attempt.
 
-Gang timeout (frame 0). When frame 0's trainer exits 3 with ``gang incomplete`` (not every rank
-joined within ``--gang-timeout-s``, default 600 s; the trainer has recorded ``state: failed`` and
-the error in ``run.json``), frame 0 fails the whole layer instead of letting the frames that did
+Gang timeout (frame 0). When frame 0's trainer exits 3 and ``run.json`` records ``failure_kind:
+gang_incomplete`` (not every rank joined within ``--gang-timeout-s``, default 600 s;
+trainer.runrecord), frame 0 fails the whole layer instead of letting the frames that did
 start hold their GPUs, or OpenCue retry frame 0 into another wait:
 
 a. it replaces its publication with a failure notice (``rendezvous/main.json``, signed with the
@@ -67,18 +68,18 @@ from cue_plugin.supervise import GangExit, RankLog, frame_devices, frame_ranks, 
 from trainer.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
 from trainer.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, read_cue_env, read_dist_env,
                              read_farm_env)
-from trainer.rundir import RunDirError, RunPaths, read_json, update_run_json
+from trainer import runrecord
+from trainer.exitcodes import ExitCode
+from trainer.rundir import RunDirError, RunPaths
 from trainer.supervise import device_envs, rank_envs
 
 log = logging.getLogger("cue_plugin.frame")  # not __name__: run as ``-m``, that is "__main__", outside RankLog's tree
 
 #: The trainer command (train arguments are appended).
 TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
-EXIT_USAGE = 2
-EXIT_GANG = 3  # rendezvous timeout, gang incomplete or failed (trainer.gang.GangTimeout)
-EXIT_REJECTED = 5  # trainer.gang.GangRejected: rank already claimed in that gang, or wrong job token
-#: Start of trainer.gang's gang-timeout message (recorded as run.json ``error`` by rank 0).
-GANG_INCOMPLETE = "gang incomplete"
+EXIT_USAGE = ExitCode.USAGE
+EXIT_GANG = ExitCode.GANG  # rendezvous timeout, gang incomplete or failed (trainer.gang.GangTimeout)
+EXIT_REJECTED = ExitCode.REJECTED  # trainer.gang.GangRejected: rank already claimed in that gang, or wrong job token
 WATCH_S = 5.0  # seconds between looks at the publication while the trainer runs
 STOP_GRACE_S = 10.0  # seconds between SIGTERM and SIGKILL when the frame stops its trainer
 NOTICE_GRACE_S = 3.0  # seconds frame 0 leaves waiting ranks to read its failure notice before eating the layer
@@ -165,14 +166,9 @@ def resume_args(train_args: list[str], paths: RunPaths, job_id: str) -> list[str
     """
     if "--resume" in train_args or not job_id:
         return train_args
-    try:
-        record = read_json(paths.run_json)
-    except RunDirError:
-        return train_args
-    farm = record.get("farm") if isinstance(record.get("farm"), dict) else {}
-    attempts = record.get("attempts") if isinstance(record.get("attempts"), list) else []
-    if farm.get("job_id") == job_id and len(attempts) > int(farm.get("attempts_at_submit", 0) or 0):
-        log.info("retry of job %s: %d training attempt(s) recorded, adding --resume", job_id, len(attempts))
+    attempts = runrecord.attempts_since_submit(runrecord.read_record_or_empty(paths), job_id)
+    if attempts:
+        log.info("retry of job %s: %d training attempt(s) recorded since submit, adding --resume", job_id, attempts)
         return [*train_args, "--resume"]
     return train_args
 
@@ -296,16 +292,13 @@ def _await_notice(notice: rendezvous.FileSource, token: str | None,
 
 
 def gang_incomplete(paths: RunPaths) -> str:
-    """Rank 0's ``run.json`` error when its trainer failed with a gang timeout, else "".
+    """Rank 0's ``run.json`` error when its trainer failed with ``failure_kind`` gang_incomplete, else "".
 
     (Exit code 3 on rank 0 is also "cannot listen on the port"; only an incomplete gang fails the layer.)
     """
-    try:
-        record = read_json(paths.run_json)
-    except RunDirError:
-        return ""
-    error = str(record.get("error") or "")
-    return error if record.get("state") == "failed" and error.startswith(GANG_INCOMPLETE) else ""
+    record = runrecord.read_record_or_empty(paths)
+    incomplete = record.state == "failed" and record.kind is runrecord.FailureKind.GANG_INCOMPLETE
+    return (record.error or "gang incomplete") if incomplete else ""
 
 
 def eat_layer(job: str, layer: str, timeout_s: float = CUEBOT_TIMEOUT_S) -> None:
@@ -357,7 +350,7 @@ def fail_layer(paths: RunPaths, pub: rendezvous.Publication, reason: str, cue: C
 
 def _record_failure(paths: RunPaths, record: dict[str, str]) -> None:
     try:
-        update_run_json(paths, gang_failure=record)
+        runrecord.update_record(paths, gang_failure=record)
     except RunDirError as exc:
         log.error("cannot record the gang failure in run.json: %s", exc)
 

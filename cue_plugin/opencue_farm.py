@@ -24,7 +24,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from cue_plugin import builder
 from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
 from trainer.envvars import read_farm_env
-from trainer.rundir import RunDirError, RunPaths, read_json, update_run_json
+from trainer import runrecord
+from trainer.rundir import RunDirError, RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,7 @@ class OpenCueFarm:
         paths = RunPaths.of(job.train.run_dir)
         try:
             paths.create()
-            attempts = len(_read_record(paths).get("attempts") or [])
+            attempts = len(runrecord.read_record_or_empty(paths).attempts)
         except RunDirError as exc:
             raise FarmError(str(exc)) from exc
         opencue = self._connect()
@@ -200,7 +201,7 @@ class OpenCueFarm:
         cue_job = launched[0]
         handle = JobHandle(job_id=cue_job.id(), job_name=cue_job.name(), run_dir=str(job.train.run_dir))
         try:
-            update_run_json(paths, farm={"job_id": handle.job_id, "job_name": handle.job_name,
+            runrecord.update_record(paths, farm={"job_id": handle.job_id, "job_name": handle.job_name,
                                          "submitted_at": _now_iso(), "attempts_at_submit": attempts,
                                          "job": _job_record(job)})
         except RunDirError as exc:
@@ -302,13 +303,6 @@ def _short(exc: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-def _read_record(paths: RunPaths) -> dict[str, Any]:
-    try:
-        return read_json(paths.run_json)
-    except RunDirError:
-        return {}
-
-
 def _job_record(job: TrainingJob) -> dict[str, Any]:
     """The job's fields other than ``train`` in JSON form (extra_env by name only: values may be secret)."""
     out: dict[str, Any] = {}
@@ -333,9 +327,9 @@ def handle_from_run_dir(run_dir: str) -> JobHandle:
         FarmError: no run.json, or no farm job recorded in it.
     """
     try:
-        farm = read_json(RunPaths.of(run_dir).run_json).get("farm")
+        farm = runrecord.read_record(RunPaths.of(run_dir)).farm
     except RunDirError as exc:
         raise FarmError(str(exc)) from exc
-    if not isinstance(farm, Mapping) or not (farm.get("job_id") or farm.get("job_name")):
+    if not (farm.get("job_id") or farm.get("job_name")):
         raise FarmError(f"{run_dir}/run.json records no farm job (it was not submitted with cuetrain submit)")
     return JobHandle(job_id=str(farm.get("job_id", "")), job_name=str(farm.get("job_name", "")), run_dir=run_dir)

@@ -18,9 +18,8 @@ import numpy as np
 from cue_plugin.spec import JobHandle, JobStatus, TrainingJob
 from gui.poller import METRIC_FIELDS, Columns, empty_columns
 from trainer.config import TrainConfig
+from trainer.runrecord import TERMINAL_STATES, RunRecord
 
-#: ``run.json`` states a run never leaves.
-TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 #: Rows used to estimate seconds per step for the ETA.
 ETA_WINDOW = 20
 
@@ -132,10 +131,14 @@ class Run:
         return os.path.basename(os.path.normpath(self.run_dir)) or self.run_dir
 
     @property
+    def record(self) -> RunRecord:
+        """:attr:`info` as the typed ``run.json`` record (any version; trainer.runrecord)."""
+        return RunRecord.from_dict(self.info)
+
+    @property
     def total_steps(self) -> int:
         """``run.json`` config.steps (0 when unknown)."""
-        steps = (self.info.get("config") or {}).get("steps", 0)
-        return int(steps) if isinstance(steps, (int, float)) else 0
+        return self.record.total_steps
 
     @property
     def step(self) -> int:
@@ -146,7 +149,7 @@ class Run:
     @property
     def state(self) -> str:
         """One state word: a terminal ``run.json`` state wins, then the farm's, then ``run.json``'s."""
-        recorded = str(self.info.get("state", ""))
+        recorded = self.record.state
         if recorded in TERMINAL_STATES:
             return recorded
         if self.status is not None:
@@ -166,7 +169,7 @@ class Run:
         rank per frame followed by ``(F frames x L ranks)``."""
         per = self.job_record().get("ranks_per_frame", 1)
         per = per if isinstance(per, int) and per > 0 else 1
-        world = self.info.get("world_size")
+        world = self.record.world_size
         shape = ""
         if self.status is not None and self.status.ranks_total:  # the farm counts frames
             text = f"{self.status.ranks_running * per}/{self.status.ranks_total * per}"
@@ -200,8 +203,8 @@ class Run:
         """Take a new ``run.json`` record. Its ``farm`` field (written by the farm backend at each submit)
         names the current job: adopt it when it differs from :attr:`handle`. Returns True when it did."""
         self.info = dict(info)
-        farm = info.get("farm")
-        if not isinstance(farm, Mapping) or not (farm.get("job_id") or farm.get("job_name")):
+        farm = self.record.farm
+        if not (farm.get("job_id") or farm.get("job_name")):
             return False
         job_id, job_name = str(farm.get("job_id", "")), str(farm.get("job_name", ""))
         if self.handle is not None and (self.handle.job_id, self.handle.job_name) == (job_id, job_name):
@@ -214,8 +217,7 @@ class Run:
         backend records it there; ``extra_env`` values are not recorded, so it is left out)."""
         if self.job:
             return dict(self.job)
-        farm = self.info.get("farm")
-        recorded = farm.get("job") if isinstance(farm, Mapping) else None
+        recorded = self.record.farm.get("job")
         if not isinstance(recorded, Mapping):
             return {}
         return {k: v for k, v in recorded.items() if k != "extra_env" or isinstance(v, Mapping)}
@@ -267,8 +269,8 @@ def resume_job(run: Run) -> TrainingJob:
             shot are unknown (the message says what to do).
         trainer.config.ConfigError, cue_plugin.spec.FarmError: the recorded values are no longer valid.
     """
-    config = run.info.get("config")
-    if not isinstance(config, Mapping):
+    config = run.record.config
+    if not config:
         raise ValueError(f"{run.run_dir}/run.json holds no config yet; wait for the run to start")
     recorded = run.job_record()
     if not recorded.get("show") or not recorded.get("shot"):
@@ -279,7 +281,7 @@ def resume_job(run: Run) -> TrainingJob:
     names = {f.name for f in dataclasses.fields(TrainingJob)}
     fields_ = {k: v for k, v in recorded.items() if k in names}
     fields_["tags"] = tuple(fields_.get("tags", ()))
-    fields_.setdefault("world_size", int(run.info.get("world_size", 1)))
+    fields_.setdefault("world_size", run.record.world_size or 1)
     return TrainingJob(train=train, **fields_)
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from trainer.config import TrainConfig
-from trainer.rundir import RunPaths, append_metrics, atomic_write_bytes, update_run_json
+from trainer.rundir import RunPaths, append_metrics, atomic_write_bytes
+from trainer.runrecord import update_record
 
 
 def png_bytes(rgb: np.ndarray) -> bytes:
@@ -76,7 +77,7 @@ def write_run(root: str | Path, steps: int = 3000, logged_to: int | None = None,
                               "started_at": "2025-01-01T12:00:00+00:00", "versions": {"cuetrain": "synthetic"}}
     if farm:
         record["farm"] = farm
-    update_run_json(paths, **record)
+    update_record(paths, **record)
     append_metrics(paths, metrics_rows(log_interval, logged_to, log_interval, seed))
     for step in range(sheet_interval, logged_to + 1, sheet_interval):
         add_sheet(paths, step, total=steps)

@@ -137,7 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except Exception as exc:
         from trainer.gang import GangError
+        from trainer.stop import StopTraining
 
+        if isinstance(exc, StopTraining):  # SIGTERM/SIGINT: checkpoint written (trainer.exitcodes: 75)
+            print(f"cuetrain: {exc}", file=sys.stderr)
+            return exc.exit_code
         if not isinstance(exc, GangError):
             raise
         print(f"cuetrain: error: {exc}", file=sys.stderr)

@@ -59,6 +59,8 @@ class TrainConfig:
             gradients, optimizer state and loss stay float32 (see ``trainer.precision``).
         memory_format: ``channels_last`` (NHWC activations, faster on oneDNN and cuDNN) or ``contiguous``.
         compile: ``torch.compile`` the training model (opt-in; the first steps compile).
+        stop_grace_s: after SIGTERM/SIGINT, the gang stops at an agreed step and rank 0 checkpoints; a rank
+            still running this long after the signal exits anyway (code 76) (see trainer.stop) [seconds].
     """
 
     input_dir: str
@@ -86,6 +88,7 @@ class TrainConfig:
     precision: str = "auto"
     memory_format: str = "channels_last"
     compile: bool = False
+    stop_grace_s: float = 20.0
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -94,7 +97,7 @@ class TrainConfig:
             raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
         if not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
-        for name in ("collective_timeout_s", "gang_timeout_s"):
+        for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0 seconds")
         _check_choice("model_size", self.model_size, MODEL_SIZES)
@@ -180,6 +183,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "older GPUs, else fp32 (default auto)")
     g.add_argument("--memory-format", choices=MEMORY_FORMATS, help="activation layout (default channels_last)")
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (opt-in)")
+    g.add_argument("--stop-grace-s", type=float,
+                   help="after SIGTERM/SIGINT: checkpoint and exit within this many seconds (default 20)")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -41,6 +41,8 @@ import torch.distributed as dist
 
 from trainer.envvars import DistEnv
 from trainer.netaddr import is_loopback
+from trainer.exitcodes import ExitCode
+from trainer.runrecord import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -54,27 +56,50 @@ FIX = ("set COPYCAT_LOCAL_ADDR on the failing ranks to the interface that reache
 
 
 class GangError(RuntimeError):
-    """The gang could not form or lost a member. ``exit_code`` tells the farm what happened."""
+    """The gang could not form or lost a member. ``exit_code`` (trainer.exitcodes) tells the farm what happened;
+    ``kind`` is recorded in run.json ``failure_kind`` (trainer.runrecord)."""
 
-    exit_code = 3
+    exit_code = int(ExitCode.GANG)
+    kind = FailureKind.NETWORK  # the base: process-group creation or the first collective failed
+
+
+class PortInUse(GangError):
+    """Rank 0 cannot listen on the main port (exit code 3)."""
+
+    kind = FailureKind.PORT_IN_USE
 
 
 class GangTimeout(GangError):
-    """Not every rank arrived within the gang timeout (exit code 3)."""
+    """A rank could not reach the main address within the gang timeout (exit code 3)."""
 
-    exit_code = 3
+    exit_code = int(ExitCode.GANG)
+    kind = FailureKind.MAIN_UNREACHABLE
+
+
+class GangIncomplete(GangTimeout):
+    """Not every rank arrived within the gang timeout (exit code 3); frame 0 fails the whole layer on it."""
+
+    kind = FailureKind.GANG_INCOMPLETE
+
+
+class PhaseTimeout(GangTimeout):
+    """Process-group creation or the first collective did not finish within --collective-timeout-s (exit code 3)."""
+
+    kind = FailureKind.NETWORK
 
 
 class RankLost(GangError):
     """A rank died or hung during training (exit code 4); the farm's retry restarts the gang."""
 
-    exit_code = 4
+    exit_code = int(ExitCode.RANK_LOST)
+    kind = FailureKind.RANK_LOST
 
 
 class GangRejected(GangError):
     """This process may not join: its rank is taken or its job token is wrong (exit code 5)."""
 
-    exit_code = 5
+    exit_code = int(ExitCode.REJECTED)
+    kind = FailureKind.REJECTED
 
 
 def _mac(token: str, nonce: str, rank: int) -> str:
@@ -94,7 +119,7 @@ def connect(env: DistEnv, timeout_s: float, *, master: bool, where: str = "") ->
                              wait_for_workers=False)
     except Exception as exc:  # DistNetworkError / RuntimeError / TimeoutError from c10d
         if master:
-            raise GangError(f"rank 0 cannot listen on COPYCAT_MAIN_PORT={env.main_port}: {exc}; the port is in use "
+            raise PortInUse(f"rank 0 cannot listen on COPYCAT_MAIN_PORT={env.main_port}: {exc}; the port is in use "
                             "or not allowed: choose another port (farm frames pick a free one)") from exc
         raise GangTimeout(f"rank {env.rank}{f' ({where})' if where else ''} could not reach the main address "
                           f"{env.main_addr}:{env.main_port} within {timeout_s:.0f} s ({str(exc).splitlines()[0][:200]}); "
@@ -110,9 +135,9 @@ def _wait_keys(store: dist.TCPStore, keys: list[str], deadline: float, what: str
             return
         left = deadline - time.monotonic()
         if left <= 0:
-            raise GangTimeout(f"gang incomplete: {what} {', '.join(k.rsplit('/', 1)[-1] for k in missing)} did not "
-                              "join within the gang timeout; failing the whole gang instead of holding GPUs idle"
-                              f"{f' ({where}; a rank that cannot reach it says so in its log)' if where else ''}")
+            raise GangIncomplete(f"gang incomplete: {what} {', '.join(k.rsplit('/', 1)[-1] for k in missing)} did not "
+                                 "join within the gang timeout; failing the whole gang instead of holding GPUs idle"
+                                 f"{f' ({where}; a rank that cannot reach it says so in its log)' if where else ''}")
         log.info("waiting for %s %s (%.0f s of the gang timeout left)", what,
                  ", ".join(k.rsplit("/", 1)[-1] for k in missing), left)
         try:
@@ -127,7 +152,7 @@ def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: 
 
     Raises:
         GangRejected: rank already claimed, or a token mismatch (names the rank).
-        GangTimeout: not everybody arrived within ``gang_timeout_s`` seconds.
+        GangIncomplete: not everybody arrived within ``gang_timeout_s`` seconds.
     """
     deadline = time.monotonic() + gang_timeout_s
     if store.add(f"claim/{env.rank}", 1) != 1:
@@ -231,7 +256,7 @@ class PhaseGuard:
                     f"rank {rank} ({self._where}) lost the gang's store at {env.main_addr}:{env.main_port} during "
                     f"{name} ({type(exc).__name__}): rank 0 exited; its log says why"))
             if time.monotonic() > deadline:
-                err = GangTimeout(f"rank {rank} ({self._where}): {name} did not finish within {self._timeout_s:.0f} s "
+                err = PhaseTimeout(f"rank {rank} ({self._where}): {name} did not finish within {self._timeout_s:.0f} s "
                                   f"(--collective-timeout-s): a rank cannot connect to another; {FIX}")
                 self._tell_peers(str(err))
                 return self._abort(done, err)

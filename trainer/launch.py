@@ -23,11 +23,12 @@ import sys
 from trainer.config import ConfigError
 from trainer.envvars import copycat_env, environ_with
 from trainer.rundir import RunPaths
+from trainer.stop import SUPERVISOR_GRACE_S
 from trainer.supervise import RankLogs, rank_envs, run_ranks
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = 10.0  # seconds between SIGTERM and SIGKILL when stopping a gang
+STOP_GRACE_S = SUPERVISOR_GRACE_S  # seconds between SIGTERM and SIGKILL: ranks checkpoint within --stop-grace-s
 TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
 
 

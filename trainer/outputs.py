@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from trainer.images import write_image
-from trainer.rundir import RunDirError, RunPaths, append_metrics, atomic_write_bytes, atomic_write_json, read_json, \
-    update_run_json
+from trainer import runrecord
+from trainer.rundir import RunPaths, append_metrics, atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -131,16 +131,9 @@ class RunWriter:
 
     def start(self, config: dict[str, Any], world_size: int, start_step: int, backend: str) -> None:
         """Record this attempt in run.json (state ``running``; ``attempts`` grows by one)."""
-        if not self.enabled:
-            return
-        try:
-            attempts = list(read_json(self.paths.run_json).get("attempts", []))
-        except RunDirError:
-            attempts = []
-        attempts.append({"attempt": len(attempts) + 1, "started_at": now_iso(), "start_step": start_step,
-                         "world_size": world_size, "host": socket.gethostname(), "backend": backend})
-        update_run_json(self.paths, config=config, world_size=world_size, state="running", versions=versions(),
-                        started_at=attempts[0]["started_at"], attempts=attempts, pid=os.getpid())
+        if self.enabled:
+            runrecord.start_attempt(self.paths, config=config, world_size=world_size, start_step=start_step,
+                                    backend=backend, host=socket.gethostname(), pid=os.getpid(), versions=versions())
 
     def metrics(self, row: dict[str, Any]) -> None:
         """Append one metrics row (small; written on the training thread)."""
@@ -189,7 +182,7 @@ class RunWriter:
         try:
             self.flush()
         finally:
-            update_run_json(self.paths, state=state, finished_at=now_iso(), **fields)
+            runrecord.update_record(self.paths, state=state, finished_at=now_iso(), **fields)
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
 

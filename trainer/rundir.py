@@ -6,7 +6,7 @@ Every path inside a run directory comes from :class:`RunPaths` (the idea of subm
 Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
 
     RUN_DIR/
-      run.json                     run record: config, world size, versions, start time, state, attempts
+      run.json                     run record (trainer.runrecord: typed, versioned, one state table)
       metrics.jsonl                one JSON object per logged step: step, loss, lr, images_per_s, wall_s
       contact_sheets/step_NNNNNN.png   3 crops as rows x (input | output | ground truth) columns
       checkpoints/step_NNNNNN.pt   training state (weights, optimizer, step, config), last K kept
@@ -36,9 +36,6 @@ FILE_MODE = 0o640
 DIR_MODE = 0o750
 
 _STEP_FILE = re.compile(r"^step_(\d{6,})\.(png|pt)$")
-
-#: Run states recorded in ``run.json`` ``state``.
-RUN_STATES = ("starting", "running", "succeeded", "failed", "cancelled")
 
 
 class RunDirError(RuntimeError):
@@ -207,17 +204,15 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def update_run_json(paths: RunPaths, **fields: Any) -> dict[str, Any]:
-    """Merge ``fields`` into ``run.json`` (created if missing) and write it atomically.
+    """Merge ``fields`` into ``run.json``: :func:`trainer.runrecord.update_record` (the one owner of
+    ``run.json``), returned as the JSON object written.
 
-    Returns the new record. Only rank 0 (or the launcher) calls this.
+    Raises:
+        RunDirError: an unknown field, or the write failed.
     """
-    try:
-        record = read_json(paths.run_json)
-    except RunDirError:
-        record = {}
-    record.update(fields)
-    atomic_write_json(paths.run_json, record)
-    return record
+    from trainer.runrecord import update_record  # runrecord builds on this module
+
+    return update_record(paths, **fields).to_dict()
 
 
 def append_metrics(paths: RunPaths, rows: list[dict[str, Any]]) -> None:

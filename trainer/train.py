@@ -33,12 +33,14 @@ from trainer.config import ConfigError, TrainConfig
 from trainer.data import CropSampler, rank_loss_weight
 from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
+from trainer.stop import GangStop, StopSignal, StopTraining, record_stop_timeout
 from trainer.images import load_pairs, pair_frames
 from trainer.model import build_model, count_parameters
 from trainer.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
 from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, now_iso, wall_clock
-from trainer.rundir import RunPaths, update_run_json
+from trainer.rundir import RunPaths
+from trainer import runrecord
 
 log = logging.getLogger(__name__)
 
@@ -92,25 +94,29 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
 
     def record(exc: GangError) -> None:
         if env.is_main:
-            update_run_json(paths, state="failed", error=str(exc), failed_at=now_iso())
+            runrecord.update_record(paths, state="failed", error=str(exc), failure_kind=exc.kind.value,
+                                    exit_code=exc.exit_code, failed_rank=env.rank, failed_at=now_iso())
 
-    try:
-        rt = distributed.setup(env, cfg.collective_timeout_s, cfg.gang_timeout_s, on_abort=record)
-    except GangError as exc:
-        log.error("%s", exc)
-        record(exc)
-        raise
-    try:
-        return _Loop(cfg, rt).run()
-    finally:
-        distributed.teardown(rt)
+    with StopSignal(cfg.stop_grace_s, on_timeout=record_stop_timeout(paths) if env.is_main else None) as sig:
+        try:
+            rt = distributed.setup(env, cfg.collective_timeout_s, cfg.gang_timeout_s, on_abort=record)
+        except GangError as exc:
+            log.error("%s", exc)
+            record(exc)
+            raise
+        try:
+            return _Loop(cfg, rt, sig).run()
+        finally:
+            distributed.teardown(rt)
 
 
 class _Loop:
     """State of one rank's training run (internal; :func:`train` is the API)."""
 
-    def __init__(self, cfg: TrainConfig, rt: distributed.Runtime) -> None:
+    def __init__(self, cfg: TrainConfig, rt: distributed.Runtime, sig: StopSignal | None = None) -> None:
         self.cfg, self.rt, self.env = cfg, rt, rt.env
+        self.sig = sig or StopSignal(cfg.stop_grace_s)
+        self.stop = GangStop(self.sig, rt.backend != "none", lambda: dist.new_group(backend="gloo"))
         self.master = rt.env.is_main  # this process logs, writes contact sheets and checkpoints
         self.paths = RunPaths.of(cfg.run_dir)
         self.colour = ColourSpec(cfg.colorspace, cfg.working_space)
@@ -137,7 +143,7 @@ class _Loop:
         model = self._wrap()
         self.writer.start(self.cfg.to_dict(), self.env.world_size, start, self.rt.backend)
         if self.master:
-            update_run_json(self.paths, precision=self.precision.to_dict())
+            runrecord.update_record(self.paths, precision=self.precision.to_dict())
         log.info("precision %s (%s), memory format %s", self.precision.name, self.precision.reason,
                  self.cfg.memory_format)
         log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g",
@@ -145,14 +151,18 @@ class _Loop:
                  self.sampler.local_batch, start + 1, self.cfg.steps, self.peak_lr)
         try:
             loss = self._steps(model)
+            self.stop.close()
             if self.master:
                 self.writer.flush()
                 export_model(self.paths, float32_contiguous(self.net), self._model_meta())
+        except StopTraining:
+            raise
         except BaseException as exc:
             if self.rt.backend != "none" and isinstance(exc, RuntimeError):  # gloo raises plain RuntimeError
                 exc = explain_failure(self.env, exc, self.rt.heartbeat)  # name the rank that died
                 log.error("%s", exc)
-            self.writer.finish("failed", error=f"{type(exc).__name__}: {exc}", failed_rank=self.env.rank)
+            self.writer.finish("failed", error=f"{type(exc).__name__}: {exc}", failed_rank=self.env.rank,
+                               **runrecord.failure_fields(exc))
             raise exc
         self.writer.finish("succeeded", final_step=self.step, final_loss=loss)
         return TrainResult(self.step, start, loss, self.net)
@@ -192,7 +202,19 @@ class _Loop:
                 loss_acc.zero_()
                 n_acc, t_last = 0, wall_clock()
             self._outputs(step, update)
+            if self.stop.poll() and update and step < cfg.steps:  # every rank votes every step (trainer.stop)
+                self._stop_at(step)
         return loss
+
+    def _stop_at(self, step: int) -> None:
+        """Checkpoint ``step`` now (rank 0), record ``stopped`` and raise :class:`StopTraining`."""
+        if self.master and self._last_ckpt != step:
+            self.writer.checkpoint(step, self._state())
+        self.writer.finish("stopped", stopped_step=step, exit_code=StopTraining.exit_code)
+        self.sig.finished()
+        log.warning("rank %d stopped at step %d (%s)", self.env.rank, step,
+                    "checkpoint written" if self.master else "rank 0 writes the checkpoint")
+        raise StopTraining(step, self.sig.signum)
 
     def _update(self) -> None:
         lr = lr_at(self.updates, self.total_updates, self.peak_lr, self.cfg.warmup_steps)

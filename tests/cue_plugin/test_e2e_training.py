@@ -166,7 +166,8 @@ def test_stale_attempts_still_end_with_the_rendezvous_timeout(tmp_path, frame_en
     assert "rank 1 gave up after 2 s (rendezvous timeout): frame 0 attempt node0:11:old" in text
 
 
-GANG_INCOMPLETE_RUN_JSON = json.dumps({"state": "failed", "error": "gang incomplete: ranks 2 did not join within "
+GANG_INCOMPLETE_RUN_JSON = json.dumps({"version": 1, "state": "failed", "failure_kind": "gang_incomplete",
+                                       "error": "gang incomplete: ranks 2 did not join within "
                                        "the gang timeout; failing the whole gang instead of holding GPUs idle"})
 
 
@@ -222,7 +223,8 @@ def test_port_in_use_on_rank_0_is_not_a_gang_timeout(tmp_path, frame_env):
     run = tmp_path / "run"
     frame_env.setenv("CUE_IFRAME", "0")
     frame_env.setenv("CUE_JOB", "show-sh010-artist_run")
-    frame_env.setenv("FAKE_RUN_JSON", json.dumps({"state": "failed", "error": "rank 0 cannot listen on ..."}))
+    frame_env.setenv("FAKE_RUN_JSON", json.dumps({"version": 1, "state": "failed", "failure_kind": "port_in_use",
+                                                      "error": "rank 0 cannot listen on ..."}))
     frame_env.setenv("FAKE_DEFAULT", "3")
     assert frame.main(frame_argv(run), trainer_command=FAKE_COMMAND) == 3
     assert "gang_failure" not in read_json(RunPaths.of(run).run_json)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import importlib
 import ipaddress
 import pkgutil
-import time
 
 import grpc
 import opencue_proto
 from opencue_proto import cue_pb2, cue_pb2_grpc, host_pb2, host_pb2_grpc, report_pb2
 from opencue_proto import report_pb2_grpc
 
+from tests.cuebot.completion import Completion
 from tests.cuebot.job_servicers import FrameActions, FrameServicer, JobServicer, LayerServicer
 from tests.cuebot.records import FarmState, HostRecord
 
@@ -94,7 +94,7 @@ class RqdReportServicer(report_pb2_grpc.RqdReportInterfaceServicer):
                 name=render_host.name, address=rqd_address(render_host.tags, render_host.name),
                 total_cores=cores.total_cores, total_memory=render_host.total_mem,
                 free_memory=render_host.free_mem, tags=list(render_host.tags),
-                boot_time=render_host.boot_time, ping_time=int(time.time()),
+                boot_time=render_host.boot_time, ping_time=int(self.state.clock()),
                 state=render_host.state, total_gpus=render_host.num_gpus,
                 total_gpu_memory=render_host.total_gpu_mem)
             if old is not None:  # a restarted RQD: its runs died with it (Cuebot: lost procs)
@@ -113,7 +113,7 @@ class RqdReportServicer(report_pb2_grpc.RqdReportInterfaceServicer):
             self._count()
             host = self.state.hosts.get(report.host.name)
             if host is not None:
-                host.ping_time = int(time.time())
+                host.ping_time = int(self.state.clock())
                 host.free_memory = report.host.free_mem
                 host.state = report.host.state
             for info in report.frames:
@@ -123,15 +123,17 @@ class RqdReportServicer(report_pb2_grpc.RqdReportInterfaceServicer):
                     frame.max_rss = max(frame.max_rss, info.max_rss)
                     frame.llu_time = int(info.llu_time)
                     self.state.touch(frame)
+        self.state.sweep_down_hosts()  # Cuebot's checkHardwareState runs on a timer; a report is the double's tick
         return report_pb2.RqdReportStatusResponse()
 
     def ReportRunningFrameCompletion(self, request, context):
         report = request.frame_complete_report
         with self.state.lock:
             self._count()
-            self.state.complete_frame(
-                report.host.name, report.frame.resource_id, report.frame.frame_id,
-                report.exit_status, report.exit_signal, report.frame.max_rss)
+            done = Completion(report.exit_status, report.exit_signal, report.run_time,
+                              int(report.frame.llu_time), report.host.nimby_locked)
+            self.state.complete_frame(report.host.name, report.frame.resource_id, report.frame.frame_id,
+                                      done, report.frame.max_rss)
         return report_pb2.RqdReportRunningFrameCompletionResponse()
 
 

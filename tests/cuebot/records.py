@@ -6,8 +6,9 @@ FrameDaoJdbc.updateFrameStarted, JobDaoJdbc.isJobComplete/updateJobFinished):
 
 - a frame's `retry_count` grows when a frame that already ran once is started again, so a frame
   that failed and is waiting for its retry still shows the count of the run it is waiting for;
-- a non-zero exit sends the frame back to WAITING while `retry_count < job.max_retries`, else
-  DEAD;
+- a frame's completion follows Cuebot's determineFrameState (completion.py: memory failures 33/137,
+  NIMBY kills, layer and LLU timeouts and the 12 h no-retry rule besides the retry count), and a
+  host that stops pinging goes DOWN with its frames back to WAITING (sweep_down_hosts);
 - a job is complete (FINISHED) once no frame is WAITING, RUNNING, DEAD, DEPEND or CHECKPOINT:
   a DEAD frame keeps its job PENDING until it is retried, eaten or the job is killed;
 - a FINISHED job loses its visible name: FindJob, FindFrame and IsJobPending no longer see it,
@@ -23,6 +24,9 @@ import time
 import uuid
 
 from opencue_proto import host_pb2, job_pb2
+
+from tests.cuebot.completion import (EXIT_STATUS_DOWN_HOST, HOST_DOWN_INTERVAL_S, MEMORY_INCREASE_KB, Clock,
+                                     Completion, determine_frame_state, is_memory_failure)
 
 # Frame states that count as finished work; the rest keep a job PENDING.
 DONE_STATES = (job_pb2.SUCCEEDED, job_pb2.EATEN)
@@ -172,7 +176,8 @@ class JobExists(ValueError):
 class FarmState:
     """Every record of the double, behind one lock; `changed` wakes waiters on any change."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or Clock()  # frame start/stop and run times, host pings (completion.py)
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.jobs: dict[str, JobRecord] = {}  # by id, in launch order
@@ -210,7 +215,7 @@ class FarmState:
         frame.state = job_pb2.RUNNING
         frame.host, frame.cores, frame.gpus = host.name, proc.cores, proc.gpus
         frame.resource_id = proc.id
-        frame.start_time, frame.stop_time = int(time.time()), 0
+        frame.start_time, frame.stop_time = int(self.clock()), 0
         frame.used_memory = frame.max_rss = 0
         host.procs[proc.id] = proc
         self.touch(frame)
@@ -235,15 +240,16 @@ class FarmState:
     def stop_frame(self, frame: FrameRecord, state: int, exit_status: int | None = None) -> None:
         frame.state = state
         frame.resource_id = ""
-        frame.stop_time = int(time.time())
+        frame.stop_time = int(self.clock())
         if exit_status is not None:
             frame.exit_status = exit_status
         self.touch(frame)
         self.update_job_state(self.jobs[frame.job_id])
 
-    def complete_frame(self, host_name: str, proc_id: str, frame_id: str,
-                       exit_status: int, exit_signal: int, max_rss: int) -> None:
-        """RQD's FrameCompleteReport: free the proc, then settle the frame if it still owns it."""
+    def complete_frame(self, host_name: str, proc_id: str, frame_id: str, done: Completion,
+                       max_rss: int) -> None:
+        """RQD's FrameCompleteReport: free the proc, then settle the frame if it still owns it,
+        by Cuebot's rules (completion.determine_frame_state; run time on the double's clock)."""
         with self.lock:
             host = self.hosts.get(host_name)
             if host is not None:
@@ -253,18 +259,18 @@ class FarmState:
             if frame is None or frame.resource_id != proc_id:
                 return  # superseded run: killed, retried or eaten meanwhile
             job = self.jobs[frame.job_id]
-            frame.exit_signal = exit_signal
+            layer = job.layer(frame.layer_id)
+            done = dataclasses.replace(done, run_time_s=max(0, int(self.clock()) - frame.start_time))
+            frame.exit_signal = done.exit_signal
             frame.max_rss = max(frame.max_rss, max_rss)
-            frame.failures += exit_status != 0
-            if exit_status == 0:
-                state = job_pb2.SUCCEEDED
-            elif job.auto_eat:
-                state = job_pb2.EATEN
-            elif frame.retry_count >= job.max_retries:
-                state = job_pb2.DEAD
-            else:
-                state = job_pb2.WAITING
-            self.stop_frame(frame, state, exit_status)
+            frame.failures += done.exit_status != 0
+            state = determine_frame_state(frame.state, frame.retry_count, job.max_retries, job.auto_eat,
+                                          layer.timeout, layer.timeout_llu, done, self.clock())
+            # (the double never memory-kills a frame itself, so no exit status 33 is stored on a frame)
+            if done.exit_status != 0 and is_memory_failure(done):
+                # retryFrameWithRaisedMemory: the proc's reservation + the increase
+                layer.min_memory = max(layer.min_memory, frame.reserved_memory) + MEMORY_INCREASE_KB
+            self.stop_frame(frame, state, done.exit_status)
             if state == job_pb2.SUCCEEDED:
                 self.satisfy_layer_depends(job, frame.layer_id)
 
@@ -285,6 +291,30 @@ class FarmState:
                     if f.layer_id == layer.id and f.state == job_pb2.DEPEND:
                         f.state = job_pb2.WAITING
                         self.touch(f)
+
+    def sweep_down_hosts(self) -> list[str]:
+        """checkHardwareState: hosts not pinged for HOST_DOWN_INTERVAL_S go DOWN and their frames back
+        to WAITING with exit status 399 (clearDownProcs -> lostProc). Returns the hosts marked down."""
+        down = []
+        with self.lock:
+            now = self.clock()
+            for host in self.hosts.values():
+                if host.state != host_pb2.UP or now - host.ping_time <= HOST_DOWN_INTERVAL_S:
+                    continue
+                host.state = host_pb2.DOWN
+                down.append(host.name)
+                for proc in list(host.procs.values()):
+                    host.procs.pop(proc.id, None)
+                    frame = self.frames.get(proc.frame_id)
+                    if frame is not None and frame.resource_id == proc.id:
+                        self.stop_frame(frame, job_pb2.WAITING, EXIT_STATUS_DOWN_HOST)
+            self.changed.notify_all()
+        return down
+
+    def backdate(self, frame_id: str, seconds: int) -> None:
+        """Make a running frame look ``seconds`` older on the double's clock (tests of the run-time rules)."""
+        with self.lock:
+            self.frames[frame_id].start_time -= seconds
 
     def update_job_state(self, job: JobRecord) -> None:
         """PENDING -> FINISHED once nothing is left to run (JobDaoJdbc.isJobComplete)."""
@@ -323,7 +353,7 @@ class FarmState:
     def _core_seconds(frame: FrameRecord) -> int:
         if not frame.start_time:
             return 0
-        end = frame.stop_time or int(time.time())
+        end = frame.stop_time or int(time.time())  # wall time: core seconds are not a completion rule
         return max(0, end - frame.start_time) * frame.cores // CORE_UNITS
 
     def _counts(self, frames: list[FrameRecord]) -> dict:

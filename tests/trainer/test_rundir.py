@@ -41,7 +41,8 @@ def test_update_run_json_merges(tmp_path):
     p = RunPaths.of(tmp_path)
     update_run_json(p, state="running", world_size=2)
     update_run_json(p, state="succeeded")
-    assert json.loads(p.run_json.read_text()) == {"state": "succeeded", "world_size": 2}
+    written = json.loads(p.run_json.read_text())
+    assert (written["state"], written["world_size"], written["version"]) == ("succeeded", 2, 1)
 
 
 def test_metrics_reader_reads_only_new_complete_lines(tmp_path):

@@ -1,0 +1,147 @@
+"""Recovery on the farm end to end, under Cuebot's completion rules (tests/cuebot/completion.py).
+
+Same farm as test_e2e_training.py (the Cuebot double, two real RQDs, the real trainer), 2 ranks and
+small steps. Each test prints its figures: steps lost (the step training had reached at the fault
+minus the step the next attempt started from) and seconds from the fault to training again (the
+next attempt recorded in run.json, i.e. the gang formed and rank 0 resumed).
+
+Today's recovery is the farm's retry of every frame plus ``--resume``. The double clamps
+``max_retries`` to 1 as Cuebot's JobSpec does, so every frame has ONE retry; a trainer killed by
+SIGKILL makes its frame exit 137, which Cuebot treats as a memory failure (retried whatever the
+count). The last test shows where that ends: a frame that has run more than 12 h is never retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from cue_plugin.spec import RunState
+from tests.cue_plugin.test_e2e_training import farm, find_trainer, submit, wait_finished  # noqa: F401
+from tests.cuebot.completion import FRAME_TIME_NO_RETRY_S
+from trainer.rundir import RunPaths, read_metrics
+from trainer.runrecord import read_record_or_empty
+
+
+def wait_step(paths: RunPaths, at_least: int, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = read_metrics(paths)
+        if rows and rows[-1]["step"] >= at_least:
+            return int(rows[-1]["step"])
+        assert time.monotonic() < deadline, f"training did not reach step {at_least}"
+        time.sleep(0.05)
+
+
+def wait_attempt(paths: RunPaths, n: int, timeout: float = 150) -> float:
+    """Block until run.json records training attempt ``n``; returns time.monotonic() then."""
+    deadline = time.monotonic() + timeout
+    while len(read_record_or_empty(paths).attempts) < n:
+        assert time.monotonic() < deadline, f"no training attempt {n} after {timeout} s"
+        time.sleep(0.05)
+    return time.monotonic()
+
+
+def find_frame(rank: int, run: str, timeout: float = 30) -> psutil.Process:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = p.info["cmdline"] or []
+            if "cue_plugin.frame" in cmd and any(run in c for c in cmd):
+                with contextlib.suppress(psutil.Error):
+                    if p.environ().get("CUE_IFRAME") == str(rank):
+                        return p
+        time.sleep(0.1)
+    pytest.fail(f"no frame process of rank {rank} for {run}")
+
+
+def report(name: str, lost: int, seconds: float) -> None:
+    print(f"{name}: steps lost {lost}, fault -> training again {seconds:.1f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_sigterm_to_a_frame_checkpoints_and_the_retry_loses_no_step(farm, tmp_path):  # noqa: F811
+    cue, handle, paths = submit(farm, tmp_path, "sigterm", max_retries=1, steps=600, checkpoint_interval=100000, log_interval=10,
+                                contact_sheet_interval=1000)
+    reached = wait_step(paths, 60)
+    find_frame(1, str(paths.root)).send_signal(signal.SIGTERM)  # the frame passes it on to its trainer
+    fault = time.monotonic()
+    again = wait_attempt(paths, 2)
+    status = wait_finished(cue, handle, paths, timeout=180)
+    assert status.state is RunState.SUCCEEDED, status
+    record = read_record_or_empty(paths)
+    stopped = record.attempts[1]["start_step"]
+    assert stopped >= reached and record.final_step == 600
+    assert {f["exit_status"] for f in status.frames.values()} == {0}
+    logs = paths.rank_log(0).read_text() + paths.rank_log(1).read_text()
+    assert f"stopped at step {stopped}" in logs and "trainer exited with code 75" in logs
+    report("SIGTERM to frame 1", 0, again - fault)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_gap_a_frame_over_12_hours_that_loses_a_rank_is_dead_today(farm, tmp_path):  # noqa: F811
+    """DOCUMENTS A GAP (issue 10, item 2): a long frame that loses a rank is never retried by Cuebot.
+
+    Both frames are made 13 h old on the double's clock (Cuebot's FRAME_TIME_NO_RETRY is 12 h),
+    then rank 1's trainer is killed. Its frame exits 137 (a "memory failure", otherwise retried
+    whatever the count) and frame 0's survivor exits 4: both are DEAD, the run FAILED. A node agent
+    that restarts the trainer inside the frame, without exiting, is what would save this run.
+    """
+    cue, handle, paths = submit(farm, tmp_path, "longframe", max_retries=1, steps=600, checkpoint_interval=50,
+                                log_interval=10, contact_sheet_interval=1000)
+    wait_step(paths, 60)
+    job = next(j for j in farm.cuebot.jobs() if j.id == handle.job_id)
+    for frame in job.frames:
+        farm.cuebot.state.backdate(frame.id, FRAME_TIME_NO_RETRY_S + 3600)
+    find_trainer(1, paths.root).send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while True:
+        status = cue.describe(handle)
+        if {f["state"] for f in status.frames.values()} == {"DEAD"}:
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(0.3)
+    assert status.state is RunState.FAILED
+    assert (status.frames["1"]["exit_status"], status.frames["0"]["exit_status"]) == (137, 4)
+    assert [f["retries"] for f in status.frames.values()] == [0, 0]
+    assert read_record_or_empty(paths).failure_kind == "rank_lost"
+    cue.cancel(handle)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_losses_a_whole_frame_then_rank_0s_trainer_recover(farm, tmp_path):  # noqa: F811
+    """Loss 1: frame 1 killed whole (SIGKILL to its process group: RQD's /usr/bin/time, the frame, its
+    trainer); RQD reports signal 9, an ordinary failure: frame 1 spends its one retry (JobSpec bounds
+    max_retries to 1) and so does frame 0, whose survivor exits 4. Loss 2: rank 0's trainer SIGKILLed;
+    frame 0 exits 137 (a Cuebot memory failure: retried regardless); frame 1 does not exit: it sees
+    frame 0's new publication, stops its trainer and joins the new gang. SUCCEEDED. (Had loss 2 hit
+    rank 1, frame 0's survivor would exit 4 a second time and be DEAD: the retry budget that the node
+    agent of issue 10, item 2, removes.)
+    """
+    cue, handle, paths = submit(farm, tmp_path, "twolosses", max_retries=3, steps=900, checkpoint_interval=50,
+                                log_interval=10, contact_sheet_interval=1000)
+    for loss in (1, 2):
+        wait_step(paths, (read_record_or_empty(paths).attempts[-1]["start_step"] if loss > 1 else 0) + 60)
+        if loss == 1:
+            what = "whole frame 1 killed"
+            os.killpg(os.getpgid(find_frame(1, str(paths.root)).pid), signal.SIGKILL)
+        else:
+            what = "rank 0's trainer killed"
+            find_trainer(0, paths.root).send_signal(signal.SIGKILL)
+        fault = time.monotonic()
+        reached = int(read_metrics(paths)[-1]["step"])
+        again = wait_attempt(paths, loss + 1)
+        start = read_record_or_empty(paths).attempts[loss]["start_step"]
+        assert 0 <= reached - start <= 60  # at most one checkpoint interval (+ one log interval)
+        report(f"two losses, loss {loss} ({what})", reached - start, again - fault)
+    status = wait_finished(cue, handle, paths, timeout=200)
+    assert status.state is RunState.SUCCEEDED, status
+    assert (status.frames["0"]["retries"], status.frames["1"]["retries"]) == (2, 1)

@@ -1,0 +1,108 @@
+"""Cuebot's frame-completion rules in the double (tests/cuebot/completion.py), without RQDs."""
+
+from __future__ import annotations
+
+from opencue_proto import host_pb2, job_pb2
+
+from tests.cuebot.completion import FRAME_TIME_NO_RETRY_S, MEMORY_INCREASE_KB, Completion
+from tests.cuebot.records import FarmState, FrameRecord, HostRecord, JobRecord, LayerRecord, ProcRecord, new_id
+
+GB4_KB = 4 * 1024 * 1024
+
+
+def farm(max_retries: int = 1, timeout: int = 0, timeout_llu: int = 0) -> tuple[FarmState, FrameRecord]:
+    """One job, one layer, one frame; one host that pinged now."""
+    state = FarmState()
+    job_id, layer_id = new_id(), new_id()
+    layer = LayerRecord(layer_id, job_id, "train", job_pb2.PRE, "true", "0", 1, 0, 100, 100, GB4_KB, 0, 0, False,
+                        [], [], {}, timeout=timeout, timeout_llu=timeout_llu)
+    frame = FrameRecord(new_id(), job_id, layer_id, "0000-train", 0, 0)
+    state.add_job(JobRecord(job_id, "j", "show", "shot", "u", 1000, "local", "linux", 100, False, False,
+                            max_retries, "/tmp", {}, [layer], [frame]))
+    state.hosts["node1"] = HostRecord("node1", "127.0.0.1:1", 400, 8 * GB4_KB, 8 * GB4_KB, [], 0,
+                                      int(state.clock()))
+    return state, frame
+
+
+def run(state: FarmState, frame: FrameRecord, done: Completion | None = None) -> int:
+    """Start the frame on node1; when ``done`` is given, complete it with that report. Returns its state."""
+    proc = ProcRecord(new_id(), frame.id, 100, 0)
+    with state.lock:  # as the dispatcher does
+        state.start_frame(frame, state.hosts["node1"], proc)
+        state.confirm_launch(frame, proc.id)
+    if done is not None:
+        state.complete_frame("node1", proc.id, frame.id, done, 0)
+    return frame.state
+
+
+def test_ordinary_failures_retry_by_count_then_die():
+    state, frame = farm(max_retries=1)
+    assert run(state, frame, Completion(exit_status=4)) == job_pb2.WAITING
+    assert run(state, frame, Completion(exit_status=4)) == job_pb2.DEAD and frame.retry_count == 1
+
+
+def test_memory_failures_33_and_137_retry_past_the_limit_and_raise_the_layer_memory():
+    state, frame = farm(max_retries=0)
+    layer = state.jobs[frame.job_id].layers[0]
+    for status in (137, 33, 137):
+        assert run(state, frame, Completion(exit_status=status)) == job_pb2.WAITING
+    assert layer.min_memory == GB4_KB + 3 * MEMORY_INCREASE_KB
+    assert run(state, frame, Completion(exit_status=1, exit_signal=9)) == job_pb2.DEAD  # RQD's SIGKILL: no
+
+
+def test_nimby_kills_retry_past_the_limit():
+    state, frame = farm(max_retries=0)
+    assert run(state, frame, Completion(exit_status=1, exit_signal=15, nimby_locked=True)) == job_pb2.WAITING
+    assert run(state, frame, Completion(exit_status=286, exit_signal=9, nimby_locked=True)) == job_pb2.WAITING  # RQD's
+    assert run(state, frame, Completion(exit_status=1, exit_signal=15)) == job_pb2.DEAD  # SIGTERM, no NIMBY
+
+
+def test_a_frame_that_ran_over_12_hours_dies_with_retries_left():
+    state, frame = farm(max_retries=1)
+    run(state, frame)
+    state.clock.advance(FRAME_TIME_NO_RETRY_S + 1)
+    proc_id = frame.resource_id
+    state.complete_frame("node1", proc_id, frame.id, Completion(exit_status=4), 0)
+    assert frame.state == job_pb2.DEAD and frame.retry_count == 0
+    state, frame = farm(max_retries=1)
+    run(state, frame)
+    state.clock.advance(FRAME_TIME_NO_RETRY_S - 60)
+    state.complete_frame("node1", frame.resource_id, frame.id, Completion(exit_status=137), 0)
+    assert frame.state == job_pb2.WAITING  # under 12 h: retried
+
+
+def test_layer_and_last_log_update_timeouts_kill_the_frame():
+    state, frame = farm(max_retries=1, timeout=60)
+    run(state, frame)
+    state.clock.advance(61 * 60)
+    state.complete_frame("node1", frame.resource_id, frame.id, Completion(exit_status=137), 0)
+    assert frame.state == job_pb2.DEAD  # before the memory rule
+    state, frame = farm(max_retries=1, timeout_llu=10)
+    run(state, frame)
+    last_log = int(state.clock())
+    state.clock.advance(10 * 60)
+    state.complete_frame("node1", frame.resource_id, frame.id, Completion(4, llu_time=last_log), 0)
+    assert frame.state == job_pb2.DEAD
+
+
+def test_a_host_that_stops_pinging_goes_down_and_its_frames_wait_again():
+    state, frame = farm(max_retries=0)
+    run(state, frame)
+    state.clock.advance(298)  # Cuebot: DOWN after more than 300 s without a ping
+    assert state.sweep_down_hosts() == []
+    state.clock.advance(4)
+    assert state.sweep_down_hosts() == ["node1"]
+    assert state.hosts["node1"].state == host_pb2.DOWN and not state.hosts["node1"].procs
+    assert (frame.state, frame.exit_status, frame.resource_id) == (job_pb2.WAITING, 399, "")
+
+
+def test_the_job_spec_retry_limit_is_bounded_like_cuebots_jobspec(tmp_path):
+    from cue_plugin.builder import dry_run
+    from cue_plugin.spec import TrainingJob
+    from tests.cuebot.jobspec import parse_spec
+    from trainer.config import TrainConfig
+
+    train = TrainConfig(input_dir="/in", target_dir="/gt", run_dir=str(tmp_path / "run"))
+    spec = dry_run(TrainingJob(train, 2, "show", "sh010", "artist", max_retries=3))
+    assert "<maxretries>3</maxretries>" in spec
+    assert parse_spec(spec, log_root=tmp_path)[0].max_retries == 1  # JobSpec.FRAME_RETRIES_MAX

@@ -1,0 +1,59 @@
+"""run.json: one typed, versioned record; today's (version 0) files still read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer import runrecord
+from trainer.exitcodes import ExitCode, describe
+from trainer.gang import GangIncomplete, RankLost
+from trainer.rundir import RunDirError, RunPaths, atomic_write_json
+
+# A run.json as cuetrain wrote it before versions (a farm run that failed on a lost rank).
+VERSION_0 = {"attempts": [{"attempt": 1, "backend": "gloo", "host": "node1", "start_step": 0,
+                           "started_at": "2026-11-20T10:00:00+00:00", "world_size": 2}],
+             "config": {"steps": 400, "run_dir": "/runs/a"}, "error": "RankLost: rank 0 lost rank 1 during training",
+             "failed_rank": 0, "farm": {"attempts_at_submit": 0, "job_id": "j1", "job_name": "show-sh-u_cuetrain"},
+             "finished_at": "2026-11-20T10:05:00+00:00", "pid": 123, "started_at": "2026-11-20T10:00:00+00:00",
+             "state": "failed", "versions": {"torch": "2.13.0"}, "world_size": 2, "later_field": [1, 2]}
+
+
+def test_version_0_file_reads_and_is_rewritten_as_version_1_keeping_unknown_keys(tmp_path):
+    paths = RunPaths.of(tmp_path)
+    atomic_write_json(paths.run_json, VERSION_0)
+    record = runrecord.read_record(paths)
+    assert (record.version, record.state, record.world_size, record.total_steps) == (0, "failed", 2, 400)
+    assert record.failure_kind == "" and record.failed_rank == 0 and record.farm["job_id"] == "j1"
+    assert runrecord.attempts_since_submit(record, "j1") == 1 and runrecord.attempts_since_submit(record, "j2") == 0
+    runrecord.update_record(paths, gang_failure={"reason": "x"})
+    written = json.loads(paths.run_json.read_text())
+    assert written["version"] == 1 and written["later_field"] == [1, 2] and written["error"] == VERSION_0["error"]
+    assert runrecord.read_record(paths).gang_failure == {"reason": "x"}
+
+
+def test_unknown_field_and_wrong_types_are_refused_or_defaulted(tmp_path):
+    paths = RunPaths.of(tmp_path)
+    with pytest.raises(RunDirError, match=r"unknown run.json field\(s\) \['stat'\]; valid: .*state"):
+        runrecord.update_record(paths, stat="running")
+    assert not paths.run_json.exists()
+    record = runrecord.RunRecord.from_dict({"version": 1, "world_size": "two", "attempts": "none", "state": "running"})
+    assert (record.world_size, record.attempts, record.state) == (0, (), "running")
+
+
+def test_failure_kind_is_data_from_the_exception_and_the_state_table_is_one(tmp_path):
+    paths = RunPaths.of(tmp_path)
+    fields = runrecord.failure_fields(GangIncomplete("gang incomplete: ranks 2 did not join"))
+    assert fields == {"failure_kind": "gang_incomplete", "exit_code": 3}
+    assert runrecord.failure_fields(RankLost("x")) == {"failure_kind": "rank_lost", "exit_code": 4}
+    assert runrecord.failure_fields(ValueError("x")) == {"failure_kind": "error", "exit_code": 1}
+    record = runrecord.update_record(paths, state="failed", error="anything at all", **fields)
+    assert record.kind is runrecord.FailureKind.GANG_INCOMPLETE and record.is_terminal
+    assert runrecord.TERMINAL_STATES == ("succeeded", "failed", "cancelled")
+    assert not runrecord.RunRecord(state="stopped").is_terminal
+
+
+def test_exit_code_table_never_uses_cuebots_memory_failure_statuses():
+    assert not {int(c) for c in ExitCode} & {33, 137}
+    assert describe(75).startswith("stopped by a signal") and describe(137) == "killed by signal 9"

@@ -1,0 +1,250 @@
+"""``run.json``: the one typed, versioned record of a run, and its one state table.
+
+Every writer (the trainer's rank 0, frame 0, the farm backend) and every reader (frames, the farm
+backend, ``cuetrain status``, the GUI) goes through this module, the way submitit's ``JobPaths``
+owns a job folder. It imports no torch, no Qt and no opencue, so all of them can use it.
+
+Versions:
+
+- 0: the files cuetrain wrote before this module (no ``version`` key; a failure was only an
+  ``error`` text). They are read as they are, with :attr:`RunRecord.failure_kind` empty.
+- 1 (:data:`RECORD_VERSION`): adds ``version``, ``failure_kind`` (a :class:`FailureKind` value, so
+  nobody matches error texts), ``exit_code`` (:mod:`trainer.exitcodes`) and ``stopped_step``.
+
+Unknown keys (written by a newer cuetrain) are kept in :attr:`RunRecord.extra` and written back
+unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from trainer.rundir import RunDirError, RunPaths, atomic_write_json, read_json
+
+RECORD_VERSION = 1
+
+
+class FailureKind(str, enum.Enum):
+    """Why a run failed or stopped, as data (``run.json`` ``failure_kind``)."""
+
+    NONE = ""
+    GANG_INCOMPLETE = "gang_incomplete"  # not every rank joined within --gang-timeout-s
+    MAIN_UNREACHABLE = "main_unreachable"  # a rank could not reach rank 0's store
+    PORT_IN_USE = "port_in_use"  # rank 0 could not listen on the main port
+    REJECTED = "rejected"  # rank claimed twice or wrong job token
+    RANK_LOST = "rank_lost"  # a rank died or hung during training
+    NETWORK = "network"  # process-group creation or the first collective failed or timed out (trainer.gang.PhaseGuard)
+    STOP_TIMEOUT = "stop_timeout"  # SIGTERM/SIGINT, and no checkpoint within the grace period
+    ERROR = "error"  # anything else (the ``error`` text says what)
+
+
+@dataclass(frozen=True)
+class StateRow:
+    """One row of :data:`STATES`: ``terminal`` = the trainer never leaves it by itself."""
+
+    terminal: bool
+    meaning: str
+
+
+#: THE run-state table (``run.json`` ``state``).
+STATES: dict[str, StateRow] = {
+    "starting": StateRow(False, "run directory created; the gang has not started training"),
+    "running": StateRow(False, "rank 0 is training (an attempt is recorded in attempts)"),
+    "stopped": StateRow(False, "stopped by SIGTERM/SIGINT with a checkpoint at stopped_step; --resume or the farm's "
+                               "retry continues from it"),
+    "succeeded": StateRow(True, "all steps trained, model exported"),
+    "failed": StateRow(True, "the attempt failed; failure_kind and error say why (the farm may still retry)"),
+    "cancelled": StateRow(True, "cancelled by a user"),
+}
+TERMINAL_STATES = tuple(name for name, row in STATES.items() if row.terminal)
+
+
+def now_iso() -> str:
+    """Current UTC time, ISO 8601 to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The content of ``run.json``.
+
+    Attributes:
+        version: record version (0 = a file written before versions existed).
+        state: a key of :data:`STATES` ("" when nothing was recorded yet, e.g. only a submit).
+        config: the trainer config (``TrainConfig.to_dict()``).
+        world_size: ranks of the latest attempt [processes].
+        versions: python/torch/numpy/cuetrain versions of the latest attempt.
+        started_at: ISO time of the first attempt.
+        attempts: one dict per training attempt: attempt, started_at, start_step [steps], world_size,
+            host, backend.
+        pid: process id of the latest rank 0.
+        finished_at: ISO time the latest attempt ended ("" while it runs).
+        final_step: last step trained when succeeded [steps].
+        final_loss: mean L1 loss of the last log interval when succeeded.
+        error: the failure, in words ("" when none).
+        failure_kind: :class:`FailureKind` value ("" when none).
+        failed_rank: rank that recorded the failure, or None.
+        failed_at: ISO time of a failure before training started ("" when none).
+        exit_code: exit code of the latest attempt's rank 0 (:mod:`trainer.exitcodes`), or None.
+        stopped_step: step of the checkpoint written on SIGTERM/SIGINT [steps], or None.
+        farm: the farm job of the latest submit: job_id, job_name, submitted_at, attempts_at_submit, job.
+        gang_failure: frame 0's record when it failed the whole layer (reason, at, attempt, layer, job, cuebot).
+        precision: the latest attempt's forward-pass precision: precision, requested, device, reason
+            (``trainer.precision.Precision.to_dict``).
+        extra: keys this version does not know, kept as they are.
+    """
+
+    version: int = RECORD_VERSION
+    state: str = ""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    world_size: int = 0
+    versions: Mapping[str, str] = field(default_factory=dict)
+    started_at: str = ""
+    attempts: tuple[Mapping[str, Any], ...] = ()
+    pid: int | None = None
+    finished_at: str = ""
+    final_step: int | None = None
+    final_loss: float | None = None
+    error: str = ""
+    failure_kind: str = ""
+    failed_rank: int | None = None
+    failed_at: str = ""
+    exit_code: int | None = None
+    stopped_step: int | None = None
+    farm: Mapping[str, Any] = field(default_factory=dict)
+    gang_failure: Mapping[str, Any] = field(default_factory=dict)
+    precision: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> "RunRecord":
+        """Parse a ``run.json`` object of any version; wrong-typed fields fall back to their defaults."""
+        known = {f.name: f for f in fields(cls) if f.name != "extra"}
+        values: dict[str, Any] = {"version": int(obj.get("version", 0) or 0)}
+        for name, value in obj.items():
+            if name in known and name != "version":
+                values[name] = _coerce(name, value)
+        values = {k: v for k, v in values.items() if v is not None or k in _NULLABLE}
+        extra = {k: v for k, v in obj.items() if k not in known}
+        return cls(**values, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object written to ``run.json`` (always :data:`RECORD_VERSION`)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out["attempts"] = [dict(a) for a in self.attempts]
+        out["version"] = RECORD_VERSION
+        return {**dict(self.extra), **out}
+
+    @property
+    def is_terminal(self) -> bool:
+        """True when :attr:`state` is terminal in :data:`STATES`."""
+        return self.state in TERMINAL_STATES
+
+    @property
+    def total_steps(self) -> int:
+        """``config.steps`` (0 when unknown)."""
+        steps = self.config.get("steps", 0)
+        return int(steps) if isinstance(steps, (int, float)) else 0
+
+    @property
+    def kind(self) -> FailureKind:
+        """:attr:`failure_kind` as a :class:`FailureKind` (``ERROR`` for a value this version does not know)."""
+        try:
+            return FailureKind(self.failure_kind)
+        except ValueError:
+            return FailureKind.ERROR
+
+
+_NULLABLE = {"pid", "final_step", "final_loss", "failed_rank", "exit_code", "stopped_step"}
+_TYPES: dict[str, Any] = {"state": str, "config": dict, "world_size": int, "versions": dict, "started_at": str,
+                          "pid": int, "finished_at": str, "final_step": int, "final_loss": float, "error": str,
+                          "failure_kind": str, "failed_rank": int, "failed_at": str, "exit_code": int,
+                          "stopped_step": int, "farm": dict, "gang_failure": dict, "precision": dict}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name == "attempts":
+        return tuple(a for a in value if isinstance(a, Mapping)) if isinstance(value, list) else None
+    kind = _TYPES[name]
+    if value is None:
+        return None
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return value if kind not in (int, float) and isinstance(value, kind) else None
+
+
+def read_record(paths: RunPaths) -> RunRecord:
+    """Read ``run.json`` (any version).
+
+    Raises:
+        RunDirError: missing or unreadable file (the message names it).
+    """
+    return RunRecord.from_dict(read_json(paths.run_json))
+
+
+def read_record_or_empty(paths: RunPaths) -> RunRecord:
+    """:func:`read_record`, or an empty record (version :data:`RECORD_VERSION`, state "") when there is none."""
+    try:
+        return read_record(paths)
+    except RunDirError:
+        return RunRecord()
+
+
+_FIELDS = frozenset(f.name for f in fields(RunRecord)) - {"extra", "version"}
+
+
+def update_record(paths: RunPaths, **changes: Any) -> RunRecord:
+    """Merge ``changes`` (field names of :class:`RunRecord`) into ``run.json`` and write it atomically.
+
+    The file is created when missing and always written as version :data:`RECORD_VERSION`.
+    Returns the new record.
+
+    Raises:
+        RunDirError: an unknown field name (the valid ones are listed), or the write failed.
+    """
+    unknown = sorted(set(changes) - _FIELDS)
+    if unknown:
+        raise RunDirError(f"unknown run.json field(s) {unknown}; valid: {', '.join(sorted(_FIELDS))}")
+    if "attempts" in changes:
+        changes["attempts"] = tuple(changes["attempts"])
+    record = replace(read_record_or_empty(paths), **changes)
+    json.dumps(record.to_dict(), default=str)  # fail here, before the file is touched
+    atomic_write_json(paths.run_json, record.to_dict())
+    return record
+
+
+def start_attempt(paths: RunPaths, *, config: Mapping[str, Any], world_size: int, start_step: int, backend: str,
+                  host: str, pid: int, versions: Mapping[str, str]) -> RunRecord:
+    """Record a new training attempt (state ``running``; ``attempts`` grows by one; failure fields cleared)."""
+    record = read_record_or_empty(paths)
+    attempts = [*record.attempts, {"attempt": len(record.attempts) + 1, "started_at": now_iso(),
+                                   "start_step": start_step, "world_size": world_size, "host": host,
+                                   "backend": backend}]
+    return update_record(paths, config=dict(config), world_size=world_size, state="running", versions=dict(versions),
+                         started_at=attempts[0]["started_at"], attempts=attempts, pid=pid, finished_at="", error="",
+                         failure_kind="", failed_rank=None, exit_code=None, stopped_step=None)
+
+
+def attempts_since_submit(record: RunRecord, job_id: str) -> int:
+    """Training attempts recorded since job ``job_id`` was submitted (0 when ``farm.job_id`` is another job)."""
+    if not job_id or record.farm.get("job_id") != job_id:
+        return 0
+    try:
+        at_submit = int(record.farm.get("attempts_at_submit", 0) or 0)
+    except (TypeError, ValueError):
+        at_submit = 0
+    return max(0, len(record.attempts) - at_submit)
+
+
+def failure_fields(exc: BaseException) -> dict[str, Any]:
+    """``failure_kind`` and ``exit_code`` for a failed attempt: the exception's ``kind`` and ``exit_code``
+    attributes (trainer.gang's errors carry them), else ``error`` and 1 (Python's exit code for an
+    uncaught exception)."""
+    kind = getattr(exc, "kind", FailureKind.ERROR)
+    return {"failure_kind": FailureKind(kind).value, "exit_code": int(getattr(exc, "exit_code", 1))}

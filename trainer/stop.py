@@ -1,0 +1,217 @@
+"""Stopping on SIGTERM/SIGINT: the gang agrees on a step, rank 0 checkpoints there, every rank exits 75.
+
+Who sends SIGTERM, and how long before SIGKILL (the grace a checkpoint must fit in):
+
+- OpenCue itself never does: RQD kills a frame (a Cuebot kill, a NIMBY lock, RQD's shutdown) with
+  ``os.killpg(pid, KILL_SIGNAL)``, ``KILL_SIGNAL = 9`` (AcademySoftwareFoundation/OpenCue
+  rqd/rqd/rqnetwork.py ``RunningFrame.kill``, rqd/rqd/rqconstants.py; ``RqCore.killAllFrame`` in
+  rqd/rqd/rqcore.py calls it for NIMBY and shutdown), and Cuebot only asks RQD for that kill
+  (``RqdClient.killFrame``): 0 s, nothing can be saved, the frame resumes from the latest periodic
+  checkpoint.
+- The machine around it does: systemd stops services and user sessions with SIGTERM and sends
+  SIGKILL after ``DefaultTimeoutStopSec`` = 90 s (systemd-system.conf(5)); Kubernetes waits
+  ``terminationGracePeriodSeconds`` = 30 s (Pod lifecycle docs); ``docker stop`` 10 s unless
+  ``--time``/``stop_grace_period`` is set (docker CLI reference); a wrangler's ``kill PID``.
+- cuetrain's own supervisors (``cuetrain local`` on Ctrl-C, a frame passing on its SIGTERM) wait
+  :data:`SUPERVISOR_GRACE_S`, more than the default grace, before SIGKILL.
+
+So the default grace is :data:`DEFAULT_GRACE_S` = 20 s (``--stop-grace-s``): under Kubernetes' 30 s
+and systemd's 90 s; containers run with ``docker stop --time 30`` or more.
+
+Agreement (:class:`GangStop`): at the end of every step each rank starts an asynchronous MAX
+all-reduce of its "signal received" flag on a gloo (CPU) group and waits for the one it started a
+step before. All ranks see the same sums in the same order, so they agree on the step without
+a GPU sync and without waiting on the network (the reduce runs behind a whole step's compute).
+The stop happens at the first optimizer-update step after the vote (no gradients pending), so a
+SIGTERM to ANY rank stops the whole gang at the same step, 1 to ``sync_interval`` steps later.
+
+Grace (:class:`StopSignal`): CPython runs Python signal handlers only between bytecodes of the main
+thread, which may sit in a hung collective. So the handler's C part also writes the signal number
+to a pipe (``signal.set_wakeup_fd``), and a watchdog thread reading that pipe ends the process with
+exit code 76 (:data:`trainer.exitcodes.ExitCode.STOP_TIMEOUT`) if the checkpoint is not written
+within the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from trainer import runrecord
+from trainer.exitcodes import ExitCode
+from trainer.rundir import RunPaths
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_S = 20.0  # seconds from SIGTERM/SIGINT to exit (checkpoint included)
+SUPERVISOR_GRACE_S = DEFAULT_GRACE_S + 10.0  # seconds cuetrain's supervisors wait before SIGKILL
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopTraining(Exception):
+    """The gang stopped at ``step`` after SIGTERM/SIGINT (rank 0 wrote the checkpoint); exit code 75."""
+
+    exit_code = int(ExitCode.STOPPED)
+    timeout_code = int(ExitCode.STOP_TIMEOUT)  # what the watchdog exits with when the grace runs out
+
+    def __init__(self, step: int, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name if signum else 'a peer'} at step {step}; "
+                         "the checkpoint of that step is written: --resume (or the farm's retry) continues there")
+        self.step, self.signum = step, signum
+
+
+class StopSignal:
+    """Traps SIGTERM and SIGINT for this process; :attr:`signum` is the first one received (0: none).
+
+    Args:
+        grace_s: seconds from the signal to a forced exit [s].
+        on_timeout: called by the watchdog before the forced exit (e.g. record it in run.json).
+
+    Use as a context manager from the main thread; leaving restores the previous handlers.
+    """
+
+    def __init__(self, grace_s: float = DEFAULT_GRACE_S, on_timeout: Callable[[], None] | None = None) -> None:
+        self.grace_s = grace_s
+        self.on_timeout = on_timeout
+        self.signum = 0
+        self.received_at = 0.0  # time.monotonic() of the first signal
+        self._done = threading.Event()
+        self._previous: dict[int, Any] = {}
+        self._old_fd = -1
+        self._pipe: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "StopSignal":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals are delivered to the main thread only; nothing to trap here
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        self._pipe = (r, w)
+        for signum in SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handler)
+        self._old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Restore the handlers and stop the watchdog (idempotent)."""
+        self._done.set()
+        if self._pipe is None:
+            return
+        signal.set_wakeup_fd(self._old_fd)
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        os.write(self._pipe[1], b"\0")  # wake the watchdog so it sees _done
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for fd in self._pipe:
+            os.close(fd)
+        self._pipe = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if not self.signum:
+            self.signum = signum
+
+    def _watch(self) -> None:
+        assert self._pipe is not None  # set before the thread starts
+        r = self._pipe[0]
+        deadline = None
+        while not self._done.is_set():
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([r], [], [], wait)
+            if ready:
+                data = os.read(r, 64)
+                if deadline is None and any(b in (int(s) for s in SIGNALS) for b in data):
+                    self.received_at = time.monotonic()
+                    deadline = self.received_at + self.grace_s
+                    log.warning("signal received: stopping at the next step the gang agrees on "
+                                "(checkpoint within %.0f s)", self.grace_s)
+            elif deadline is not None and time.monotonic() >= deadline and not self._done.is_set():
+                self._force_exit()
+
+    def _force_exit(self) -> None:
+        log.error("no checkpoint within the %.0f s stop grace period (a hung collective or a slow disk?); exiting "
+                  "with code %d, resume continues from the previous checkpoint", self.grace_s, ExitCode.STOP_TIMEOUT)
+        try:
+            if self.on_timeout is not None:
+                self.on_timeout()
+        except Exception as exc:  # noqa: BLE001 - best effort before a forced exit
+            log.error("could not record the stop timeout: %s", exc)
+        finally:
+            logging.shutdown()
+            sys.stdout.flush()
+            os._exit(int(ExitCode.STOP_TIMEOUT))
+
+    def finished(self) -> None:
+        """The stop completed (checkpoint written): the watchdog will not force an exit."""
+        self._done.set()
+
+
+class GangStop:
+    """The gang's vote on stopping (module doc): call :meth:`poll` once per step on every rank.
+
+    Args:
+        signal_: this process's :class:`StopSignal`.
+        distributed: False for a single process (the local flag decides at once).
+        group_factory: makes the gloo process group for the vote (``torch.distributed.new_group``);
+            called on every rank, in the same order, when ``distributed``.
+    """
+
+    def __init__(self, signal_: StopSignal, distributed: bool, group_factory: Callable[[], Any] | None = None) -> None:
+        self.signal = signal_
+        self.agreed = False
+        self._group = group_factory() if distributed and group_factory is not None else None
+        self._flag: Any = None
+        self._work: Any = None
+
+    def poll(self) -> bool:
+        """True once any rank has received SIGTERM/SIGINT (the same step on every rank; 1 step late when distributed).
+
+        Raises:
+            RuntimeError: the vote's collective failed (a rank died): the caller's failure path handles it.
+        """
+        if self.agreed:
+            return True
+        if self._group is None:
+            self.agreed = bool(self.signal.signum)
+            return self.agreed
+        import torch
+        import torch.distributed as dist
+
+        if self._work is not None:
+            self._work.wait()
+            self.agreed = bool(self._flag.item())
+            if self.agreed:
+                self._work = None
+                return True
+        self._flag = torch.tensor([1 if self.signal.signum else 0], dtype=torch.int32)
+        self._work = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        return False
+
+    def close(self) -> None:
+        """Wait for the vote still in flight (every rank started the same number), so teardown is clean."""
+        work, self._work = self._work, None
+        if work is not None:
+            try:
+                work.wait()
+            except Exception as exc:  # noqa: BLE001 - the run is over; a dead peer does not matter now
+                log.debug("last stop vote failed: %s", exc)
+
+
+def record_stop_timeout(paths: RunPaths) -> Callable[[], None]:
+    """An ``on_timeout`` for rank 0's :class:`StopSignal`: records ``failure_kind: stop_timeout`` and exit 76."""
+    def record() -> None:
+        runrecord.update_record(paths, state="failed", failure_kind=runrecord.FailureKind.STOP_TIMEOUT.value,
+                                error="no checkpoint within the stop grace period after SIGTERM/SIGINT",
+                                exit_code=int(ExitCode.STOP_TIMEOUT), finished_at=runrecord.now_iso())
+    return record
