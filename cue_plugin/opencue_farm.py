@@ -246,12 +246,16 @@ class OpenCueFarm:
             frames = cue_job.getFrames()
         job_state = job_pb2.JobState.Name(cue_job.data.state)
         states = [job_pb2.FrameState.Name(f.data.state) for f in frames]
-        detail = {str(f.data.number): {"state": s, "host": f.data.last_resource.split("/", 1)[0],
-                                       "retries": f.data.retry_count, "exit_status": f.data.exit_status}
-                  for f, s in zip(frames, states)}
+        # frames of the training layer are ranks (keyed by number); others (the infer layer) "LAYER/NUMBER"
+        training = [f.data.layer_name in ("", builder.LAYER_NAME) for f in frames]
+        detail = {(str(f.data.number) if train else f"{f.data.layer_name}/{f.data.number}"):
+                  {"state": s, "host": f.data.last_resource.split("/", 1)[0], "retries": f.data.retry_count,
+                   "exit_status": f.data.exit_status}
+                  for f, s, train in zip(frames, states, training)}
+        rank_states = [s for s, train in zip(states, training) if train]
         native = job_state + (" (paused)" if cue_job.data.is_paused else "")
-        return JobStatus(state=run_state(job_state, states), ranks_running=states.count("RUNNING"),
-                         ranks_total=len(states), native_state=native, frames=detail)
+        return JobStatus(state=run_state(job_state, states), ranks_running=rank_states.count("RUNNING"),
+                         ranks_total=len(rank_states), native_state=native, frames=detail)
 
     def cancel(self, handle: JobHandle) -> None:
         """Kill the job; a finished or unknown job is not an error (idempotent).

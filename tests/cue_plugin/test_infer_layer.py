@@ -187,6 +187,8 @@ def test_train_then_infer_on_the_farm_matches_local_inference(farm, tmp_path):  
     assert {job_pb2.FrameState.Name(f.state) for fs in by_layer.values() for f in fs} == {"SUCCEEDED"}
     assert sorted(f.number for f in by_layer["infer"]) == [1001, 1003, 1005]  # chunks of 2 over 1001-1005
     assert min(f.start_time for f in by_layer["infer"]) >= max(f.stop_time for f in by_layer["train"])
+    status = cue.describe(handle)  # the Runs panel's ranks: frames of layer train only
+    assert (status.ranks_total, sorted(status.frames)) == (2, ["0", "1", "infer/1001", "infer/1003", "infer/1005"])
 
     local = tmp_path / "local"
     result = run_cli("infer", "--model", str(run.model), "--input", str(plates), "--output", str(local))
