@@ -29,7 +29,8 @@ pytestmark = pytest.mark.slow
 
 
 def submit(farm: MultiHostFarm, tmp_path: Path, name: str, *, world_size: int = 3, env: dict | None = None,
-           max_retries: int = 0, rendezvous: str = "file", **train) -> tuple[OpenCueFarm, JobHandle, RunPaths]:
+           max_retries: int = 0, rendezvous: str = "file", ranks_per_frame: int = 1,
+           **train) -> tuple[OpenCueFarm, JobHandle, RunPaths]:
     inp, tgt = make_pairs(tmp_path / "data")
     values = dict(steps=4, batch_size=3, crop_size=16, model_size="small", log_interval=2, checkpoint_interval=2,
                   contact_sheet_interval=4)
@@ -38,7 +39,8 @@ def submit(farm: MultiHostFarm, tmp_path: Path, name: str, *, world_size: int = 
     extra = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     job = templates.make_job(cfg, template="cpu-test", world_size=world_size, show="cuetrain", shot="multihost",
                              user="trainer", extra_env=extra, rendezvous=rendezvous, rendezvous_timeout_s=40,
-                             max_retries=max_retries, cores=FRAME_CORES)
+                             max_retries=max_retries, ranks_per_frame=ranks_per_frame,
+                             cores=FRAME_CORES / ranks_per_frame)  # per rank: a frame of L ranks fills one host
     cue = OpenCueFarm(hosts=[farm.cuebot.bridge_address], allow_root=True)
     return cue, cue.submit(job), RunPaths.of(cfg.run_dir)
 
@@ -99,6 +101,27 @@ def test_b_the_cuebot_rendezvous_finds_frame_0_through_pycue_find_frame(multihos
     assert not paths.rendezvous.exists()  # nothing is published in the run directory in this mode
     assert read_json(paths.run_json)["final_step"] == 4
     print(f"(b) --rendezvous cuebot, 3 hosts: submit -> SUCCEEDED in {took:.1f} s")
+
+
+@pytest.mark.timeout(150)
+def test_two_hosts_with_two_ranks_per_frame(multihost_farm, tmp_path):
+    """Issue 9 item 4 in the bed: world size 4, 2 ranks per frame = 2 frames, one per host, 4 ranks in one gang."""
+    farm = multihost_farm
+    t0 = time.monotonic()
+    with use_pycue(farm.cuebot.bridge_address):
+        cue, handle, paths = submit(farm, tmp_path, "rpf", world_size=4, ranks_per_frame=2, batch_size=4)
+        status = wait_finished(cue, handle, paths, timeout=120)
+    took = time.monotonic() - t0
+    assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
+    assert sorted(status.frames) == ["0", "1"]  # ONE layer of 2 frames
+    assert len({f["host"] for f in status.frames.values()}) == 2  # each frame booked a whole host (2 x 1 core)
+    record = read_json(paths.run_json)
+    assert record["world_size"] == 4 and record["final_step"] == 4
+    frame1_ip = status.frames["1"]["host"]
+    for rank in (2, 3):  # frame 1's ranks reach frame 0's host through the bridge, not loopback
+        text = paths.rank_log(rank).read_text()
+        assert f"collective interface eth0 ({frame1_ip})" in text, text[-3000:]
+    print(f"2 hosts x 2 ranks per frame: submit -> SUCCEEDED in {took:.1f} s")
 
 
 def wait_for(predicate, timeout: float, what: str, paths: RunPaths) -> float:
