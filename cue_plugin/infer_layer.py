@@ -290,13 +290,21 @@ def job_from_args(ns: argparse.Namespace) -> InferenceJob:
 
 
 def submit_infer(ns: argparse.Namespace, farm: Any) -> int:
-    """``cuetrain submit-infer``: print the spec (``--dry-run``) or launch it through ``farm.launch_spec``."""
+    """``cuetrain submit-infer``: print the spec (``--dry-run``) or launch it through ``farm.launch_spec``.
+
+    With ``--json`` stdout is one object (:mod:`cue_plugin.jsonout`): ``{"spec": XML}`` for ``--dry-run``,
+    else ``{"submitted": handle, "frames": N, "chunk": N}`` (what :class:`gui.farm_process.ProcessFarm` reads).
+    """
+    from cue_plugin import jsonout
+
     job = job_from_args(ns)
     spec = dry_run(job, python=getattr(farm, "python", None))
     if ns.dry_run:
-        print(spec)
-        return 0
+        return jsonout.emit({"spec": spec}) if getattr(ns, "json", False) else (print(spec) or 0)
     handle: JobHandle = farm.launch_spec(spec, user=job.user)
+    if getattr(ns, "json", False):
+        return jsonout.emit({"submitted": jsonout.handle_dict(handle), "frames": len(job.infer.frames),
+                             "chunk": job.infer.chunk})
     print(f"submitted {handle.job_name} (id {handle.job_id}): {len(job.infer.frames)} input frames in "
           f"chunks of {job.infer.chunk}")
     return 0

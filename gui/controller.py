@@ -334,6 +334,29 @@ class RunsController(QObject):
 
         self._start_action(run.run_dir, work)
 
+    def submit_infer(self, run_dir: str, input_dir: str, output_dir: str, template: str = "") -> None:
+        """Apply the run's ``model.pt`` to a shot on the farm (``farm.submit_infer``, a separate job); ends in
+        an ``action_*`` signal. Show and shot are the run's submitted job's; the run keeps its own job handle."""
+        run = self.run(run_dir)
+        if run is None:
+            return
+        recorded = run.job_record()
+        show, shot = str(recorded.get("show") or ""), str(recorded.get("shot") or "")
+        if not show or not shot:
+            self.action_failed.emit(run.run_dir, "no submitted job is recorded for this run, so its show and "
+                                    "shot are unknown; run cuetrain submit-infer --show S --shot S by hand")
+            return
+        model = os.path.join(run.run_dir, "model.pt")
+
+        def work() -> Outcome:
+            submit = getattr(self.farm(), "submit_infer", None)
+            if not callable(submit):
+                raise FarmError("this farm cannot submit inference jobs; use cuetrain submit-infer")
+            new = submit(model, input_dir, output_dir, show, shot, template)
+            return Outcome(run.run_dir, f"submitted inference job {new.job_name or new.job_id} -> {output_dir}")
+
+        self._start_action(run.run_dir, work)
+
     def _start_action(self, run_dir: str, work: Callable[[], Outcome]) -> None:
         def task() -> None:
             try:

@@ -8,6 +8,7 @@ imports only qtpy, pyqtgraph, numpy and cuetrain's pure modules; :class:`Process
 
     CUETRAIN_PYTHON -m trainer.cli submit --job-json - --json      (the job on stdin)
     CUETRAIN_PYTHON -m trainer.cli status|cancel|retry JOB --json
+    CUETRAIN_PYTHON -m trainer.cli submit-infer --model RUN_DIR/model.pt --input IN --output OUT ... --json
 
 and reading one JSON object from stdout (:mod:`cue_plugin.jsonout`). Calls block, so they run on the
 controller's worker threads, never on the GUI thread. ``CUETRAIN_PYTHON`` is read in
@@ -98,6 +99,20 @@ class ProcessFarm:
             FarmError: the environment cannot be started, or the farm refused (the child's message).
         """
         data = self._call(["submit"], stdin=jsonout.job_to_json(job), progress=progress)
+        return jsonout.handle_from(data["submitted"])
+
+    def submit_infer(self, model: str, input_dir: str, output_dir: str, show: str, shot: str,
+                     template: str = "") -> JobHandle:
+        """Submit an inference job for an existing ``model`` (RUN_DIR/model.pt):
+        ``cuetrain submit-infer --model M --input IN --output OUT [--template T] --show S --shot S --json``.
+
+        Raises:
+            FarmError: the environment cannot be started, or cuetrain/the farm refused (its message).
+        """
+        arguments = ["submit-infer", "--model", model, "--input", input_dir, "--output", output_dir]
+        if template:
+            arguments += ["--template", template]
+        data = self._call([*arguments, "--show", show, "--shot", shot])
         return jsonout.handle_from(data["submitted"])
 
     def describe(self, handle: JobHandle) -> JobStatus:

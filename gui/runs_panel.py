@@ -16,6 +16,7 @@ from gui import actions
 from gui.contact_sheet import ContactSheetView
 from gui.controller import RunsController
 from gui.graph import GraphView
+from gui.infer_dialog import InferDialog, model_file
 from gui.records import Run, format_duration, format_number
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,8 @@ log = logging.getLogger(__name__)
 COLUMNS = ("Run", "Job", "State", "Ranks", "Step", "Loss", "Images/s", "ETA", "Graph", "Sheet")
 GRAPH_COL, SHEET_COL = COLUMNS.index("Graph"), COLUMNS.index("Sheet")
 _RUN_DIR_ROLE = Qt.ItemDataRole.UserRole
+#: The action that applies a finished run's model.pt to a shot (``cuetrain submit-infer``).
+INFER_ACTION = "Apply to Shot on Farm..."
 
 
 def row_texts(run: Run) -> list[str]:
@@ -76,7 +79,8 @@ class RunsPanel(QWidget):
         bar = QHBoxLayout()
         for name, slot in (("New Training...", self.new_training_requested.emit), ("Add Run Folder...", self._add_folder),
                            ("Remove", self._remove), ("Open Folder", self._open_folder), ("Cancel Job", self._cancel),
-                           ("Retry/Resume", self._retry), ("Open in CueGUI", self._open_cuegui),
+                           ("Retry/Resume", self._retry), (INFER_ACTION, self._apply_to_shot),
+                           ("Open in CueGUI", self._open_cuegui),
                            ("Refresh", self.controller.poll_async)):
             button = self.buttons[name] = QPushButton(name)
             button.clicked.connect(lambda _=False, s=slot: s())
@@ -190,6 +194,9 @@ class RunsPanel(QWidget):
             self.buttons[name].setEnabled(run is not None)
         self.buttons["Cancel Job"].setEnabled(run is not None and run.handle is not None and not run.is_finished)
         self.buttons["Open in CueGUI"].setEnabled(self._has_cuegui)
+        has_model = run is not None and bool(model_file(run.run_dir))
+        self.buttons[INFER_ACTION].setEnabled(has_model)
+        self.buttons[INFER_ACTION].setToolTip("" if has_model else "the selected run has no model.pt yet")
 
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a cuetrain run directory")
@@ -218,6 +225,22 @@ class RunsPanel(QWidget):
             log.info("retry/resume requested for %s", self.selected_run())
             self.controller.retry(self.selected_run())
 
+    def _apply_to_shot(self) -> None:
+        """Ask for the shot's input and output folders, then submit an inference job for the run's model.pt."""
+        run_dir = self.selected_run()
+        if not run_dir or not model_file(run_dir):
+            return
+        dialog = self.make_infer_dialog(run_dir)
+        if dialog.exec() != InferDialog.DialogCode.Accepted:
+            return
+        input_dir, output_dir, template = dialog.values()
+        self.show_message("submitting inference...")
+        self.controller.submit_infer(run_dir, input_dir, output_dir, template)
+
+    def make_infer_dialog(self, run_dir: str) -> InferDialog:
+        """The dialog :meth:`_apply_to_shot` shows (tests replace it)."""
+        return InferDialog(run_dir, self)
+
     def _open_cuegui(self) -> None:
         error = actions.launch_cuegui()
         self.show_message(error or "CueGUI started", error=bool(error))
@@ -233,7 +256,7 @@ class RunsPanel(QWidget):
             return
         self.table.selectRow(row)
         menu = QMenu(self)
-        for name in ("Open Folder", "Cancel Job", "Retry/Resume", "Open in CueGUI", "Remove"):
+        for name in ("Open Folder", "Cancel Job", "Retry/Resume", INFER_ACTION, "Open in CueGUI", "Remove"):
             action = menu.addAction(name)
             action.setEnabled(self.buttons[name].isEnabled())
             action.triggered.connect(self.buttons[name].click)

@@ -24,6 +24,7 @@ from tests.conftest import make_pairs, run_cli
 from tests.cue_plugin.conftest import make_config
 from tests.cue_plugin.test_builder import PYTHON, TOKEN, check_golden, fixed_submitter  # noqa: F401 (fixture)
 from tests.cue_plugin.test_e2e_training import ROOT, farm, wait_finished  # noqa: F401 (fixture)
+from tests.cuebot.completion import Completion
 from tests.cuebot.jobspec import NotSupported, parse_spec
 from tests.cuebot.records import FarmState
 from trainer.config import TrainConfig
@@ -114,11 +115,11 @@ def test_double_holds_the_depending_layer_until_the_other_completes(tmp_path):
     assert states(train) == {job_pb2.WAITING} and states(infer) == {job_pb2.DEPEND}
     frames = [f for f in job.frames if f.layer_id == train.id]
     for frame, exit_status in ((frames[0], 0), (frames[1], 1)):  # one succeeds, one fails (retried: WAITING)
-        frame.resource_id = frame.id
-        state.complete_frame("", frame.id, frame.id, exit_status, 0, 0)
+        frame.resource_id, frame.state = frame.id, job_pb2.RUNNING  # as the dispatcher leaves it
+        state.complete_frame("", frame.id, frame.id, Completion(exit_status=exit_status), 0)
     assert states(infer) == {job_pb2.DEPEND}
-    frames[1].resource_id = frames[1].id
-    state.complete_frame("", frames[1].id, frames[1].id, 0, 0, 0)
+    frames[1].resource_id, frames[1].state = frames[1].id, job_pb2.RUNNING  # its retry ran
+    state.complete_frame("", frames[1].id, frames[1].id, Completion(exit_status=0), 0)
     assert states(train) == {job_pb2.SUCCEEDED} and states(infer) == {job_pb2.WAITING}
     assert job.state == job_pb2.PENDING
 
