@@ -17,6 +17,8 @@ from trainer.envvars import CueFrameEnv
 from trainer.rundir import RunPaths
 from trainer.supervise import EXIT_NO_TRAINER, Devices, GangExit, RankLogs, run_ranks
 
+_LOGGERS = ("cue_plugin", "trainer.supervise")  # the frame's own records
+
 __all__ = ["EXIT_NO_TRAINER", "GangExit", "RankLog", "frame_devices", "frame_ranks", "run_ranks"]
 
 
@@ -48,14 +50,18 @@ class RankLog:
         """Lines are flushed as written."""
 
     def attach(self) -> None:
-        root = logging.getLogger("cue_plugin")
-        root.addHandler(self._handler)
-        if root.level == logging.NOTSET or root.level > logging.INFO:
-            root.setLevel(logging.INFO)
+        """Send the records of the frame (``cue_plugin``) and of its rank supervisor (``trainer.supervise``)
+        through this log: paced on stdout, and in the first rank's log file."""
+        for name in _LOGGERS:
+            root = logging.getLogger(name)
+            root.addHandler(self._handler)
+            if root.level == logging.NOTSET or root.level > logging.INFO:
+                root.setLevel(logging.INFO)
 
     def close(self) -> None:
         """Detach, wait until RQD has read every stdout line, close the rank logs."""
-        logging.getLogger("cue_plugin").removeHandler(self._handler)
+        for name in _LOGGERS:
+            logging.getLogger(name).removeHandler(self._handler)
         self._stdout.drain()
         self.logs.close()
 

@@ -30,15 +30,16 @@ raise RuntimeError("boom at the end")
 """
 # The frame side: the real tee; "unpaced" writes stdout without pacing (the behaviour before framelog).
 FRAME = """import sys
-from cue_plugin.supervise import RankLog, run_trainer
+from cue_plugin.supervise import RankLog, run_ranks
 from trainer.rundir import RunPaths
 run_dir, mode, burst = sys.argv[1:]
 paths = RunPaths.of(run_dir)
 paths.create()
 out = RankLog(paths, 0)
+out.attach()
 if mode == "unpaced":
     out._stdout._paced = False
-code = run_trainer([sys.executable, burst], {"PATH": "/usr/bin:/bin"}, out).code
+code = run_ranks([sys.executable, burst], [(0, {"PATH": "/usr/bin:/bin"})], out.logs).code
 out.close()
 assert code == 1, code
 """  # exits 0: a DEAD frame would keep the job from FINISHED
@@ -116,8 +117,10 @@ def test_rqd_logs_every_line_of_a_paced_frame_including_the_traceback(rqd_farm, 
 
     expected = [f"line-{i:04d}" for i in range(LINES)]
     assert paced[:LINES] == expected
-    traceback = paced[LINES:]
-    assert traceback[0] == "Traceback (most recent call last):" and traceback[-1] == "RuntimeError: boom at the end"
+    traceback = paced[LINES:paced.index("RuntimeError: boom at the end") + 1]
+    assert traceback[0] == "Traceback (most recent call last):" and len(traceback) >= 4  # the whole traceback
+    assert "rank 0 exited with code 1" in paced[-1]  # then the supervisor's own record, paced as well
     assert paced == rank_log  # 100%: the frame log CueGUI shows == the rank's own complete log
-    assert unpaced == rank_log[:len(unpaced)]  # unpaced: an in-order prefix (its length is timing; printed)
+    unpaced_log = (run_dirs["unpaced"] / "logs" / "rank_0.log").read_text().splitlines()
+    assert unpaced == unpaced_log[:len(unpaced)]  # unpaced: an in-order prefix (its length is timing; printed)
     print(f"RQD logged {len(paced)}/{len(rank_log)} lines paced, {len(unpaced)}/{len(rank_log)} unpaced")

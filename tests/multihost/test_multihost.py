@@ -156,7 +156,8 @@ def test_c_a_host_whose_link_goes_down_fails_the_survivors_in_time_and_the_farm_
     # the collective times out; rank 2's heartbeat has been still since the link went down, so it is named at once
     assert failed_after < collective_s + 8, failed_after
     assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
-    assert all(status.frames[str(r)]["retries"] >= 1 for r in (0, 1)), status.frames
+    # frame 0 is retried by the farm; the other frames may re-join its new attempt without a retry of their own
+    assert status.frames["0"]["retries"] >= 1, status.frames
     record = read_json(paths.run_json)
     starts = [a["start_step"] for a in record["attempts"]]
     assert record["final_step"] == 240 and len(starts) >= 2 and starts[-1] > 0, starts
