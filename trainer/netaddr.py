@@ -184,5 +184,8 @@ def describe_route(destination: str) -> str:
     src = kernel_route(destination)
     if src is None:
         return "with no route from this host (name unknown or network unreachable)"
-    name = interface_of(src, interfaces()) or "?"
+    try:
+        name = interface_of(src, interfaces()) or "?"
+    except ImportError:  # psutil missing in this interpreter: a message must not fail for it
+        name = "?"
     return f"via {name} ({src}){' = this host itself: loopback' if is_loopback(src) else ''}"
