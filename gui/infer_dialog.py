@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 
-from qtpy.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit,
-                            QPushButton, QWidget)
+from qtpy.QtWidgets import QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLineEdit, QWidget
 
 from cue_plugin.templates import list_templates
+from gui.submit_dialog import folder_row
 
 
 def model_file(run_dir: str) -> str:
@@ -32,8 +32,8 @@ class InferDialog(QDialog):
         for name in list_templates():
             self.template_box.addItem(name, name)
         form = QFormLayout(self)
-        form.addRow("Shot frames (input folder)", self._with_browse(self.input_edit))
-        form.addRow("Write results to", self._with_browse(self.output_edit))
+        form.addRow("Shot frames (input folder)", folder_row(self, self.input_edit))
+        form.addRow("Write results to", folder_row(self, self.output_edit))
         form.addRow("Farm template", self.template_box)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.accepted.connect(self.accept)
@@ -46,21 +46,6 @@ class InferDialog(QDialog):
     def values(self) -> tuple[str, str, str]:
         """``(input_dir, output_dir, template)``; template "" means the built-in defaults."""
         return self.input_edit.text().strip(), self.output_edit.text().strip(), str(self.template_box.currentData() or "")
-
-    def _with_browse(self, edit: QLineEdit) -> QWidget:
-        row = QWidget()
-        layout = QHBoxLayout(row)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(edit, 1)
-        button = QPushButton("Browse...")
-        button.clicked.connect(lambda _=False: self._browse(edit))
-        layout.addWidget(button)
-        return row
-
-    def _browse(self, edit: QLineEdit) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a folder", edit.text())
-        if folder:
-            edit.setText(folder)
 
     def _update_ok(self) -> None:
         inp, out, _ = self.values()

@@ -40,6 +40,24 @@ def _spin(value: int, low: int, high: int) -> QSpinBox:
     return box
 
 
+def folder_row(parent: QWidget, edit: QLineEdit) -> QWidget:
+    """``edit`` with a "Browse..." button beside it that fills it with a folder chosen in a file dialog."""
+    row = QWidget()
+    lay = QHBoxLayout(row)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.addWidget(edit, 1)
+    button = QPushButton("Browse...")
+
+    def browse() -> None:
+        folder = QFileDialog.getExistingDirectory(parent, "Choose a folder", edit.text())
+        if folder:
+            edit.setText(folder)
+
+    button.clicked.connect(lambda _=False: browse())
+    lay.addWidget(button)
+    return row
+
+
 class SubmitDialog(QDialog):
     """Fill in a training run and submit it to the farm through ``controller``.
 
@@ -128,7 +146,7 @@ class SubmitDialog(QDialog):
         form = QFormLayout()
         for label, edit in (("Input sequence", self.input_edit), ("Ground truth sequence", self.target_edit),
                             ("Run directory", self.run_dir_edit)):
-            form.addRow(label, self._with_browse(edit))
+            form.addRow(label, folder_row(self, edit))
         form.addRow("", self.resume_box)
         for label, widget in (("Model size", self.model_box), ("Crop size [px]", self.crop_spin),
                               ("Batch size [crops]", self.batch_spin), ("Steps", self.steps_spin),
@@ -138,28 +156,13 @@ class SubmitDialog(QDialog):
             form.addRow(label, widget)
         for label, edit in (("Then apply to (optional)", self.infer_input_edit),
                             ("Write results to", self.infer_output_edit)):
-            form.addRow(label, self._with_browse(edit))
+            form.addRow(label, folder_row(self, edit))
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.advisor)
         layout.addWidget(self.errors)
         layout.addWidget(self.progress)
         layout.addWidget(self.buttons)
-
-    def _with_browse(self, edit: QLineEdit) -> QWidget:
-        row = QWidget()
-        lay = QHBoxLayout(row)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(edit, 1)
-        button = QPushButton("Browse...")
-        button.clicked.connect(lambda: self._browse(edit))
-        lay.addWidget(button)
-        return row
-
-    def _browse(self, edit: QLineEdit) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a folder", edit.text())
-        if folder:
-            edit.setText(folder)
 
     # ----------------------------------------------------------- validation
     def validate(self) -> list[str]:
