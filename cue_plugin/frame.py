@@ -53,15 +53,20 @@ c. after :data:`NOTICE_GRACE_S` seconds it eats the layer's frames through pycue
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
 import time
 from datetime import datetime, timezone
 from typing import Callable, Sequence
 
-from cue_plugin import rendezvous
+from cue_plugin import membership, rendezvous
+from cue_plugin.rendezvous import GangFinished
+from cue_plugin.agent import (DEFAULT_BACKOFF_S, DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, Action, AgentPolicy,
+                              GangRecord, classify)
 from cue_plugin.builder import LAYER_NAME
 from cue_plugin.spec import RENDEZVOUS_MODES
 from cue_plugin.supervise import GangExit, RankLog, frame_devices, frame_ranks, run_ranks
@@ -69,7 +74,7 @@ from trainer.config import ConfigError, TrainConfig, add_train_arguments, config
 from trainer.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, read_cue_env, read_dist_env,
                              read_farm_env)
 from trainer import runrecord
-from trainer.exitcodes import ExitCode
+from trainer.exitcodes import ExitCode, describe
 from trainer.rundir import RunDirError, RunPaths
 from trainer.supervise import device_envs, rank_envs
 
@@ -102,6 +107,16 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--rendezvous-timeout", type=float, default=600.0, help="wait for frame 0 at most [s]")
     p.add_argument("--ranks-per-frame", type=int, default=1,
                    help="trainer processes of this frame L: ranks frame*L .. frame*L+L-1 (default 1)")
+    p.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS,
+                   help=f"gang restarts per job before frame 0 gives up (default {DEFAULT_MAX_RESTARTS})")
+    p.add_argument("--restart-backoff-s", type=float, default=DEFAULT_BACKOFF_S,
+                   help=f"seconds before the first restart, doubled for each further one (default {DEFAULT_BACKOFF_S:g})")
+    p.add_argument("--min-world-size", type=int, default=0,
+                   help="elastic gang: train on with at least this many ranks when frames do not come back "
+                        "(default: the world size, not elastic)")
+    p.add_argument("--elastic-window-s", type=float, default=DEFAULT_ELASTIC_WINDOW_S,
+                   help="seconds frame 0 waits for every frame before an elastic gang shrinks "
+                        f"(default {DEFAULT_ELASTIC_WINDOW_S:g})")
     return p.parse_args(argv[:split]), argv[split + 1:]
 
 
@@ -190,22 +205,31 @@ def _trainer_env(pub: rendezvous.Publication, rank: int, world_size: int, cue: C
     return env
 
 
-def _start_trainer(ns: argparse.Namespace, rank: int, pub: rendezvous.Publication, paths: RunPaths,
-                   train_args: list[str], cue: CueFrameEnv, trainer_command: Sequence[str], out: RankLog,
-                   watch: Callable[[], str | None] | None = None) -> GangExit:
-    """Run this frame's trainers (ranks ``rank .. rank+L-1``, ``rank`` = its first) until they end."""
-    ranks = frame_ranks(rank // ns.ranks_per_frame, ns.ranks_per_frame)
-    envs = rank_envs(environ_with(_trainer_env(pub, rank, ns.world_size, cue)), rank, len(ranks),
+def _start_trainer(ns: argparse.Namespace, frame: int, pub: rendezvous.Publication, paths: RunPaths,
+                   train_args: list[str], cue: CueFrameEnv, trainer_command: Sequence[str], out: RankLog, *,
+                   resume: bool, watch: Callable[[], str | int | None] | None = None) -> GangExit:
+    """Run this frame's trainers for generation ``pub`` until they end.
+
+    The frame's ranks in the gang come from the publication (its position among the members); the
+    log files keep the frame's own rank numbers (``frame*L + l``) whatever the generation.
+    """
+    L = ns.ranks_per_frame
+    gang_ranks = pub.ranks_of(frame, L)
+    world = pub.world_size(ns.world_size, L)
+    envs = rank_envs(environ_with(_trainer_env(pub, gang_ranks[0], world, cue)), gang_ranks[0], L,
                      frame_devices(cue, read_farm_env().omp_num_threads))
-    args = resume_args(train_args, paths, read_farm_env().job_id)
+    args = [*train_args, "--resume"] if resume and "--resume" not in train_args else \
+        resume_args(train_args, paths, read_farm_env().job_id)
+    own = frame_ranks(frame, L)
     for env in envs:
-        log.info("rank %s/%d starting the trainer (main %s, attempt %s%s)", env["COPYCAT_RANK"], ns.world_size,
-                 pub.address, pub.attempt, f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}"
+        log.info("rank %s/%d starting the trainer (main %s, attempt %s, generation %s%s)", env["COPYCAT_RANK"], world,
+                 pub.address, pub.attempt, pub.generation or "-", f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}"
                  if "CUDA_VISIBLE_DEVICES" in env else "")
-    result = run_ranks([*trainer_command, *args], list(zip(ranks, envs)), out.logs, watch=watch, watch_s=WATCH_S,
+    result = run_ranks([*trainer_command, *args], list(zip(own, envs)), out.logs, watch=watch, watch_s=WATCH_S,
                        stop_grace_s=STOP_GRACE_S)
-    for r in ranks:
-        log.info("rank %d: trainer exited with code %s", r, result.codes.get(r, "- (not started)"))
+    for r in own:
+        log.info("rank %d: trainer exited with code %s (%s)", r, result.codes.get(r, "- (not started)"),
+                 describe(result.codes[r]) if r in result.codes else "not started")
     return result
 
 
@@ -216,29 +240,122 @@ def _run(ns: argparse.Namespace, rank: int, paths: RunPaths, train_args: list[st
     notice = rendezvous.FileSource(paths.rendezvous)  # frame 0's failure notice, in both modes
     if rank == 0:
         return _run_main(ns, paths, train_args, cue, trainer_command, out, source, notice, token)
-    return _run_member(ns, rank, paths, train_args, cue, trainer_command, out, source, notice, token)
+    return _run_member(ns, rank // ns.ranks_per_frame, paths, train_args, cue, trainer_command, out, source, notice,
+                       token)
+
+
+def policy_of(ns: argparse.Namespace) -> AgentPolicy:
+    """The node agent's policy from the frame arguments."""
+    return AgentPolicy(max_restarts=ns.max_restarts, backoff_s=ns.restart_backoff_s,
+                       min_world_size=ns.min_world_size or ns.world_size, elastic_window_s=ns.elastic_window_s)
+
+
+def _members(ns: argparse.Namespace, policy: AgentPolicy, paths: RunPaths, regroup: bool) -> tuple[int, ...]:
+    """Frames of frame 0's next generation: every frame (empty tuple), or after a failure or a regroup of an
+    elastic gang those that came back (``cue_plugin.membership.gather``).
+
+    Raises:
+        TimeoutError: an elastic gang has too few frames after the rendezvous timeout.
+    """
+    frames = frames_of(ns.world_size, ns.ranks_per_frame)
+    if not regroup or not policy.elastic(ns.world_size):
+        return ()
+    members = membership.gather(paths, frames, policy.min_world_size // ns.ranks_per_frame, policy.elastic_window_s,
+                                ns.rendezvous_timeout)
+    if len(members) < frames:
+        log.warning("elastic gang: continuing with frames %s (%d of %d ranks, --min-world-size %d); frames %s did "
+                    "not come back within %.0f s", list(members), len(members) * ns.ranks_per_frame, ns.world_size,
+                    policy.min_world_size, sorted(set(range(frames)) - set(members)), policy.elastic_window_s)
+    return () if len(members) == frames else members
+
+
+def _grow_watch(ns: argparse.Namespace, paths: RunPaths, members: tuple[int, ...]) -> Callable[[], int | None] | None:
+    """While a shrunk generation trains: SIGUSR1 to frame 0's trainers (once) when a missing frame is back."""
+    if not members:
+        return None
+    asked: list[int] = []
+
+    def watch() -> int | None:
+        back = membership.returned(paths, frames_of(ns.world_size, ns.ranks_per_frame), members)
+        if not back or asked:
+            return None
+        asked.extend(back)
+        log.info("frames %s are back: the gang grows at its next checkpoint (regroup)", back)
+        return int(signal.SIGUSR1)
+
+    return watch
 
 
 def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
               trainer_command: Sequence[str], out: RankLog, source: _Source, notice: rendezvous.FileSource,
               token: str | None) -> int:
-    """Frame 0: host (reserve + publish), run rank 0, retract; fail the layer on a gang timeout."""
+    """Frame 0, the node agent that hosts every generation (cue_plugin.agent): host, run rank 0, retract;
+    on a gang failure host the next generation (budget, backoff); fail the layer on a gang timeout."""
     farm = read_farm_env()
+    policy = policy_of(ns)
     if ns.rendezvous == "cuebot":
         notice.clear()  # a failure notice of an earlier attempt
     host = rendezvous.main_address(farm.main_host, farm.cuebot_hosts)  # an IP, never the host name
-    reservation, pub = source.host(host, token)
-    log.info("frame 0 (attempt %s) hosts the main address %s for %d rank(s)", pub.attempt, pub.address,
-             ns.world_size)
+    record = GangRecord.read(paths, farm.job_id)
+    again = record.generation > 0  # a Cuebot retry of frame 0 within this job: a restart
+    reason = "frame 0 started again (farm retry)" if again else "first gang of the job"
+    while True:
+        try:
+            members = _members(ns, policy, paths, again)
+        except TimeoutError as exc:
+            log.error("%s", exc)
+            return EXIT_GANG
+        world = len(members) * ns.ranks_per_frame if members else ns.world_size
+        record = record.next(reason, members, world, restart=again and not reason.startswith("regroup"))
+        record.write(paths)
+        code, result, pub = _host_generation(ns, paths, train_args, cue, trainer_command, out, source, host, token,
+                                             record.generation, members)
+        action = classify(code, terminated=result.terminated)
+        if action is Action.FINISH:
+            return code
+        if action is Action.EXIT:
+            return _main_exit(paths, pub, code, result, cue, token, notice)
+        if action is Action.RESTART and record.restarts >= policy.max_restarts:
+            why = (f"the gang failed (rank {result.rank}: exit {code}, {describe(code)}) and the job's restart budget "
+                   f"is spent ({record.restarts} of --max-restarts {policy.max_restarts})")
+            log.error("%s; frame 0 stops and tells the other frames", why)
+            _notify(notice, pub, why, token)
+            return code
+        if action is Action.RESTART:
+            delay = policy.backoff(record.restarts + 1)
+            reason = f"restart {record.restarts + 1}: rank {result.rank} exited {code} ({describe(code)})"
+            log.warning("%s; frame 0 hosts the next generation in %.0f s (restart %d of %d)", reason, delay,
+                        record.restarts + 1, policy.max_restarts)
+            time.sleep(delay)
+        else:
+            reason = "regroup: the gang stopped at a checkpoint to change size"
+        again = True
+
+
+def _host_generation(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
+                     trainer_command: Sequence[str], out: RankLog, source: _Source, host: str, token: str | None,
+                     generation: int, members: tuple[int, ...]) -> tuple[int, GangExit, rendezvous.Publication]:
+    """Reserve, publish and run rank 0 for one generation; retract the publication unless it failed."""
+    reservation, pub = source.host(host, token, generation, members)
+    log.info("frame 0 (attempt %s) hosts generation %d at %s for %d rank(s)%s", pub.attempt, generation, pub.address,
+             pub.world_size(ns.world_size, ns.ranks_per_frame), f" (frames {list(members)})" if members else "")
     failure = ""
     try:
-        result = _start_trainer(ns, 0, pub, paths, train_args, cue, trainer_command, out)
+        result = _start_trainer(ns, 0, pub, paths, train_args, cue, trainer_command, out, resume=generation > 1,
+                                watch=_grow_watch(ns, paths, members))
         code = result.code
         failure = gang_incomplete(paths) if EXIT_GANG in (code, result.codes.get(0)) else ""
     finally:
         reservation.close()
         if not failure:
             source.retract(pub)
+    return code, result, pub
+
+
+def _main_exit(paths: RunPaths, pub: rendezvous.Publication, code: int, result: GangExit, cue: CueFrameEnv,
+               token: str | None, notice: rendezvous.FileSource) -> int:
+    """Frame 0 ends with ``code``: fail the layer on an incomplete gang, tell waiting ranks about bad settings."""
+    failure = gang_incomplete(paths) if EXIT_GANG in (code, result.codes.get(0)) else ""
     if failure:
         fail_layer(paths, pub, failure, cue, token, notice)
     elif code == EXIT_USAGE:  # bad settings: a retry cannot help, so the waiting ranks stop now
@@ -246,36 +363,88 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
     return code
 
 
-def _run_member(ns: argparse.Namespace, rank: int, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
+def _notify(notice: rendezvous.FileSource, pub: rendezvous.Publication, reason: str, token: str | None) -> None:
+    try:
+        notice.fail(pub, reason, token)
+    except rendezvous.RendezvousError as exc:
+        log.error("%s; waiting ranks will wait out the rendezvous timeout", exc)
+
+
+def finished_without_me(paths: RunPaths, job_id: str, ran: bool) -> str:
+    """A reason when the run already succeeded for this job (a frame that waits has nothing left to do), else "".
+
+    Only a record of this job counts (``farm.job_id``), or any success once this frame has trained in the run."""
+    record = runrecord.read_record_or_empty(paths)
+    if record.state != "succeeded" or not ((job_id and record.farm.get("job_id") == job_id) or ran):
+        return ""
+    return f"the gang finished training (step {record.final_step}) while this frame waited"
+
+
+def _member_vet(frame: int, paths: RunPaths, job_id: str, ran: Callable[[], bool]) -> \
+        Callable[[rendezvous.Publication | None], tuple[str, str] | None]:
+    def vet(pub: rendezvous.Publication | None) -> tuple[str, str] | None:
+        done = finished_without_me(paths, job_id, ran())
+        if done:
+            raise GangFinished(done)
+        if pub is not None and not pub.failed and not pub.invites(frame):
+            return (f"out {pub.attempt}", f"generation {pub.generation} (frames {list(pub.members)}) trains without "
+                    f"frame {frame}; waiting to join at its next checkpoint")
+        return None
+    return vet
+
+
+def _run_member(ns: argparse.Namespace, frame: int, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
                 trainer_command: Sequence[str], out: RankLog, source: _Source, notice: rendezvous.FileSource,
                 token: str | None) -> int:
-    """Ranks > 0: wait for frame 0, run the trainer; a stale gang (see module doc) means wait again."""
-    deadline = time.monotonic() + ns.rendezvous_timeout
+    """Frames > 0, node agents: wait for frame 0's generation, run the trainers; when the gang fails or regroups
+    (or was stale, see module doc) wait for frame 0's next generation instead of exiting."""
+    rank = frame * ns.ranks_per_frame
+    policy, job_id = policy_of(ns), read_farm_env().job_id
     stale: set[str] = set()
+    last_generation, ran = 0, [False]
+    reuse = getattr(source, "restarts_reuse_attempt", False)  # cuebot mode: one attempt per Cuebot retry
+    vet = _member_vet(frame, paths, job_id, lambda: ran[0])
     while True:
-        pub = rendezvous.wait_for_main(source, rank=rank, token=token, stale=stale, notice=notice,
-                                       timeout_s=max(0.0, deadline - time.monotonic()))
+        present = membership.present(paths, frame, last_generation) if policy.elastic(ns.world_size) \
+            else contextlib.nullcontext()
+        try:
+            with present:
+                pub = rendezvous.wait_for_main(source, rank=rank, token=token, stale=stale, notice=notice,
+                                               timeout_s=ns.rendezvous_timeout, vet=vet)
+        except GangFinished as done:
+            log.info("frame %d exits 0: %s", frame, done)
+            return 0
 
         def newer(current: rendezvous.Publication = pub) -> str | None:
             other = rendezvous.superseded(source, current, token)
             return f"frame 0 started again (attempt {other.attempt}); the gang of attempt {current.attempt} is gone" \
                 if other is not None else None
 
-        result = _start_trainer(ns, rank, pub, paths, train_args, cue, trainer_command, out, watch=newer)
+        result = _start_trainer(ns, frame, pub, paths, train_args, cue, trainer_command, out,
+                                resume=ran[0] or pub.generation > 1, watch=newer)
+        ran[0], last_generation = True, max(last_generation, pub.generation)
         if EXIT_REJECTED in result.codes.values() or result.stopped:
-            stale.add(pub.attempt)
             why = result.stopped or "its gang refused this rank (rank already claimed: a stale gang of an old frame 0)"
-            log.warning("rank %d: frame 0 attempt %s is stale: %s; waiting for another attempt of frame 0 "
-                        "(%.0f s of the rendezvous timeout left)", rank, pub.attempt, why,
-                        max(0.0, deadline - time.monotonic()))
-            continue
-        if result.code != 0:
+        else:
+            action = classify(result.code, terminated=result.terminated)
+            if action is Action.FINISH:
+                return 0
             failed = _await_notice(notice, token, pub)
             if failed is not None:
                 log.error("rank %d stops: frame 0 (attempt %s) failed the gang: %s", rank, failed.attempt,
                           failed.failed)
                 return EXIT_GANG
-        return result.code
+            if action is Action.EXIT:
+                return result.code
+            why = ("the gang stopped at a checkpoint to change size" if action is Action.REGROUP else
+                   f"the gang failed (rank {result.rank}: exit {result.code}, {describe(result.code)})")
+        if reuse:
+            log.warning("rank %d: %s; waiting for frame 0 to host attempt %s again", rank, why, pub.attempt)
+            time.sleep(policy.backoff_s)
+        else:
+            stale.add(pub.attempt)
+            log.warning("rank %d: frame 0 attempt %s is stale: %s; waiting for frame 0's next generation (node "
+                        "agent: this frame does not exit)", rank, pub.attempt, why)
 
 
 def _await_notice(notice: rendezvous.FileSource, token: str | None,
@@ -367,6 +536,10 @@ def main(argv: Sequence[str] | None = None, *, trainer_command: Sequence[str] | 
     try:
         cue = read_cue_env()
         rank = frame_rank(ns.frame, cue, frames_of(ns.world_size, ns.ranks_per_frame)) * ns.ranks_per_frame
+        policy_of(ns).check(ns.world_size, ns.ranks_per_frame)
+        if policy_of(ns).elastic(ns.world_size) and ns.rendezvous != "file":
+            raise ValueError(f"--min-world-size {ns.min_world_size} (an elastic gang) needs --rendezvous file: "
+                             "Cuebot's frame state cannot name the frames of a smaller gang")
         paths = RunPaths.of(train_config(train_args).run_dir)
         paths.create()
         out = RankLog(paths, rank, prefix=ns.ranks_per_frame > 1)

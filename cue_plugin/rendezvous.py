@@ -107,6 +107,12 @@ class GangFailed(RendezvousError):
     """Frame 0 gave up on an incomplete gang and published a failure notice (exit code 3)."""
 
 
+class GangFinished(RendezvousError):
+    """The run succeeded while this frame waited to join (exit code 0: nothing is left to do)."""
+
+    exit_code = 0
+
+
 class PortUnavailable(RendezvousError):
     """Frame 0 could not reserve its port (exit code 6); a retry of the frame picks another."""
 
@@ -126,6 +132,10 @@ class Publication:
         pid: process id of frame 0's entry point (for logs).
         failed: "" for a usable publication; else frame 0's reason for failing the gang (a failure
             notice: nobody may join this attempt).
+        generation: the node agent's gang generation this attempt hosts (1, 2, ...; 0 = not given), see
+            ``cue_plugin.agent``.
+        members: frame numbers invited to this generation, in rank order (empty = every frame of the layer;
+            an elastic gang that shrank lists the frames it runs with, ``cue_plugin.membership``).
     """
 
     host: str
@@ -135,9 +145,13 @@ class Publication:
     published_at: float = 0.0
     pid: int = 0
     failed: str = ""
+    generation: int = 0
+    members: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["members"] = list(self.members)
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> "Publication | None":
@@ -145,7 +159,9 @@ class Publication:
         try:
             pub = cls(host=str(data["host"]), port=int(data["port"]), attempt=str(data["attempt"]),
                       token=str(data.get("token", "")), published_at=float(data.get("published_at", 0.0)),
-                      pid=int(data.get("pid", 0)), failed=str(data.get("failed") or ""))
+                      pid=int(data.get("pid", 0)), failed=str(data.get("failed") or ""),
+                      generation=int(data.get("generation", 0) or 0),
+                      members=tuple(int(m) for m in data.get("members") or ()))
         except (KeyError, TypeError, ValueError):
             return None
         return pub if pub.host and 0 < pub.port < 65536 else None
@@ -154,13 +170,31 @@ class Publication:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def invites(self, frame: int) -> bool:
+        """True when frame ``frame`` belongs to this generation (every frame when :attr:`members` is empty)."""
+        return not self.members or frame in self.members
 
-def proof(token: str | None, host: str, port: int, attempt: str, failed: str = "") -> str:
-    """HMAC-SHA256 of ``attempt:host:port`` (and ``:failed:REASON`` for a failure notice) under the job
-    token ("" without a token)."""
+    def ranks_of(self, frame: int, ranks_per_frame: int) -> range:
+        """The gang ranks frame ``frame`` runs in this generation: its position among :attr:`members` times
+        ``ranks_per_frame`` (``frame * ranks_per_frame`` when every frame is a member)."""
+        index = self.members.index(frame) if self.members else frame
+        return range(index * ranks_per_frame, (index + 1) * ranks_per_frame)
+
+    def world_size(self, full_world_size: int, ranks_per_frame: int) -> int:
+        """Ranks in this generation: ``len(members) * ranks_per_frame``, or ``full_world_size`` for every frame."""
+        return len(self.members) * ranks_per_frame if self.members else full_world_size
+
+
+def proof(token: str | None, host: str, port: int, attempt: str, failed: str = "", generation: int = 0,
+          members: tuple[int, ...] = ()) -> str:
+    """HMAC-SHA256 of ``attempt:host:port`` (plus ``:gen:G:members:A,B`` when a generation is given, and
+    ``:failed:REASON`` for a failure notice) under the job token ("" without a token)."""
     if not token:
         return ""
-    text = f"cuetrain-rendezvous:{attempt}:{host}:{port}" + (f":failed:{failed}" if failed else "")
+    text = f"cuetrain-rendezvous:{attempt}:{host}:{port}"
+    if generation:
+        text += f":gen:{generation}:members:{','.join(map(str, members))}"
+    text += f":failed:{failed}" if failed else ""
     return hmac.new(token.encode(), text.encode(), hashlib.sha256).hexdigest()
 
 
@@ -168,7 +202,8 @@ def signed_by(pub: Publication, token: str | None) -> bool:
     """True when ``pub`` carries this job's token proof (always True without a token)."""
     if not token:
         return True
-    return hmac.compare_digest(pub.token, proof(token, pub.host, pub.port, pub.attempt, pub.failed))
+    return hmac.compare_digest(pub.token, proof(token, pub.host, pub.port, pub.attempt, pub.failed, pub.generation,
+                                                pub.members))
 
 
 class PortReservation:
@@ -260,6 +295,9 @@ class FileSource:
         path: the publication file (``RunPaths.rendezvous``).
     """
 
+    #: every hosting of frame 0 publishes a new attempt
+    restarts_reuse_attempt = False
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
 
@@ -273,8 +311,10 @@ class FileSource:
         except (OSError, ValueError):
             return None
 
-    def host(self, host: str, token: str | None) -> tuple[PortReservation, Publication]:
-        """Frame 0: remove the old publication, reserve a free port, publish ``host``.
+    def host(self, host: str, token: str | None, generation: int = 0,
+             members: tuple[int, ...] = ()) -> tuple[PortReservation, Publication]:
+        """Frame 0: remove the old publication, reserve a free port, publish ``host`` (for gang
+        ``generation`` of ``members``, see :class:`Publication`).
 
         Raises:
             PortUnavailable: no port could be reserved.
@@ -283,8 +323,10 @@ class FileSource:
         self.clear()
         reservation = PortReservation(0)
         attempt = new_attempt(host)
-        pub = Publication(host, reservation.port, attempt, proof(token, host, reservation.port, attempt),
-                          time.time(), os.getpid())
+        members = tuple(members)
+        pub = Publication(host, reservation.port, attempt,
+                          proof(token, host, reservation.port, attempt, "", generation, members),
+                          time.time(), os.getpid(), "", generation, members)
         try:
             self.path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
             atomic_write_json(self.path, pub.to_json())
@@ -317,7 +359,8 @@ class FileSource:
             RendezvousError: the notice cannot be written (message names the file).
         """
         failed = reason or "gang failed"
-        notice = dataclasses.replace(pub, failed=failed, token=proof(token, pub.host, pub.port, pub.attempt, failed),
+        notice = dataclasses.replace(pub, failed=failed, token=proof(token, pub.host, pub.port, pub.attempt, failed,
+                                                                     pub.generation, pub.members),
                                      published_at=time.time(), pid=os.getpid())
         try:
             self.path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
@@ -359,6 +402,9 @@ class CuebotSource:
         lookup: frame lookup (default :func:`pycue_lookup`; tests pass a fake).
     """
 
+    #: a restart of frame 0 inside its frame keeps the attempt (the retry count) and the port
+    restarts_reuse_attempt = True
+
     def __init__(self, job: str, layer: str, job_key: str, lookup: Callable[[str, str, int], FrameInfo] | None = None):
         if not job or not layer:
             raise RendezvousError("the cuebot rendezvous needs CUE_JOB and CUE_LAYER (set by RQD on every frame); "
@@ -380,8 +426,14 @@ class CuebotSource:
             return None
         return Publication(host, cuebot_port(self.job_key, info.retry_count), f"retry-{info.retry_count}")
 
-    def host(self, host: str | None, token: str | None) -> tuple[PortReservation, Publication]:
+    def host(self, host: str | None, token: str | None, generation: int = 0,
+             members: tuple[int, ...] = ()) -> tuple[PortReservation, Publication]:
         """Frame 0: look itself up in Cuebot and reserve the port of its retry count.
+
+        Cuebot's frame state carries no generation: this mode always hosts every frame (``members``
+        must be empty; elastic gangs need the file rendezvous), and a restart inside the frame (the
+        node agent) keeps the retry count, so every generation of one retry uses the same port and
+        attempt (:attr:`restarts_reuse_attempt`).
 
         Raises:
             RendezvousError: Cuebot cannot be asked (message says what to check).
@@ -392,9 +444,13 @@ class CuebotSource:
         except Exception as exc:  # noqa: BLE001
             raise RendezvousError(f"frame 0 cannot look itself up in Cuebot ({exc}); check CUEBOT_HOSTS on the "
                                   "render node or use --rendezvous file") from exc
+        if members:
+            raise RendezvousError("the cuebot rendezvous cannot publish gang members; elastic gangs "
+                                  "(--min-world-size) need --rendezvous file")
         own = host or info.last_resource.split("/", 1)[0] or socket.gethostname()
         port = cuebot_port(self.job_key, info.retry_count)
-        return PortReservation(port), Publication(own, port, f"retry-{info.retry_count}", "", time.time(), os.getpid())
+        return PortReservation(port), Publication(own, port, f"retry-{info.retry_count}", "", time.time(),
+                                                  os.getpid(), "", generation)
 
     def retract(self, pub: Publication) -> None:
         """Nothing to remove: Cuebot's frame state is the publication."""
@@ -454,11 +510,14 @@ def _reject_reason(pub: Publication | None, source: Source, token: str | None,
 
 def wait_for_main(source: Source, *, rank: int, token: str | None, timeout_s: float,
                   poll_s: float = POLL_S, stale: frozenset[str] | set[str] = frozenset(),
-                  notice: FileSource | None = None) -> Publication:
+                  notice: FileSource | None = None,
+                  vet: Callable[[Publication | None], tuple[str, str] | None] | None = None) -> Publication:
     """Wait until frame 0's publication is usable (see module doc) and return it.
 
     Publications of the attempts in ``stale`` are not used. ``notice`` is where frame 0 writes a
-    failure notice (``RUN_DIR/rendezvous/main.json``; in file mode the source itself). Logs what it
+    failure notice (``RUN_DIR/rendezvous/main.json``; in file mode the source itself). ``vet`` (the
+    node agent's) is asked first about every look: a returned ``(kind, message)`` means "not this
+    one, keep waiting"; it may raise a :class:`RendezvousError` to stop waiting. Logs what it
     waits for when that changes and every :data:`LOG_EVERY_S` seconds.
 
     Raises:
@@ -475,7 +534,7 @@ def wait_for_main(source: Source, *, rank: int, token: str | None, timeout_s: fl
         if failed is not None and failed.attempt not in stale:
             raise GangFailed(f"rank {rank} stops: frame 0 (attempt {failed.attempt}) failed the gang: {failed.failed}")
         pub = source.read()
-        rejected = _reject_reason(pub, source, token, stale)
+        rejected = (vet(pub) if vet is not None else None) or _reject_reason(pub, source, token, stale)
         if rejected is None and pub is not None:
             log.info("rank %d: frame 0 (attempt %s) is at %s", rank, pub.attempt, pub.address)
             return pub

@@ -45,6 +45,9 @@ class ExitCode(IntEnum):
     #: stopped by SIGTERM/SIGINT, but the checkpoint was not written within the grace period
     #: (``--stop-grace-s``): resume continues from the previous checkpoint
     STOP_TIMEOUT = 76
+    #: stopped at a periodic checkpoint because the node agent asked the gang to change size (SIGUSR1);
+    #: --resume continues there
+    REGROUP = 79
     #: the frame could not start its trainer (the shell's "command not found")
     NO_TRAINER = 127
 
@@ -63,6 +66,7 @@ MEANING: dict[int, str] = {
     ExitCode.PORT_UNAVAILABLE: "no port for the main address",
     ExitCode.STOPPED: "stopped by a signal; checkpoint written at the agreed step",
     ExitCode.STOP_TIMEOUT: "stopped by a signal; no checkpoint within the grace period",
+    ExitCode.REGROUP: "stopped at a checkpoint so that the gang can change size",
     ExitCode.NO_TRAINER: "trainer could not be started",
 }
 

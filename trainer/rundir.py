@@ -15,6 +15,7 @@ Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
       model.json                   metadata of model.pt (model size, parameters, step, channels)
       logs/rank_N.log              per-rank log (every rank writes its own)
       rendezvous/main.json         frame 0's published main address {host, port, attempt, token}
+      rendezvous/frames/frame_F.json  frame F's node agent waits to join the next generation (elastic gangs)
 
 All writes go through :func:`atomic_write_bytes` / :func:`atomic_write_json` (temp file in the
 same directory + ``os.replace``) so a reader never sees a half-written file.
@@ -92,6 +93,10 @@ class RunPaths:
     @property
     def rendezvous(self) -> Path:
         return self.root / "rendezvous" / "main.json"
+
+    def presence(self, frame: int) -> Path:
+        """Frame ``frame``'s presence record while its node agent waits to join (``cue_plugin.membership``)."""
+        return self.root / "rendezvous" / "frames" / f"frame_{frame}.json"
 
     def rank_log(self, rank: int) -> Path:
         """Log file of one rank (every rank writes its own)."""

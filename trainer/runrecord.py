@@ -93,6 +93,8 @@ class RunRecord:
         stopped_step: step of the checkpoint written on SIGTERM/SIGINT [steps], or None.
         farm: the farm job of the latest submit: job_id, job_name, submitted_at, attempts_at_submit, job.
         gang_failure: frame 0's record when it failed the whole layer (reason, at, attempt, layer, job, cuebot).
+        gang: frame 0's node agent's record of the gang (``cue_plugin.agent.GangRecord``): job_id, generation,
+            restarts [count], members [frame numbers], world_size [ranks], events.
         precision: the latest attempt's forward-pass precision: precision, requested, device, reason
             (``trainer.precision.Precision.to_dict``).
         extra: keys this version does not know, kept as they are.
@@ -117,6 +119,7 @@ class RunRecord:
     stopped_step: int | None = None
     farm: Mapping[str, Any] = field(default_factory=dict)
     gang_failure: Mapping[str, Any] = field(default_factory=dict)
+    gang: Mapping[str, Any] = field(default_factory=dict)
     precision: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -163,7 +166,8 @@ _NULLABLE = {"pid", "final_step", "final_loss", "failed_rank", "exit_code", "sto
 _TYPES: dict[str, Any] = {"state": str, "config": dict, "world_size": int, "versions": dict, "started_at": str,
                           "pid": int, "finished_at": str, "final_step": int, "final_loss": float, "error": str,
                           "failure_kind": str, "failed_rank": int, "failed_at": str, "exit_code": int,
-                          "stopped_step": int, "farm": dict, "gang_failure": dict, "precision": dict}
+                          "stopped_step": int, "farm": dict, "gang_failure": dict, "precision": dict,
+                          "gang": dict}
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -218,7 +218,7 @@ def _start(group: _Group, command: Sequence[str], envs: Sequence[tuple[int, Mapp
     return None
 
 
-def _wait(group: _Group, watch: Callable[[], str | None] | None, watch_s: float,
+def _wait(group: _Group, watch: Callable[[], str | int | None] | None, watch_s: float,
           terminated: threading.Event) -> tuple[int | None, str]:
     """Until all ranks exit 0, one fails (returns its rank), ``watch`` gives a reason (returned) or SIGTERM arrives."""
     next_watch = time.monotonic() + watch_s
@@ -238,14 +238,17 @@ def _wait(group: _Group, watch: Callable[[], str | None] | None, watch_s: float,
             except Exception as exc:  # noqa: BLE001 - a failed look must not stop training
                 log.debug("watch failed: %s", exc)
                 reason = None
-            if reason:
+            if isinstance(reason, int) and not isinstance(reason, bool):
+                log.info("sending signal %d to the trainer(s)", reason)
+                group.signal(reason)
+            elif reason:
                 log.warning("stopping the trainer(s): %s", reason)
                 return None, reason
         time.sleep(POLL_S)
 
 
 def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str]]], logs: RankLogs, *,
-              watch: Callable[[], str | None] | None = None, watch_s: float = 5.0, stop_grace_s: float = 10.0,
+              watch: Callable[[], str | int | None] | None = None, watch_s: float = 5.0, stop_grace_s: float = 10.0,
               new_session: bool = False) -> GangExit:
     """Run one process per ``(rank, env)`` with ``command``; return when all have ended.
 
@@ -253,7 +256,8 @@ def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str
         command: the trainer command line (the same for every rank; ranks differ by environment).
         envs: ``(rank, complete environment)`` per process (see :func:`rank_envs`).
         logs: where output lines go.
-        watch: called every ``watch_s`` seconds [s]; a returned reason stops every rank.
+        watch: called every ``watch_s`` seconds [s]; a returned reason (str) stops every rank, a returned
+            signal number (int) is sent to every rank (the node agent's SIGUSR1: regroup at the next checkpoint).
         stop_grace_s: seconds between SIGTERM and SIGKILL when stopping ranks [s].
         new_session: start each rank in its own session and signal its process group (``cuetrain local``);
             False keeps them in the caller's group (a farm frame: RQD's kill reaches them).

@@ -5,10 +5,10 @@ small steps. Each test prints its figures: steps lost (the step training had rea
 minus the step the next attempt started from) and seconds from the fault to training again (the
 next attempt recorded in run.json, i.e. the gang formed and rank 0 resumed).
 
-Today's recovery is the farm's retry of every frame plus ``--resume``. The double clamps
-``max_retries`` to 1 as Cuebot's JobSpec does, so every frame has ONE retry; a trainer killed by
-SIGKILL makes its frame exit 137, which Cuebot treats as a memory failure (retried whatever the
-count). The last test shows where that ends: a frame that has run more than 12 h is never retried.
+Recovery is the node agent in every frame (cue_plugin.agent): a gang that fails is restarted inside
+the frames with ``--resume``; only a frame whose process or host is gone needs Cuebot's retry. The
+double clamps ``max_retries`` to 1 as Cuebot's JobSpec does and never retries a failed frame that ran
+more than 12 h; neither decides whether these runs survive.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 
 from cue_plugin.spec import RunState
 from tests.cue_plugin.test_e2e_training import farm, find_trainer, submit, wait_finished  # noqa: F401
-from tests.cuebot.completion import FRAME_TIME_NO_RETRY_S
+from tests.cuebot.completion import FRAME_TIME_NO_RETRY_S, HOST_DOWN_INTERVAL_S
 from trainer.rundir import RunPaths, read_metrics
 from trainer.runrecord import read_record_or_empty
 
@@ -86,45 +86,40 @@ def test_sigterm_to_a_frame_checkpoints_and_the_retry_loses_no_step(farm, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_gap_a_frame_over_12_hours_that_loses_a_rank_is_dead_today(farm, tmp_path):  # noqa: F811
-    """DOCUMENTS A GAP (issue 10, item 2): a long frame that loses a rank is never retried by Cuebot.
-
-    Both frames are made 13 h old on the double's clock (Cuebot's FRAME_TIME_NO_RETRY is 12 h),
-    then rank 1's trainer is killed. Its frame exits 137 (a "memory failure", otherwise retried
-    whatever the count) and frame 0's survivor exits 4: both are DEAD, the run FAILED. A node agent
-    that restarts the trainer inside the frame, without exiting, is what would save this run.
-    """
+def test_a_frame_over_12_hours_that_loses_a_rank_recovers_inside_its_frames(farm, tmp_path):  # noqa: F811
+    """Issue 10, item 2: both frames are made 13 h old on the double's clock (Cuebot's FRAME_TIME_NO_RETRY
+    is 12 h: a failed frame that old is DEAD, never retried), then rank 1's trainer is killed. The node
+    agents restart the gang inside the frames, which never exit: SUCCEEDED with no Cuebot retry."""
     cue, handle, paths = submit(farm, tmp_path, "longframe", max_retries=1, steps=600, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
     wait_step(paths, 60)
     job = next(j for j in farm.cuebot.jobs() if j.id == handle.job_id)
     for frame in job.frames:
         farm.cuebot.state.backdate(frame.id, FRAME_TIME_NO_RETRY_S + 3600)
+    reached = int(read_metrics(paths)[-1]["step"])
     find_trainer(1, paths.root).send_signal(signal.SIGKILL)
-    deadline = time.monotonic() + 120
-    while True:
-        status = cue.describe(handle)
-        if {f["state"] for f in status.frames.values()} == {"DEAD"}:
-            break
-        assert time.monotonic() < deadline, status
-        time.sleep(0.3)
-    assert status.state is RunState.FAILED
-    assert (status.frames["1"]["exit_status"], status.frames["0"]["exit_status"]) == (137, 4)
-    assert [f["retries"] for f in status.frames.values()] == [0, 0]
-    assert read_record_or_empty(paths).failure_kind == "rank_lost"
-    cue.cancel(handle)
+    fault = time.monotonic()
+    again = wait_attempt(paths, 2)
+    status = wait_finished(cue, handle, paths, timeout=180)
+    assert status.state is RunState.SUCCEEDED, status
+    assert [f["retries"] for f in status.frames.values()] == [0, 0]  # Cuebot retried nothing
+    record = read_record_or_empty(paths)
+    start = record.attempts[1]["start_step"]
+    assert 0 <= reached - start <= 60 and record.final_step == 600  # one checkpoint interval + one log interval
+    assert (record.gang["generation"], record.gang["restarts"]) == (2, 1)
+    assert "waiting for frame 0's next generation (node agent: this frame does not exit)" in \
+        paths.rank_log(1).read_text()
+    report("13 h frame loses rank 1's trainer", reached - start, again - fault)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_losses_a_whole_frame_then_rank_0s_trainer_recover(farm, tmp_path):  # noqa: F811
     """Loss 1: frame 1 killed whole (SIGKILL to its process group: RQD's /usr/bin/time, the frame, its
-    trainer); RQD reports signal 9, an ordinary failure: frame 1 spends its one retry (JobSpec bounds
-    max_retries to 1) and so does frame 0, whose survivor exits 4. Loss 2: rank 0's trainer SIGKILLed;
-    frame 0 exits 137 (a Cuebot memory failure: retried regardless); frame 1 does not exit: it sees
-    frame 0's new publication, stops its trainer and joins the new gang. SUCCEEDED. (Had loss 2 hit
-    rank 1, frame 0's survivor would exit 4 a second time and be DEAD: the retry budget that the node
-    agent of issue 10, item 2, removes.)
+    trainer); RQD reports signal 9: frame 1 spends its one retry (JobSpec bounds max_retries to 1),
+    while frame 0's node agent restarts its trainer without exiting and waits for it. Loss 2: rank 0's
+    trainer SIGKILLed: frame 0's agent restarts it; frame 1's agent sees frame 0's new generation,
+    stops its trainer and joins. SUCCEEDED, and Cuebot retried only the frame that was gone.
     """
     cue, handle, paths = submit(farm, tmp_path, "twolosses", max_retries=3, steps=900, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
@@ -144,4 +139,34 @@ def test_two_losses_a_whole_frame_then_rank_0s_trainer_recover(farm, tmp_path): 
         report(f"two losses, loss {loss} ({what})", reached - start, again - fault)
     status = wait_finished(cue, handle, paths, timeout=200)
     assert status.state is RunState.SUCCEEDED, status
-    assert (status.frames["0"]["retries"], status.frames["1"]["retries"]) == (2, 1)
+    assert (status.frames["0"]["retries"], status.frames["1"]["retries"]) == (0, 1)
+    assert read_record_or_empty(paths).gang["restarts"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_rqd_killed_with_its_host_recovers_through_the_down_host_rule(farm, tmp_path):  # noqa: F811
+    """The host of frame 1 dies: its RQD and its frames are SIGKILLed, so Cuebot hears nothing. Frame 0's
+    agent restarts rank 0 and waits. Cuebot marks a host DOWN after HOST_DOWN_INTERVAL (300 s, advanced on
+    the double's clock) and puts its frames back to WAITING (exit 399); frame 1 runs again on a live host
+    and joins frame 0's new generation. SUCCEEDED."""
+    cue, handle, paths = submit(farm, tmp_path, "rqdkilled", max_retries=1, steps=600, checkpoint_interval=50,
+                                log_interval=10, contact_sheet_interval=1000)
+    wait_step(paths, 60)
+    status = cue.describe(handle)
+    host1 = status.frames["1"]["host"]
+    rqd = next(r for r in farm.rqds if r.hostname == host1)
+    frame1 = find_frame(1, str(paths.root))
+    reached = int(read_metrics(paths)[-1]["step"])
+    rqd.process.kill()  # the host dies: RQD first, then everything it ran
+    os.killpg(os.getpgid(frame1.pid), signal.SIGKILL)
+    fault = time.monotonic()
+    farm.cuebot.state.clock.advance(HOST_DOWN_INTERVAL_S + 1)
+    again = wait_attempt(paths, 2, timeout=200)
+    status = wait_finished(cue, handle, paths, timeout=200)
+    assert status.state is RunState.SUCCEEDED, status
+    record = read_record_or_empty(paths)
+    start = record.attempts[-1]["start_step"]
+    assert 0 <= reached - start <= 60 and record.final_step == 600
+    assert status.frames["1"]["host"] != host1 and status.frames["0"]["retries"] == 0
+    report(f"RQD of {host1} killed with its frame", reached - start, again - fault)

@@ -13,7 +13,7 @@ import pytest
 
 from cue_plugin import frame, rendezvous
 from trainer.envvars import CueFrameEnv
-from trainer.rundir import RunPaths, atomic_write_json, update_run_json
+from trainer.rundir import RunPaths, atomic_write_json, read_json, update_run_json
 
 ROOT = Path(__file__).resolve().parents[2]
 STUB = str(Path(__file__).with_name("stub_trainer.py"))
@@ -114,12 +114,30 @@ def test_rendezvous_timeout_is_a_clear_error_with_exit_code_3(tmp_path, monkeypa
 def test_frame_zero_publishes_runs_the_trainer_and_passes_its_exit_code(tmp_path, monkeypatch):
     run = tmp_path / "run"
     stale_publication(RunPaths.of(run))
-    code = run_in_process(run, frame_args(run, world=1), monkeypatch, CUE_IFRAME="0", STUB_EXIT="7",
-                          CUE_GPU_CORES="2", CUE_THREADS="8")
+    args = frame_args(run, world=1)
+    args[args.index("--"):args.index("--")] = ["--max-restarts", "0"]
+    code = run_in_process(run, args, monkeypatch, CUE_IFRAME="0", STUB_EXIT="7", CUE_GPU_CORES="2", CUE_THREADS="8")
     assert code == 7
     env = json.loads((run / "stub_rank_0.json").read_text())["env"]
     assert (env["CUDA_VISIBLE_DEVICES"], env["OMP_NUM_THREADS"], env["COPYCAT_RANK"]) == ("2", "8", "0")
-    assert not RunPaths.of(run).rendezvous.exists()
+    notice = rendezvous.FileSource(RunPaths.of(run).rendezvous).read()  # no restart left: the others are told
+    assert notice is not None and "restart budget is spent (0 of --max-restarts 0)" in notice.failed
+
+
+def test_frame_zero_restarts_a_failed_gang_with_resume_until_the_budget_is_spent(tmp_path, monkeypatch):
+    """The node agent: a failed trainer is started again (new generation, --resume, backoff), not the frame."""
+    run = tmp_path / "run"
+    args = frame_args(run, world=1)
+    args[args.index("--"):args.index("--")] = ["--max-restarts", "2", "--restart-backoff-s", "0.2"]
+    t = time.monotonic()
+    code = run_in_process(run, args, monkeypatch, CUE_IFRAME="0", STUB_EXIT="4")
+    assert code == 4 and time.monotonic() - t >= 0.2 + 0.4  # backoff 0.2 s, then doubled
+    gang = read_json(RunPaths.of(run).run_json)["gang"]
+    assert (gang["generation"], gang["restarts"]) == (3, 2)
+    assert [e["reason"].split(":")[0] for e in gang["events"]] == ["first gang of the job", "restart 1", "restart 2"]
+    assert "--resume" in json.loads((run / "stub_rank_0.json").read_text())["argv"]  # the last start resumed
+    text = RunPaths.of(run).rank_log(0).read_text()
+    assert "hosts generation 3" in text and "restart budget is spent (2 of --max-restarts 2)" in text
 
 
 @pytest.mark.parametrize("argv_frame,cue_frame,expected", [("3", None, 3), ("#IFRAME#", 2, 2), ("1", 1, 1)])

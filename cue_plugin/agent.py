@@ -1,0 +1,163 @@
+"""The node agent's rules: what a frame does when its trainers exit, and the job's restart budget.
+
+Every frame of a training layer is a node agent (``cue_plugin.frame``), like torchrun's elastic
+agent (``torch.distributed.elastic.agent.server.SimpleElasticAgent``: a worker group that failed is
+stopped, the rendezvous runs again and the group restarts, up to ``max_restarts``). When its trainer
+exits because the GANG failed (a lost rank, a peer that stopped, a stale gang), the frame does not
+exit: it re-rendezvouses and starts the trainer again with ``--resume``. So Cuebot's retry rules
+(no retry after 12 h, the JobSpec retry cap of 1; tests/cuebot/completion.py) decide nothing while
+the frame's host lives; only a frame whose host or process is gone needs Cuebot's retry.
+
+One gang = one *generation*, hosted by frame 0: generation 1 is the first gang of the job; every
+re-formed gang is the next one. Frame 0 keeps the job's count in ``run.json`` ``gang``
+(:class:`GangRecord`), so a Cuebot retry of frame 0 continues the count.
+
+Restart budget (``--max-restarts``, per job): a generation started because the previous one FAILED
+is a restart; a regroup (the elastic gang changes size at a checkpoint, exit 79) is not. When the
+budget is spent, frame 0 ends with its trainer's exit code and a failure notice, so the other frames
+stop at once instead of waiting out the rendezvous timeout. Backoff before restart n:
+``min(backoff_s * 2**(n-1), backoff_max_s)`` seconds (exponential, as torchelastic's rendezvous
+retries; a crash loop does not hammer shared storage or Cuebot).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from trainer import runrecord
+from trainer.exitcodes import ExitCode
+from trainer.rundir import RunDirError, RunPaths
+
+log = logging.getLogger("cue_plugin.agent")
+
+DEFAULT_MAX_RESTARTS = 3  # gang restarts per job
+DEFAULT_BACKOFF_S = 2.0  # seconds before the first restart, doubled for each further one
+BACKOFF_MAX_S = 30.0  # seconds, the longest backoff
+DEFAULT_ELASTIC_WINDOW_S = 120.0  # seconds frame 0 waits for every frame before an elastic gang shrinks
+EVENTS_KEPT = 20  # newest gang events kept in run.json
+
+
+@dataclass(frozen=True)
+class AgentPolicy:
+    """How a frame's node agent restarts its gang.
+
+    Attributes:
+        max_restarts: gang restarts allowed per job (regroups not counted) [count]; 0 = exit on the first failure.
+        backoff_s: seconds before the first restart, doubled for each further one [s].
+        backoff_max_s: the longest backoff [s].
+        min_world_size: the smallest gang that may train [ranks]; equal to the full world size (the default)
+            means not elastic: every restart waits for every frame.
+        elastic_window_s: how long frame 0 waits for every frame to come back before the gang shrinks to the
+            frames it has (elastic only) [s].
+    """
+
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    backoff_s: float = DEFAULT_BACKOFF_S
+    backoff_max_s: float = BACKOFF_MAX_S
+    min_world_size: int = 0
+    elastic_window_s: float = DEFAULT_ELASTIC_WINDOW_S
+
+    def check(self, world_size: int, ranks_per_frame: int) -> None:
+        """Raise ValueError (naming the argument and the fix) for values the agent cannot use."""
+        if self.max_restarts < 0:
+            raise ValueError(f"--max-restarts {self.max_restarts} must be >= 0")
+        if self.backoff_s < 0 or self.elastic_window_s < 0:
+            raise ValueError("--restart-backoff-s and --elastic-window-s must be >= 0 seconds")
+        if self.min_world_size and not ranks_per_frame <= self.min_world_size <= world_size:
+            raise ValueError(f"--min-world-size {self.min_world_size} must be between the ranks of one frame "
+                             f"({ranks_per_frame}) and --world-size {world_size}")
+        if self.min_world_size % ranks_per_frame:
+            raise ValueError(f"--min-world-size {self.min_world_size} is not a multiple of --ranks-per-frame "
+                             f"{ranks_per_frame}: a gang shrinks by whole frames")
+
+    def elastic(self, world_size: int) -> bool:
+        """True when the gang may train with fewer than ``world_size`` ranks."""
+        return 0 < self.min_world_size < world_size
+
+    def backoff(self, restart: int) -> float:
+        """Seconds to wait before restart number ``restart`` (1-based) [s]."""
+        return min(self.backoff_s * 2 ** max(0, restart - 1), self.backoff_max_s)
+
+
+class Action(enum.Enum):
+    """What a frame does after its trainers exited."""
+
+    FINISH = "finish"  # training is over (exit 0): the frame exits 0
+    REGROUP = "regroup"  # the gang stopped at a checkpoint to change size: next generation, no restart counted
+    RESTART = "restart"  # the gang failed: next generation with --resume, one restart counted
+    EXIT = "exit"  # a restart cannot help (bad settings, the frame itself was stopped): exit with the code
+
+
+#: Exit codes after which a restart cannot help (trainer.exitcodes). GANG (3: the gang could not
+#: form: incomplete, unreachable, port in use, network) keeps its own handling: frame 0 fails the
+#: layer on an incomplete gang, and a bad address is no better on the next try.
+NO_RESTART = frozenset({ExitCode.USAGE, ExitCode.GANG, ExitCode.PORT_UNAVAILABLE, ExitCode.NO_TRAINER})
+
+
+def classify(code: int, *, terminated: bool) -> Action:
+    """The agent's action for a gang exit ``code`` (the first failed rank's; 0 = all succeeded).
+
+    ``terminated``: the frame itself got SIGTERM (it passed it on; the trainer checkpointed and exited
+    75/76): the frame exits, and Cuebot's retry or the wrangler decides what comes next.
+    """
+    if code == ExitCode.OK:
+        return Action.FINISH
+    if terminated or code in NO_RESTART:
+        return Action.EXIT
+    if code == ExitCode.REGROUP:
+        return Action.REGROUP
+    return Action.RESTART  # RANK_LOST, REJECTED, a peer's STOPPED/STOP_TIMEOUT, a crash (1), a signal (128+n)
+
+
+@dataclass(frozen=True)
+class GangRecord:
+    """Frame 0's record of the job's gang in ``run.json`` ``gang`` (see module doc).
+
+    Attributes:
+        job_id: the farm job the count belongs to (a new submit starts again at 0).
+        generation: the latest gang generation hosted (0 = none yet).
+        restarts: generations started because the previous one failed [count].
+        members: frames of the latest generation (empty = every frame).
+        world_size: ranks of the latest generation [ranks].
+        events: newest last: {generation, reason, members, world_size, at} (at most :data:`EVENTS_KEPT`).
+    """
+
+    job_id: str = ""
+    generation: int = 0
+    restarts: int = 0
+    members: tuple[int, ...] = ()
+    world_size: int = 0
+    events: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+
+    @classmethod
+    def read(cls, paths: RunPaths, job_id: str) -> "GangRecord":
+        """The record of job ``job_id`` (an empty one when ``run.json`` holds another job's or none)."""
+        data = runrecord.read_record_or_empty(paths).gang
+        if not data or data.get("job_id") != job_id:
+            return cls(job_id=job_id)
+        try:
+            return cls(job_id=job_id, generation=int(data.get("generation", 0)), restarts=int(data.get("restarts", 0)),
+                       members=tuple(int(m) for m in data.get("members") or ()),
+                       world_size=int(data.get("world_size", 0)),
+                       events=tuple(e for e in data.get("events") or () if isinstance(e, Mapping)))
+        except (TypeError, ValueError):
+            return cls(job_id=job_id)
+
+    def next(self, reason: str, members: tuple[int, ...], world_size: int, *, restart: bool) -> "GangRecord":
+        """The record for the next generation (``restart``: counted against the budget)."""
+        event = {"generation": self.generation + 1, "reason": reason, "members": list(members),
+                 "world_size": world_size, "at": runrecord.now_iso()}
+        return GangRecord(self.job_id, self.generation + 1, self.restarts + (1 if restart else 0), members,
+                          world_size, (*self.events, event)[-EVENTS_KEPT:])
+
+    def write(self, paths: RunPaths) -> None:
+        """Merge into ``run.json`` (errors are logged: the record is for people, training goes on)."""
+        try:
+            runrecord.update_record(paths, gang={"job_id": self.job_id, "generation": self.generation,
+                                                 "restarts": self.restarts, "members": list(self.members),
+                                                 "world_size": self.world_size, "events": [dict(e) for e in self.events]})
+        except RunDirError as exc:
+            log.error("cannot record the gang generation in run.json: %s", exc)
