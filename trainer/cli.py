@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainer.gang import GangError
         from trainer.stop import StopTraining
 
-        if isinstance(exc, StopTraining):  # SIGTERM/SIGINT: checkpoint written (trainer.exitcodes: 75)
+        if isinstance(exc, StopTraining):  # checkpoint written: SIGTERM/SIGINT 75, SIGUSR1 regroup 79 (exitcodes)
             print(f"cuetrain: {exc}", file=sys.stderr)
             return exc.exit_code
         if not isinstance(exc, GangError):

@@ -18,6 +18,13 @@ checkpoint exits :data:`STOPPED` = 75 (``EX_TEMPFAIL`` of BSD ``sysexits.h``: "a
 the user is invited to retry"). A frame still exits 128 + N when its trainer was killed by signal N
 (a trainer SIGKILLed by the kernel's OOM killer really is a memory failure; see
 docs/failure_handling.md).
+
+:data:`REGROUP` = 79 (a gang stopped at a periodic checkpoint because the node agent sent SIGUSR1 to
+re-form it at another world size) must not be mistaken for any of those: not 33 or 137 (Cuebot would
+raise the layer's memory), not 128 + N (that reads as "killed by signal N"; 128 + SIGUSR1 = 138 would
+say the trainer died of SIGUSR1), and not 64-78, the range BSD ``sysexits.h`` assigns (``EX_USAGE`` 64
+to ``EX_CONFIG`` 78), so no tool reads a sysexits meaning into it. 79 is the first free code above
+that range, next to our own 75/76.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ class ExitCode(IntEnum):
     #: (``--stop-grace-s``): resume continues from the previous checkpoint
     STOP_TIMEOUT = 76
     #: stopped at a periodic checkpoint because the node agent asked the gang to change size (SIGUSR1);
-    #: --resume continues there
+    #: --resume continues there (at any world size)
     REGROUP = 79
     #: the frame could not start its trainer (the shell's "command not found")
     NO_TRAINER = 127
@@ -66,7 +73,8 @@ MEANING: dict[int, str] = {
     ExitCode.PORT_UNAVAILABLE: "no port for the main address",
     ExitCode.STOPPED: "stopped by a signal; checkpoint written at the agreed step",
     ExitCode.STOP_TIMEOUT: "stopped by a signal; no checkpoint within the grace period",
-    ExitCode.REGROUP: "stopped at a checkpoint so that the gang can change size",
+    ExitCode.REGROUP: "stopped at a periodic checkpoint because the node agent asked the gang to change size "
+                      "(SIGUSR1); --resume continues there",
     ExitCode.NO_TRAINER: "trainer could not be started",
 }
 

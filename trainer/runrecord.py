@@ -54,8 +54,9 @@ class StateRow:
 STATES: dict[str, StateRow] = {
     "starting": StateRow(False, "run directory created; the gang has not started training"),
     "running": StateRow(False, "rank 0 is training (an attempt is recorded in attempts)"),
-    "stopped": StateRow(False, "stopped by SIGTERM/SIGINT with a checkpoint at stopped_step; --resume or the farm's "
-                               "retry continues from it"),
+    "stopped": StateRow(False, "stopped with a checkpoint at stopped_step, by SIGTERM/SIGINT (exit_code 75) or, at a "
+                               "periodic checkpoint, by the node agent's SIGUSR1 to regroup the gang at another "
+                               "world size (exit_code 79); --resume or the farm's retry continues from it"),
     "succeeded": StateRow(True, "all steps trained, model exported"),
     "failed": StateRow(True, "the attempt failed; failure_kind and error say why (the farm may still retry)"),
     "cancelled": StateRow(True, "cancelled by a user"),
@@ -90,7 +91,7 @@ class RunRecord:
         failed_rank: rank that recorded the failure, or None.
         failed_at: ISO time of a failure before training started ("" when none).
         exit_code: exit code of the latest attempt's rank 0 (:mod:`trainer.exitcodes`), or None.
-        stopped_step: step of the checkpoint written on SIGTERM/SIGINT [steps], or None.
+        stopped_step: step of the checkpoint written on SIGTERM/SIGINT or a SIGUSR1 regroup [steps], or None.
         farm: the farm job of the latest submit: job_id, job_name, submitted_at, attempts_at_submit, job.
         gang_failure: frame 0's record when it failed the whole layer (reason, at, attempt, layer, job, cuebot).
         gang: frame 0's node agent's record of the gang (``cue_plugin.agent.GangRecord``): job_id, generation,

@@ -1,4 +1,4 @@
-"""Stopping on SIGTERM/SIGINT: the gang agrees on a step, rank 0 checkpoints there, every rank exits 75.
+"""Stopping on SIGTERM/SIGINT (exit 75) and regrouping on SIGUSR1 (exit 79 at the next periodic checkpoint).
 
 Who sends SIGTERM, and how long before SIGKILL (the grace a checkpoint must fit in):
 
@@ -19,11 +19,18 @@ So the default grace is :data:`DEFAULT_GRACE_S` = 20 s (``--stop-grace-s``): und
 and systemd's 90 s; containers run with ``docker stop --time 30`` or more.
 
 Agreement (:class:`GangStop`): at the end of every step each rank starts an asynchronous MAX
-all-reduce of its "signal received" flag on a gloo (CPU) group and waits for the one it started a
-step before. All ranks see the same sums in the same order, so they agree on the step without
+all-reduce of its vote :class:`Vote` (0 none, 1 regroup, 2 stop now: one int32) on a gloo (CPU)
+group and waits for the one it started a step before. All ranks see the same sums in the same order, so they agree on the step without
 a GPU sync and without waiting on the network (the reduce runs behind a whole step's compute).
 The stop happens at the first optimizer-update step after the vote (no gradients pending), so a
 SIGTERM to ANY rank stops the whole gang at the same step, 1 to ``sync_interval`` steps later.
+
+Regroup (SIGUSR1, :data:`REGROUP_SIGNAL`): the node agent of an elastic gang asks its trainers to
+stop so the gang can be re-formed at another world size. It is not a stop: there is no grace and
+no watchdog, training goes on to the step at which the next periodic checkpoint is due (the same
+``--checkpoint-interval`` rule on every rank), rank 0 writes that checkpoint, and every rank exits
+79 (:class:`Regroup`, :data:`trainer.exitcodes.ExitCode.REGROUP`). The vote keeps running after the
+gang agreed on 1, so a SIGTERM before that checkpoint still escalates to 2 (stop at once, exit 75).
 
 Grace (:class:`StopSignal`): CPython runs Python signal handlers only between bytecodes of the main
 thread, which may sit in a hung collective. So the handler's C part also writes the signal number
@@ -41,6 +48,7 @@ import signal
 import sys
 import threading
 import time
+from enum import IntEnum
 from typing import Any, Callable
 
 from trainer import runrecord
@@ -51,7 +59,16 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 20.0  # seconds from SIGTERM/SIGINT to exit (checkpoint included)
 SUPERVISOR_GRACE_S = DEFAULT_GRACE_S + 10.0  # seconds cuetrain's supervisors wait before SIGKILL
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = (signal.SIGTERM, signal.SIGINT)  # stop now (vote 2), under the grace watchdog
+REGROUP_SIGNAL = signal.SIGUSR1  # regroup at the next periodic checkpoint (vote 1); no watchdog
+
+
+class Vote(IntEnum):
+    """One rank's (and, after the MAX all-reduce, the gang's) stop level; higher wins."""
+
+    NONE = 0
+    REGROUP = 1  # SIGUSR1 seen: stop at the next periodic checkpoint, exit 79
+    STOP = 2  # SIGTERM/SIGINT seen: stop at the next update step, exit 75
 
 
 class StopTraining(Exception):
@@ -66,8 +83,25 @@ class StopTraining(Exception):
         self.step, self.signum = step, signum
 
 
+class Regroup(StopTraining):
+    """The gang stopped at the periodic checkpoint of ``step`` after SIGUSR1 (rank 0 wrote it); exit code 79.
+
+    ``--resume`` continues from that checkpoint at any world size (crops are drawn from (seed, step)
+    and split across ranks, see :mod:`trainer.data`).
+    """
+
+    exit_code = int(ExitCode.REGROUP)
+
+    def __init__(self, step: int) -> None:
+        Exception.__init__(self, f"regrouping at step {step} (SIGUSR1: the node agent re-forms the gang); the "
+                                 "checkpoint of that step is written: --resume at any world size continues there")
+        self.step, self.signum = step, int(REGROUP_SIGNAL)
+
+
 class StopSignal:
     """Traps SIGTERM and SIGINT for this process; :attr:`signum` is the first one received (0: none).
+
+    Also traps SIGUSR1 (:data:`REGROUP_SIGNAL`): :attr:`regroup_requested` turns True; no grace applies.
 
     Args:
         grace_s: seconds from the signal to a forced exit [s].
@@ -80,6 +114,7 @@ class StopSignal:
         self.grace_s = grace_s
         self.on_timeout = on_timeout
         self.signum = 0
+        self.regroup_requested = False  # SIGUSR1 received
         self.received_at = 0.0  # time.monotonic() of the first signal
         self._done = threading.Event()
         self._previous: dict[int, Any] = {}
@@ -95,6 +130,7 @@ class StopSignal:
         self._pipe = (r, w)
         for signum in SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handler)
+        self._previous[REGROUP_SIGNAL] = signal.signal(REGROUP_SIGNAL, self._regroup_handler)
         self._old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
         self._thread.start()
@@ -118,9 +154,19 @@ class StopSignal:
             os.close(fd)
         self._pipe = None
 
+    @property
+    def vote(self) -> Vote:
+        """This process's own level: STOP after SIGTERM/SIGINT, else REGROUP after SIGUSR1, else NONE."""
+        if self.signum:
+            return Vote.STOP
+        return Vote.REGROUP if self.regroup_requested else Vote.NONE
+
     def _handler(self, signum: int, frame: Any) -> None:
         if not self.signum:
             self.signum = signum
+
+    def _regroup_handler(self, signum: int, frame: Any) -> None:
+        self.regroup_requested = True
 
     def _watch(self) -> None:
         assert self._pipe is not None  # set before the thread starts
@@ -131,6 +177,8 @@ class StopSignal:
             ready, _, _ = select.select([r], [], [], wait)
             if ready:
                 data = os.read(r, 64)
+                if int(REGROUP_SIGNAL) in data:
+                    log.warning("SIGUSR1 received: the gang regroups at the next periodic checkpoint")
                 if deadline is None and any(b in (int(s) for s in SIGNALS) for b in data):
                     self.received_at = time.monotonic()
                     deadline = self.received_at + self.grace_s
@@ -162,41 +210,52 @@ class GangStop:
 
     Args:
         signal_: this process's :class:`StopSignal`.
-        distributed: False for a single process (the local flag decides at once).
+        distributed: False for a single process (the local flags decide at once).
         group_factory: makes the gloo process group for the vote (``torch.distributed.new_group``);
             called on every rank, in the same order, when ``distributed``.
+
+    Attributes:
+        level: the highest :class:`Vote` the gang agreed on so far (never decreases).
     """
 
     def __init__(self, signal_: StopSignal, distributed: bool, group_factory: Callable[[], Any] | None = None) -> None:
         self.signal = signal_
-        self.agreed = False
+        self.level = Vote.NONE
         self._group = group_factory() if distributed and group_factory is not None else None
         self._flag: Any = None
         self._work: Any = None
 
-    def poll(self) -> bool:
-        """True once any rank has received SIGTERM/SIGINT (the same step on every rank; 1 step late when distributed).
+    @property
+    def agreed(self) -> bool:
+        """True once the gang agreed to stop now (:attr:`Vote.STOP`)."""
+        return self.level == Vote.STOP
+
+    def poll(self) -> Vote:
+        """The gang's agreed level (the same on every rank at the same step; 1 step late when distributed).
+
+        One asynchronous int32 MAX all-reduce per call until the gang agrees on STOP; after an agreed
+        REGROUP the vote goes on, so a later SIGTERM/SIGINT still escalates to STOP.
 
         Raises:
             RuntimeError: the vote's collective failed (a rank died): the caller's failure path handles it.
         """
-        if self.agreed:
-            return True
+        if self.level == Vote.STOP:
+            return self.level
         if self._group is None:
-            self.agreed = bool(self.signal.signum)
-            return self.agreed
+            self.level = max(self.level, self.signal.vote)
+            return self.level
         import torch
         import torch.distributed as dist
 
         if self._work is not None:
             self._work.wait()
-            self.agreed = bool(self._flag.item())
-            if self.agreed:
+            self.level = max(self.level, Vote(int(self._flag.item())))
+            if self.level == Vote.STOP:
                 self._work = None
-                return True
-        self._flag = torch.tensor([1 if self.signal.signum else 0], dtype=torch.int32)
+                return self.level
+        self._flag = torch.tensor([int(self.signal.vote)], dtype=torch.int32)
         self._work = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
-        return False
+        return self.level
 
     def close(self) -> None:
         """Wait for the vote still in flight (every rank started the same number), so teardown is clean."""

@@ -33,7 +33,7 @@ from trainer.config import ConfigError, TrainConfig
 from trainer.data import CropSampler, rank_loss_weight
 from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
-from trainer.stop import GangStop, StopSignal, StopTraining, record_stop_timeout
+from trainer.stop import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
 from trainer.images import load_pairs, pair_frames
 from trainer.model import build_model, count_parameters
 from trainer.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
@@ -201,9 +201,12 @@ class _Loop:
                 loss = self._log(step, loss_acc, n_acc, wall_clock() - t_last, wall_clock() - t0)
                 loss_acc.zero_()
                 n_acc, t_last = 0, wall_clock()
-            self._outputs(step, update)
-            if self.stop.poll() and update and step < cfg.steps:  # every rank votes every step (trainer.stop)
+            checkpointed = self._outputs(step, update)
+            level = self.stop.poll()  # every rank votes every step (trainer.stop)
+            if level == Vote.STOP and update and step < cfg.steps:
                 self._stop_at(step)
+            if level == Vote.REGROUP and checkpointed and step < cfg.steps:
+                self._regroup_at(step)
         return loss
 
     def _stop_at(self, step: int) -> None:
@@ -215,6 +218,16 @@ class _Loop:
         log.warning("rank %d stopped at step %d (%s)", self.env.rank, step,
                     "checkpoint written" if self.master else "rank 0 writes the checkpoint")
         raise StopTraining(step, self.sig.signum)
+
+    def _regroup_at(self, step: int) -> None:
+        """After SIGUSR1: rank 0 waits until the periodic checkpoint of ``step`` is on disk and records
+        ``stopped`` (exit 79); every rank raises :class:`Regroup`."""
+        self.stop.close()  # the vote still in flight (every rank started the same number)
+        self.writer.finish("stopped", stopped_step=step, exit_code=Regroup.exit_code)  # flushes the checkpoint
+        self.sig.finished()
+        log.warning("rank %d regroups at step %d (checkpoint %s%s)", self.env.rank, step,
+                    self.paths.checkpoint(step), "" if self.master else ", written by rank 0")
+        raise Regroup(step)
 
     def _update(self) -> None:
         lr = lr_at(self.updates, self.total_updates, self.peak_lr, self.cfg.warmup_steps)
@@ -235,19 +248,27 @@ class _Loop:
         self.writer.metrics({"step": step, "loss": loss, "lr": lr, "images_per_s": images_per_s, "wall_s": wall})
         return loss
 
-    def _outputs(self, step: int, update: bool) -> None:
-        if not self.master:
-            return
+    def _outputs(self, step: int, update: bool) -> bool:
+        """Contact sheet and periodic checkpoint of ``step`` (rank 0 writes them).
+
+        Returns True when a periodic checkpoint is due at ``step``; every rank applies the same rule
+        (and tracks ``_last_ckpt``), so a regroup (:meth:`_regroup_at`) stops every rank at that step.
+        """
         cfg = self.cfg
+        due = step // cfg.checkpoint_interval > self._last_ckpt // cfg.checkpoint_interval or step == cfg.steps
+        due = due and update  # only at update boundaries: no gradients are pending
+        if due:
+            self._last_ckpt = step
+        if not self.master:
+            return due
         if step % cfg.contact_sheet_interval == 0 or step == cfg.steps:
             prev = self.sampler.preview(step)
             with torch.no_grad(), self.precision.autocast():
                 out = self.net(prev.input)
             self.writer.contact_sheet(step, prev.input, out, prev.target)
-        due = step // cfg.checkpoint_interval > self._last_ckpt // cfg.checkpoint_interval or step == cfg.steps
-        if update and due:  # only at update boundaries: no gradients are pending
+        if due:
             self.writer.checkpoint(step, self._state())
-            self._last_ckpt = step
+        return due
 
     def _state(self) -> dict[str, Any]:
         return cpu_copy({"model": self.net.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
