@@ -137,7 +137,7 @@ class _Loop:
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
 
     def run(self) -> TrainResult:
-        if self.cfg.resume:
+        if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
             self._resume()
         start = self.step
         model = self._wrap()
@@ -278,12 +278,15 @@ class _Loop:
                          "precision": self.precision.name})
 
     def _resume(self) -> None:
-        ckpt = load_latest_checkpoint(self.paths) if self.master else None
+        """Load the latest checkpoint when rank 0 runs with ``--resume``; the other ranks load the step rank 0
+        broadcasts (whatever their own ``--resume`` says, so a gang never disagrees on where it starts)."""
+        ckpt = load_latest_checkpoint(self.paths) if self.master and self.cfg.resume else None
         step = _broadcast_int(ckpt["step"] if ckpt else 0, self.rt)
         if step and ckpt is None:
             ckpt = torch.load(self.paths.checkpoint(step), map_location="cpu", weights_only=True)
         if not ckpt:
-            log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
+            if self.cfg.resume and self.master:
+                log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
         if ckpt["model_size"] != self.cfg.model_size:
             raise ConfigError(f"checkpoint {self.paths.checkpoint(step)} is a {ckpt['model_size']} model, but "
