@@ -7,7 +7,8 @@ entry point with the absolute interpreter of this process (RQD gives frames a fi
 ``python`` alone may be another interpreter)::
 
     /abs/python -u -m cue_plugin.frame --frame '#IFRAME#' --world-size N --rendezvous file \\
-        --rendezvous-timeout 600 [--ranks-per-frame L] -- --input ... --target ... --run-dir ...
+        --rendezvous-timeout 600 [--ranks-per-frame L] [--max-restarts N] [--min-world-size M
+        --elastic-window-s W] -- --input ... --target ... --run-dir ...
 
 (``--ranks-per-frame`` only when L > 1, so a one-rank-per-frame spec is what it always was.)
 
@@ -29,6 +30,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Sequence
 
+from cue_plugin.agent import DEFAULT_MAX_RESTARTS
 from cue_plugin.spec import FarmError, TrainingJob
 
 if TYPE_CHECKING:  # pyoutline reads its config at import: import it only when building
@@ -79,9 +81,13 @@ def shell_command(argv: Sequence[str]) -> str:
 def frame_argv(job: TrainingJob, python: str | None = None) -> list[str]:
     """The argv every frame runs (before quoting); ``#IFRAME#`` is replaced by Cuebot."""
     per_frame = ["--ranks-per-frame", str(job.ranks_per_frame)] if job.ranks_per_frame > 1 else []
+    agent = ["--max-restarts", str(job.max_restarts)] if job.max_restarts != DEFAULT_MAX_RESTARTS else []
+    if 0 < job.min_world_size < job.world_size:
+        agent += ["--min-world-size", str(job.min_world_size), "--elastic-window-s", f"{job.elastic_window_s:g}"]
     return [python or sys.executable, "-u", "-m", "cue_plugin.frame", "--frame", "#IFRAME#",
             "--world-size", str(job.world_size), "--rendezvous", job.rendezvous,
-            "--rendezvous-timeout", f"{job.rendezvous_timeout_s:g}", *per_frame, "--", *job.train.to_argv()]
+            "--rendezvous-timeout", f"{job.rendezvous_timeout_s:g}", *per_frame, *agent, "--",
+            *job.train.to_argv()]
 
 
 def layer_env(job: TrainingJob, token: str) -> dict[str, str]:

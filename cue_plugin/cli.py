@@ -47,6 +47,10 @@ _JOB_FLAGS: dict[str, tuple[Any, str]] = {
     "gpu_memory_mb": (int, "GPU memory per rank [MiB]"),
     "sync_interval": (int, "all-reduce gradients every N steps"),
     "rendezvous_timeout_s": (float, "how long ranks wait for frame 0 [s]"),
+    "max_restarts": (int, "gang restarts the frames' node agents make per job before giving up (default 3)"),
+    "min_world_size": (int, "elastic gang: train on with at least this many ranks when frames do not come back "
+                            "(default: the world size, not elastic)"),
+    "elastic_window_s": (float, "seconds frame 0 waits for every frame before an elastic gang shrinks (default 120)"),
 }
 
 

@@ -53,21 +53,19 @@ c. after :data:`NOTICE_GRACE_S` seconds it eats the layer's frames through pycue
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
 import socket
 import sys
 import time
-from datetime import datetime, timezone
 from typing import Callable, Sequence
 
 from cue_plugin import membership, rendezvous
-from cue_plugin.rendezvous import GangFinished
 from cue_plugin.agent import (DEFAULT_BACKOFF_S, DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, Action, AgentPolicy,
                               GangRecord, classify)
-from cue_plugin.builder import LAYER_NAME
+from cue_plugin.frame_member import run_member
+from cue_plugin.layer_failure import fail_layer, gang_incomplete
 from cue_plugin.spec import RENDEZVOUS_MODES
 from cue_plugin.supervise import GangExit, RankLog, frame_devices, frame_ranks, run_ranks
 from trainer.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
@@ -87,9 +85,6 @@ EXIT_GANG = ExitCode.GANG  # rendezvous timeout, gang incomplete or failed (trai
 EXIT_REJECTED = ExitCode.REJECTED  # trainer.gang.GangRejected: rank already claimed in that gang, or wrong job token
 WATCH_S = 5.0  # seconds between looks at the publication while the trainer runs
 STOP_GRACE_S = 10.0  # seconds between SIGTERM and SIGKILL when the frame stops its trainer
-NOTICE_GRACE_S = 3.0  # seconds frame 0 leaves waiting ranks to read its failure notice before eating the layer
-NOTICE_WAIT_S = 2.0  # seconds a rank whose trainer failed looks for frame 0's failure notice
-CUEBOT_TIMEOUT_S = 10.0  # deadline of frame 0's pycue calls [s] (pycue's default is hours)
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -240,8 +235,12 @@ def _run(ns: argparse.Namespace, rank: int, paths: RunPaths, train_args: list[st
     notice = rendezvous.FileSource(paths.rendezvous)  # frame 0's failure notice, in both modes
     if rank == 0:
         return _run_main(ns, paths, train_args, cue, trainer_command, out, source, notice, token)
-    return _run_member(ns, rank // ns.ranks_per_frame, paths, train_args, cue, trainer_command, out, source, notice,
-                       token)
+
+    def start(pub: rendezvous.Publication, resume: bool, watch: Callable[[], str | int | None]) -> GangExit:
+        return _start_trainer(ns, rank // ns.ranks_per_frame, pub, paths, train_args, cue, trainer_command, out,
+                              resume=resume, watch=watch)
+
+    return run_member(ns, rank // ns.ranks_per_frame, paths, source, notice, token, policy_of(ns), start)
 
 
 def policy_of(ns: argparse.Namespace) -> AgentPolicy:
@@ -337,8 +336,9 @@ def _host_generation(ns: argparse.Namespace, paths: RunPaths, train_args: list[s
                      generation: int, members: tuple[int, ...]) -> tuple[int, GangExit, rendezvous.Publication]:
     """Reserve, publish and run rank 0 for one generation; retract the publication unless it failed."""
     reservation, pub = source.host(host, token, generation, members)
-    log.info("frame 0 (attempt %s) hosts generation %d at %s for %d rank(s)%s", pub.attempt, generation, pub.address,
-             pub.world_size(ns.world_size, ns.ranks_per_frame), f" (frames {list(members)})" if members else "")
+    log.info("frame 0 (attempt %s) hosts the main address %s for generation %d: %d rank(s)%s", pub.attempt,
+             pub.address, generation, pub.world_size(ns.world_size, ns.ranks_per_frame),
+             f" (frames {list(members)})" if members else "")
     failure = ""
     try:
         result = _start_trainer(ns, 0, pub, paths, train_args, cue, trainer_command, out, resume=generation > 1,
@@ -368,160 +368,6 @@ def _notify(notice: rendezvous.FileSource, pub: rendezvous.Publication, reason: 
         notice.fail(pub, reason, token)
     except rendezvous.RendezvousError as exc:
         log.error("%s; waiting ranks will wait out the rendezvous timeout", exc)
-
-
-def finished_without_me(paths: RunPaths, job_id: str, ran: bool) -> str:
-    """A reason when the run already succeeded for this job (a frame that waits has nothing left to do), else "".
-
-    Only a record of this job counts (``farm.job_id``), or any success once this frame has trained in the run."""
-    record = runrecord.read_record_or_empty(paths)
-    if record.state != "succeeded" or not ((job_id and record.farm.get("job_id") == job_id) or ran):
-        return ""
-    return f"the gang finished training (step {record.final_step}) while this frame waited"
-
-
-def _member_vet(frame: int, paths: RunPaths, job_id: str, ran: Callable[[], bool]) -> \
-        Callable[[rendezvous.Publication | None], tuple[str, str] | None]:
-    def vet(pub: rendezvous.Publication | None) -> tuple[str, str] | None:
-        done = finished_without_me(paths, job_id, ran())
-        if done:
-            raise GangFinished(done)
-        if pub is not None and not pub.failed and not pub.invites(frame):
-            return (f"out {pub.attempt}", f"generation {pub.generation} (frames {list(pub.members)}) trains without "
-                    f"frame {frame}; waiting to join at its next checkpoint")
-        return None
-    return vet
-
-
-def _run_member(ns: argparse.Namespace, frame: int, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
-                trainer_command: Sequence[str], out: RankLog, source: _Source, notice: rendezvous.FileSource,
-                token: str | None) -> int:
-    """Frames > 0, node agents: wait for frame 0's generation, run the trainers; when the gang fails or regroups
-    (or was stale, see module doc) wait for frame 0's next generation instead of exiting."""
-    rank = frame * ns.ranks_per_frame
-    policy, job_id = policy_of(ns), read_farm_env().job_id
-    stale: set[str] = set()
-    last_generation, ran = 0, [False]
-    reuse = getattr(source, "restarts_reuse_attempt", False)  # cuebot mode: one attempt per Cuebot retry
-    vet = _member_vet(frame, paths, job_id, lambda: ran[0])
-    while True:
-        present = membership.present(paths, frame, last_generation) if policy.elastic(ns.world_size) \
-            else contextlib.nullcontext()
-        try:
-            with present:
-                pub = rendezvous.wait_for_main(source, rank=rank, token=token, stale=stale, notice=notice,
-                                               timeout_s=ns.rendezvous_timeout, vet=vet)
-        except GangFinished as done:
-            log.info("frame %d exits 0: %s", frame, done)
-            return 0
-
-        def newer(current: rendezvous.Publication = pub) -> str | None:
-            other = rendezvous.superseded(source, current, token)
-            return f"frame 0 started again (attempt {other.attempt}); the gang of attempt {current.attempt} is gone" \
-                if other is not None else None
-
-        result = _start_trainer(ns, frame, pub, paths, train_args, cue, trainer_command, out,
-                                resume=ran[0] or pub.generation > 1, watch=newer)
-        ran[0], last_generation = True, max(last_generation, pub.generation)
-        if EXIT_REJECTED in result.codes.values() or result.stopped:
-            why = result.stopped or "its gang refused this rank (rank already claimed: a stale gang of an old frame 0)"
-        else:
-            action = classify(result.code, terminated=result.terminated)
-            if action is Action.FINISH:
-                return 0
-            failed = _await_notice(notice, token, pub)
-            if failed is not None:
-                log.error("rank %d stops: frame 0 (attempt %s) failed the gang: %s", rank, failed.attempt,
-                          failed.failed)
-                return EXIT_GANG
-            if action is Action.EXIT:
-                return result.code
-            why = ("the gang stopped at a checkpoint to change size" if action is Action.REGROUP else
-                   f"the gang failed (rank {result.rank}: exit {result.code}, {describe(result.code)})")
-        if reuse:
-            log.warning("rank %d: %s; waiting for frame 0 to host attempt %s again", rank, why, pub.attempt)
-            time.sleep(policy.backoff_s)
-        else:
-            stale.add(pub.attempt)
-            log.warning("rank %d: frame 0 attempt %s is stale: %s; waiting for frame 0's next generation (node "
-                        "agent: this frame does not exit)", rank, pub.attempt, why)
-
-
-def _await_notice(notice: rendezvous.FileSource, token: str | None,
-                  pub: rendezvous.Publication) -> rendezvous.Publication | None:
-    """Frame 0's failure notice for attempt ``pub.attempt``, looked for up to :data:`NOTICE_WAIT_S` seconds."""
-    deadline = time.monotonic() + NOTICE_WAIT_S
-    while True:
-        failed = rendezvous.failure_notice(notice, token)
-        if failed is not None and failed.attempt == pub.attempt:
-            return failed
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.2)
-
-
-def gang_incomplete(paths: RunPaths) -> str:
-    """Rank 0's ``run.json`` error when its trainer failed with ``failure_kind`` gang_incomplete, else "".
-
-    (Exit code 3 on rank 0 is also "cannot listen on the port"; only an incomplete gang fails the layer.)
-    """
-    record = runrecord.read_record_or_empty(paths)
-    incomplete = record.state == "failed" and record.kind is runrecord.FailureKind.GANG_INCOMPLETE
-    return (record.error or "gang incomplete") if incomplete else ""
-
-
-def eat_layer(job: str, layer: str, timeout_s: float = CUEBOT_TIMEOUT_S) -> None:
-    """Eat every frame of ``job``/``layer`` through pycue (Cuebot kills the running ones).
-
-    Raises:
-        ImportError: pycue is not installed for this interpreter.
-        Exception: pycue/gRPC errors (Cuebot unreachable, job not found).
-    """
-    import opencue
-
-    opencue.Cuebot.setTimeout(timeout_s)  # gRPC deadline [s]
-    opencue.api.findLayer(job, layer).eat()
-
-
-def fail_layer(paths: RunPaths, pub: rendezvous.Publication, reason: str, cue: CueFrameEnv, token: str | None,
-               notice: rendezvous.FileSource, eat: Callable[[str, str], None] | None = None) -> None:
-    """Frame 0 after a gang timeout: failure notice, ``run.json`` ``gang_failure``, eat the layer (module doc)."""
-    layer = cue.layer or LAYER_NAME
-    log.error("%s", reason)
-    log.error("frame 0 fails the whole layer %r of job %r: the gang cannot form, so no frame of it should hold a "
-              "host or be retried into another wait", layer, cue.job or "?")
-    try:
-        notice.fail(pub, reason, token)
-    except rendezvous.RendezvousError as exc:
-        log.error("%s; waiting ranks will not learn why they stop", exc)
-    record = {"reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "attempt": pub.attempt,
-              "layer": layer, "job": cue.job}
-    if not cue.job:
-        _record_failure(paths, {**record, "cuebot": "not failed in Cuebot: CUE_JOB is not set (not run by RQD)"})
-        log.error("CUE_JOB is not set (not run by RQD): no layer to fail in Cuebot")
-        return
-    time.sleep(NOTICE_GRACE_S)  # waiting ranks read the notice and log why they stop
-    action = f"eating the frames of {cue.job}/{layer} through Cuebot (pycue)"
-    _record_failure(paths, {**record, "cuebot": action})
-    log.error("%s; this frame is stopped by it too", action)
-    try:
-        (eat or eat_layer)(cue.job, layer)
-    except Exception as exc:  # noqa: BLE001 - ImportError, CueException, grpc.RpcError: all mean "could not"
-        action = (f"could not fail the layer through pycue ({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
-                  "check CUEBOT_HOSTS / opencue.yaml on the render node. Frames still waiting will start, read "
-                  "frame 0's failure notice and stop; kill the job with `cuetrain cancel RUN_DIR` or in CueGUI")
-        log.error("%s", action)
-        _record_failure(paths, {**record, "cuebot": action})
-        return
-    log.error("layer %s of job %s eaten: frames stopped and not retried", layer, cue.job)
-    _record_failure(paths, {**record, "cuebot": f"ate the frames of {cue.job}/{layer}"})
-
-
-def _record_failure(paths: RunPaths, record: dict[str, str]) -> None:
-    try:
-        runrecord.update_record(paths, gang_failure=record)
-    except RunDirError as exc:
-        log.error("cannot record the gang failure in run.json: %s", exc)
 
 
 def main(argv: Sequence[str] | None = None, *, trainer_command: Sequence[str] | None = None) -> int:

@@ -142,5 +142,6 @@ def gather(paths: RunPaths, frames: int, min_frames: int, window_s: float, timeo
 
 
 def returned(paths: RunPaths, frames: int, members: tuple[int, ...]) -> list[int]:
-    """Frames outside the generation ``members`` that wait to join (fresh records), sorted."""
-    return sorted(f for f in waiting(paths, frames) if f not in members)
+    """Frames outside the generation ``members`` that wait to join (fresh records), sorted (none when
+    ``members`` is empty: every frame is in)."""
+    return sorted(f for f in waiting(paths, frames) if f not in members) if members else []

@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
+from cue_plugin.agent import DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS
 from trainer.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -70,6 +71,11 @@ class TrainingJob:
         extra_env: more environment variables for every frame.
         infer: an inference layer ``infer`` that runs after the ``train`` layer, or None
             (``cue_plugin.infer_layer``).
+        max_restarts: gang restarts the frames' node agents make per job before giving up [count]
+            (``cue_plugin.agent``; independent of Cuebot's retries).
+        min_world_size: elastic gang: the smallest gang that may train when frames do not come back
+            [ranks]; 0 (default) = ``world_size``, not elastic. Needs ``rendezvous = "file"``.
+        elastic_window_s: how long frame 0 waits for every frame before an elastic gang shrinks [s].
     """
 
     train: TrainConfig
@@ -92,6 +98,9 @@ class TrainingJob:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     ranks_per_frame: int = 1
     infer: "InferenceLayer | None" = None
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    min_world_size: int = 0
+    elastic_window_s: float = DEFAULT_ELASTIC_WINDOW_S
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or self.world_size < 1:
@@ -111,6 +120,22 @@ class TrainingJob:
             raise FarmError(f"rendezvous={self.rendezvous!r} is not one of {', '.join(RENDEZVOUS_MODES)}")
         if self.sync_interval < 1:
             raise FarmError(f"sync_interval={self.sync_interval} must be >= 1 step")
+        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise FarmError(f"max_restarts={self.max_restarts!r} must be a whole number >= 0")
+        if self.min_world_size:
+            self._check_elastic()
+
+    def _check_elastic(self) -> None:
+        if not self.ranks_per_frame <= self.min_world_size <= self.world_size or \
+                self.min_world_size % self.ranks_per_frame:
+            raise FarmError(f"min_world_size={self.min_world_size} must be a multiple of ranks_per_frame="
+                            f"{self.ranks_per_frame} between {self.ranks_per_frame} and world_size={self.world_size} "
+                            "(a gang shrinks by whole frames)")
+        if self.min_world_size < self.world_size and self.rendezvous != "file":
+            raise FarmError(f"min_world_size={self.min_world_size} (an elastic gang) needs rendezvous='file': "
+                            "Cuebot's frame state cannot name the frames of a smaller gang")
+        if self.elastic_window_s < 0:
+            raise FarmError(f"elastic_window_s={self.elastic_window_s} must be >= 0 seconds")
 
     @property
     def frames(self) -> int:

@@ -53,13 +53,17 @@ TEMPLATE_KEYS: dict[str, tuple[type, ...]] = {
     "sync_interval": (int,),
     "rendezvous": (str,),
     "rendezvous_timeout_s": (int, float),
+    "max_restarts": (int,),
+    "min_world_size": (int,),
+    "elastic_window_s": (int, float),
     "precision": (str,),  # the trainer's --precision for this kind of node; applied to the TrainConfig
 }
 #: Keys that describe the template itself (not job values).
 META_KEYS = ("description",)
 #: Job fields a caller may give explicitly besides ``train`` (every TrainingJob field).
 JOB_KEYS = tuple(f.name for f in dataclasses.fields(TrainingJob) if f.name != "train")
-_NON_NEGATIVE = ("cores", "memory_mb", "gpus", "gpu_memory_mb", "max_retries", "priority")
+_NON_NEGATIVE = ("cores", "memory_mb", "gpus", "gpu_memory_mb", "max_retries", "priority", "max_restarts",
+                 "min_world_size", "elastic_window_s")
 _POSITIVE = ("world_size", "ranks_per_frame", "sync_interval")
 
 
@@ -202,6 +206,7 @@ def make_job(train: TrainConfig, *, template: str | Template | None = None,
         train = dataclasses.replace(train, precision=precision)
     if "cores" in values:
         values["cores"] = float(values["cores"])
-    if "rendezvous_timeout_s" in values:
-        values["rendezvous_timeout_s"] = float(values["rendezvous_timeout_s"])
+    for key in ("rendezvous_timeout_s", "elastic_window_s"):
+        if key in values:
+            values[key] = float(values[key])
     return TrainingJob(train=train, **values)

@@ -166,7 +166,23 @@ class Run:
     def ranks_text(self) -> str:
         """``running/total`` ranks: from the farm when known (frames x ranks per frame); for a local run of
         this machine the live rank processes (:attr:`local_ranks`); else ``-/world_size``. With more than one
-        rank per frame followed by ``(F frames x L ranks)``."""
+        rank per frame followed by ``(F frames x L ranks)``; then the node agents' gang restarts and an elastic
+        gang's current size (:meth:`gang_note`)."""
+        return self._ranks_text() + self.gang_note()
+
+    def gang_note(self) -> str:
+        """``, 2 restarts`` and ``, elastic: 2 of 3 ranks`` from ``run.json`` ``gang`` (cue_plugin.agent), or ""."""
+        gang = self.record.gang
+        if not gang or gang.get("job_id") != self.record.farm.get("job_id"):
+            return ""
+        restarts, world = gang.get("restarts"), gang.get("world_size")
+        full = self.job_record().get("world_size")
+        note = f", {restarts} restart{'s' if restarts != 1 else ''}" if isinstance(restarts, int) and restarts else ""
+        if gang.get("members") and isinstance(world, int) and isinstance(full, int) and world < full:
+            note += f", elastic: {world} of {full} ranks"
+        return note
+
+    def _ranks_text(self) -> str:
         per = self.job_record().get("ranks_per_frame", 1)
         per = per if isinstance(per, int) and per > 0 else 1
         world = self.record.world_size

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from cue_plugin import cli as farm_cli
-from cue_plugin import frame, rendezvous
+from cue_plugin import frame, layer_failure, rendezvous
 from tests.conftest import ROOT
 from trainer import cli
 from trainer.envvars import CueFrameEnv
@@ -255,7 +255,7 @@ def test_unreachable_cuebot_when_failing_a_layer_is_logged_quickly(tmp_path, cle
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends
-    clean_env.setattr(frame, "NOTICE_GRACE_S", 0.0)
+    clean_env.setattr(layer_failure, "NOTICE_GRACE_S", 0.0)
     clean_env.setenv("CUEBOT_HOSTS", address)
     paths = RunPaths.of(tmp_path / "run")
     paths.create()
@@ -265,7 +265,7 @@ def test_unreachable_cuebot_when_failing_a_layer_is_logged_quickly(tmp_path, cle
     cuebot.Hosts, cuebot.RpcChannel = [], None  # as in a fresh frame process: pycue connects on first use
     t0 = time.monotonic()
     try:
-        frame.fail_layer(paths, pub, "gang incomplete: ranks 1 did not join", CueFrameEnv(0, "job", "train"), None,
+        layer_failure.fail_layer(paths, pub, "gang incomplete: ranks 1 did not join", CueFrameEnv(0, "job", "train"), None,
                          rendezvous.FileSource(paths.rendezvous))
     finally:
         cuebot.Hosts, cuebot.RpcChannel, cuebot.Timeout = saved

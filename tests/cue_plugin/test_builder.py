@@ -69,6 +69,26 @@ def test_golden_four_ranks_two_per_frame_is_one_layer_of_two_frames():
     assert env["COPYCAT_WORLD_SIZE"] == "4"
 
 
+def test_golden_elastic_job_passes_the_node_agent_its_budget_and_window():
+    """``--min-world-size 2`` on 4 ranks: the frames' node agents may shrink the gang to 2 (issue 10)."""
+    job = templates.make_job(make_config(batch_size=8), template="cpu-test", world_size=4, min_world_size=2,
+                             elastic_window_s=90, max_restarts=5, show="demo", shot="sh010", user="artist")
+    spec = builder.dry_run(job, python=PYTHON, token=TOKEN)
+    check_golden("cpu_test_elastic", spec)
+    cmd = ElementTree.fromstring(spec).find("./job/layers/layer").findtext("cmd")
+    assert "--max-restarts 5 --min-world-size 2 --elastic-window-s 90 --" in cmd
+
+
+@pytest.mark.parametrize("values,match", [
+    (dict(min_world_size=3), r"min_world_size=3 must be a multiple of ranks_per_frame=2"),
+    (dict(min_world_size=2, rendezvous="cuebot"), r"needs rendezvous='file'"),
+    (dict(max_restarts=-1), r"max_restarts=-1 must be >= 0")])
+def test_bad_agent_values_are_refused(values, match):
+    with pytest.raises(FarmError, match=match):
+        templates.make_job(make_config(batch_size=8), template="cpu-test", world_size=4, ranks_per_frame=2,
+                           show="demo", shot="sh010", user="artist", **values)
+
+
 def test_gpu_node_template_asks_for_its_ranks_gpus_per_frame():
     job = templates.make_job(make_config(batch_size=16), template="gpu-node-4x", show="demo", shot="sh010",
                              user="artist")

@@ -59,6 +59,20 @@ def test_submit_dry_run_prints_the_spec(tmp_path, capsys, monkeypatch):
     assert (root.findtext("show"), root.findtext("shot")) == ("envshow", "envshot")
 
 
+def test_submit_passes_the_node_agent_its_restart_budget_and_elastic_size(tmp_path, capsys):
+    farm = FakeFarm()
+    assert cli.main(["submit", "--template", "cpu-test", "--show", "demo", "--shot", "sh010", "--user", "artist",
+                     "--world-size", "4", "--batch-size", "8", "--max-restarts", "6", "--min-world-size", "2",
+                     "--elastic-window-s", "45", *train_args(tmp_path)], farm=farm) == 0
+    job = farm.submitted[0]
+    assert (job.max_restarts, job.min_world_size, job.elastic_window_s) == (6, 2, 45.0)
+    assert cli.main(["submit", "--template", "cpu-test", "--show", "demo", "--shot", "sh010", "--user", "artist",
+                     "--world-size", "4", "--batch-size", "8", "--min-world-size", "5", *train_args(tmp_path)],
+                    farm=farm) == 2
+    assert "min_world_size=5 must be a multiple of ranks_per_frame=1 between 1 and world_size=4" in \
+        capsys.readouterr().err
+
+
 def test_submit_errors_are_one_line_and_exit_code_2(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("SHOW", raising=False)
     assert cli.main(["submit", "--world-size", "2", "--shot", "s", *train_args(tmp_path)], farm=FakeFarm()) == 2

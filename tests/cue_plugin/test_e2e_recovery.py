@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 from cue_plugin.spec import RunState
-from tests.cue_plugin.test_e2e_training import farm, find_trainer, submit, wait_finished  # noqa: F401
+from tests.cue_plugin.test_e2e_training import Farm, farm, find_trainer, submit, wait_finished  # noqa: F401
+from tests.cuebot.fixtures import use_pycue
 from tests.cuebot.completion import FRAME_TIME_NO_RETRY_S, HOST_DOWN_INTERVAL_S
 from trainer.rundir import RunPaths, read_metrics
 from trainer.runrecord import read_record_or_empty
@@ -143,13 +144,28 @@ def test_two_losses_a_whole_frame_then_rank_0s_trainer_recover(farm, tmp_path): 
     assert read_record_or_empty(paths).gang["restarts"] == 2
 
 
+@pytest.fixture
+def farm3():
+    """The farm with a spare third host (the double books one frame per host)."""
+    if not os.path.exists("/usr/bin/time"):
+        pytest.skip("RQD runs frames through /usr/bin/time")
+    f = Farm(rqds=3)
+    try:
+        f.start()
+        with use_pycue(f.cuebot.address):
+            yield f
+    finally:
+        f.stop()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_an_rqd_killed_with_its_host_recovers_through_the_down_host_rule(farm, tmp_path):  # noqa: F811
+def test_an_rqd_killed_with_its_host_recovers_through_the_down_host_rule(farm3, tmp_path):
     """The host of frame 1 dies: its RQD and its frames are SIGKILLed, so Cuebot hears nothing. Frame 0's
-    agent restarts rank 0 and waits. Cuebot marks a host DOWN after HOST_DOWN_INTERVAL (300 s, advanced on
-    the double's clock) and puts its frames back to WAITING (exit 399); frame 1 runs again on a live host
-    and joins frame 0's new generation. SUCCEEDED."""
+    agent restarts rank 0 and waits. Cuebot marks a host DOWN once its last ping is HOST_DOWN_INTERVAL
+    (300 s) old (here made 301 s old on the double's clock) and puts its frames back to WAITING (exit 399);
+    frame 1 runs again on the spare host and joins frame 0's new generation. SUCCEEDED."""
+    farm = farm3
     cue, handle, paths = submit(farm, tmp_path, "rqdkilled", max_retries=1, steps=600, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
     wait_step(paths, 60)
@@ -161,7 +177,7 @@ def test_an_rqd_killed_with_its_host_recovers_through_the_down_host_rule(farm, t
     rqd.process.kill()  # the host dies: RQD first, then everything it ran
     os.killpg(os.getpgid(frame1.pid), signal.SIGKILL)
     fault = time.monotonic()
-    farm.cuebot.state.clock.advance(HOST_DOWN_INTERVAL_S + 1)
+    farm.cuebot.state.backdate_ping(host1, HOST_DOWN_INTERVAL_S + 1)  # its silence has lasted 5 min
     again = wait_attempt(paths, 2, timeout=200)
     status = wait_finished(cue, handle, paths, timeout=200)
     assert status.state is RunState.SUCCEEDED, status

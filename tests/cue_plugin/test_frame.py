@@ -137,7 +137,7 @@ def test_frame_zero_restarts_a_failed_gang_with_resume_until_the_budget_is_spent
     assert [e["reason"].split(":")[0] for e in gang["events"]] == ["first gang of the job", "restart 1", "restart 2"]
     assert "--resume" in json.loads((run / "stub_rank_0.json").read_text())["argv"]  # the last start resumed
     text = RunPaths.of(run).rank_log(0).read_text()
-    assert "hosts generation 3" in text and "restart budget is spent (2 of --max-restarts 2)" in text
+    assert "for generation 3: 1 rank(s)" in text and "restart budget is spent (2 of --max-restarts 2)" in text
 
 
 @pytest.mark.parametrize("argv_frame,cue_frame,expected", [("3", None, 3), ("#IFRAME#", 2, 2), ("1", 1, 1)])

@@ -311,6 +311,12 @@ class FarmState:
             self.changed.notify_all()
         return down
 
+    def backdate_ping(self, host_name: str, seconds: int) -> None:
+        """Make ``host_name``'s last ping ``seconds`` older on the double's clock (a host that went silent that
+        long ago; the other hosts keep pinging, so only it goes DOWN at the next sweep)."""
+        with self.lock:
+            self.hosts[host_name].ping_time -= seconds
+
     def backdate(self, frame_id: str, seconds: int) -> None:
         """Make a running frame look ``seconds`` older on the double's clock (tests of the run-time rules)."""
         with self.lock:

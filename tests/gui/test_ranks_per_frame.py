@@ -33,3 +33,14 @@ def test_runs_panel_shows_frames_and_ranks():
     one = Run("/runs/b", info={"world_size": 2, "farm": {"job_id": "j", "job": {"ranks_per_frame": 1}}})
     one.status = JobStatus(RunState.RUNNING, ranks_running=2, ranks_total=2)
     assert one.ranks_text == "2/2"  # one rank per frame: as before
+
+
+def test_runs_panel_shows_gang_restarts_and_an_elastic_gang_that_shrank():
+    farm = {"job_id": "j", "job": {"world_size": 3, "ranks_per_frame": 1}}
+    run = Run("/runs/c", info={"world_size": 2, "farm": farm, "gang": {
+        "job_id": "j", "generation": 2, "restarts": 1, "members": [0, 1], "world_size": 2}})
+    assert run.ranks_text == "-/2, 1 restart, elastic: 2 of 3 ranks"
+    run.info["gang"] = {"job_id": "j", "generation": 4, "restarts": 2, "members": [], "world_size": 3}
+    assert run.ranks_text == "-/2, 2 restarts"  # grown back: every frame
+    run.info["gang"] = {"job_id": "older-job", "restarts": 5}
+    assert run.ranks_text == "-/2"  # another submit's count
