@@ -61,7 +61,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from cue_plugin import membership, rendezvous
+from cue_plugin import membership, rendezvous, rendezvous_cuebot
 from cue_plugin.agent import (DEFAULT_BACKOFF_S, DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, Action, AgentPolicy,
                               GangRecord, classify)
 from cue_plugin.frame_member import run_member
@@ -183,12 +183,12 @@ def resume_args(train_args: list[str], paths: RunPaths, job_id: str) -> list[str
     return train_args
 
 
-_Source = rendezvous.FileSource | rendezvous.CuebotSource
+_Source = rendezvous.FileSource | rendezvous_cuebot.CuebotSource
 
 
 def _source(mode: str, paths: RunPaths, cue: CueFrameEnv, job_id: str) -> _Source:
     if mode == "cuebot":
-        return rendezvous.CuebotSource(cue.job, cue.layer, job_id or cue.job)
+        return rendezvous_cuebot.CuebotSource(cue.job, cue.layer, job_id or cue.job)
     return rendezvous.FileSource(paths.rendezvous)
 
 

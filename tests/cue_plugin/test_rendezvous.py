@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
-from cue_plugin import rendezvous
-from cue_plugin.rendezvous import CuebotSource, FileSource, FrameInfo, Publication
+from cue_plugin import rendezvous, rendezvous_cuebot
+from cue_plugin.rendezvous import FileSource, Publication
+from cue_plugin.rendezvous_cuebot import CuebotSource, FrameInfo
 
 TOKEN = "t" * 32
 
@@ -69,9 +70,9 @@ def test_a_publication_of_another_job_is_not_used(tmp_path):
 
 
 def test_cuebot_port_is_deterministic_and_in_range():
-    ports = {rendezvous.cuebot_port("job-id", r) for r in range(50)}
+    ports = {rendezvous_cuebot.cuebot_port("job-id", r) for r in range(50)}
     assert all(20000 <= p < 30000 for p in ports) and len(ports) > 40
-    assert rendezvous.cuebot_port("job-id", 3) == rendezvous.cuebot_port("job-id", 3)
+    assert rendezvous_cuebot.cuebot_port("job-id", 3) == rendezvous_cuebot.cuebot_port("job-id", 3)
 
 
 def test_cuebot_source_uses_running_frame_zero_and_its_retry_count():
@@ -79,7 +80,7 @@ def test_cuebot_source_uses_running_frame_zero_and_its_retry_count():
     source = CuebotSource("demo-sh010-artist_cuetrain", "train", "job-id", lookup=lambda job, layer, n: answers.pop(0))
     assert source.read() is None  # not running: its last_resource would be stale
     pub = source.read()
-    assert (pub.host, pub.port, pub.attempt) == ("node3", rendezvous.cuebot_port("job-id", 2), "retry-2")
+    assert (pub.host, pub.port, pub.attempt) == ("node3", rendezvous_cuebot.cuebot_port("job-id", 2), "retry-2")
 
 
 def test_cuebot_source_needs_rqd_variables_and_survives_lookup_errors():

@@ -10,13 +10,12 @@ no ``CUETRAIN_MAIN_HOST``, no ``COPYCAT_LOCAL_ADDR``. On every host the host nam
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from cue_plugin import rendezvous, templates
+from cue_plugin import rendezvous, rendezvous_cuebot, templates
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import JobHandle, RunState
 from tests.conftest import ROOT, make_pairs
@@ -94,7 +93,7 @@ def test_b_the_cuebot_rendezvous_finds_frame_0_through_pycue_find_frame(multihos
     took = time.monotonic() - t0
     assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
     assert {f["host"] for f in status.frames.values()} == {h.ip for h in farm.bed.hosts}
-    port = rendezvous.cuebot_port(handle.job_id, 0)
+    port = rendezvous_cuebot.cuebot_port(handle.job_id, 0)
     frame0_ip = status.frames["0"]["host"]  # Cuebot's last_resource host: RQD reports its IP as its name
     for rank in (1, 2):
         assert f"rank {rank}: frame 0 (attempt retry-0) is at {frame0_ip}:{port}" in paths.rank_log(rank).read_text()
