@@ -18,19 +18,24 @@
    bus order), and ``CUE_THREADS / L`` becomes ``OMP_NUM_THREADS`` unless set. The children stay in
    the frame's process group, so RQD's kill reaches them; a SIGTERM sent to this process alone is
    passed on to each.
-4. On a retry within the same job (``run.json`` shows a gang of this job already started
-   training), ``--resume`` is added so the gang continues from the latest checkpoint.
+4. The frame is a node agent (:mod:`cue_plugin.agent`): when its trainers exit because the gang
+   failed, it does not exit. Frame 0 hosts the next gang *generation* (a new attempt, after a
+   backoff, up to ``--max-restarts`` per job) and the other frames (:mod:`cue_plugin.frame_member`)
+   wait for it; every later generation, and a Cuebot retry within the same job, runs with
+   ``--resume``. With ``--min-world-size`` the gang is elastic: frame 0 forms a generation of the
+   frames that came back within ``--elastic-window-s`` (:mod:`cue_plugin.membership`) and, when a
+   missing frame returns, sends its trainer SIGUSR1 so the gang regroups at its next checkpoint.
 5. Every line (this module's log and the trainer's output) goes to stdout (the frame log, line by
    line) and to ``RUN_DIR/logs/rank_N.log``. The exit code is the trainer's (128 + signal number
    when it was killed); 2 = bad arguments, 3 = rendezvous timeout or gang failed, 6 = port
    unavailable, 75 = stopped by SIGTERM with a checkpoint, 127 = the trainer could not be started
-   (the table: trainer/exitcodes.py).
+   (the table: trainer/exitcodes.py); after a gang failure only once frame 0's restart budget is spent.
 
 Stale gangs (ranks other than 0). OpenCue retries a failed frame on its own, so a retried rank can
 reach a frame 0 whose old gang is still alive (it needs ~10-15 s to notice the lost rank and exit
 4). That gang refuses the rank (trainer exit code 5, its rank is claimed there already); the frame
 then does not exit: it marks that attempt of frame 0 stale and waits for another one, within the
-rendezvous timeout (counted from the frame's start, over all waits). While its trainer runs, the
+rendezvous timeout (counted from the start of each wait). While its trainer runs, the
 frame also looks at the publication every :data:`WATCH_S` seconds: a publication of another
 attempt means frame 0 started again and this trainer's gang is gone (e.g. it is still trying to
 reach the old, dead address), so the trainer is stopped and the frame waits for the new attempt.
@@ -43,7 +48,7 @@ start hold their GPUs, or OpenCue retry frame 0 into another wait:
 a. it replaces its publication with a failure notice (``rendezvous/main.json``, signed with the
    job token); waiting ranks read it within a second, log why they stop and exit 3;
 b. it adds ``gang_failure`` (reason, time, what was done in Cuebot) to ``run.json``;
-c. after :data:`NOTICE_GRACE_S` seconds it eats the layer's frames through pycue
+c. after ``cue_plugin.layer_failure.NOTICE_GRACE_S`` seconds it eats the layer's frames through pycue
    (``opencue.api.findLayer(CUE_JOB, CUE_LAYER).eat()``; Cuebot kills the running ones, frame 0
    included, and marks all EATEN so none is dispatched again; a plain kill would put them back to
    WAITING). pycue needs ``CUEBOT_HOSTS`` (or ``opencue.yaml``) on the render node; without it,

@@ -22,8 +22,7 @@ import psutil
 import pytest
 
 from cue_plugin.spec import RunState
-from tests.cue_plugin.test_e2e_training import Farm, farm, find_trainer, submit, wait_finished  # noqa: F401
-from tests.cuebot.fixtures import use_pycue
+from tests.cue_plugin.test_e2e_training import farm, find_trainer, running_farm, submit, wait_finished  # noqa: F401
 from tests.cuebot.completion import FRAME_TIME_NO_RETRY_S, HOST_DOWN_INTERVAL_S
 from trainer.rundir import RunPaths, read_metrics
 from trainer.runrecord import read_record_or_empty
@@ -147,15 +146,7 @@ def test_two_losses_a_whole_frame_then_rank_0s_trainer_recover(farm, tmp_path): 
 @pytest.fixture
 def farm3():
     """The farm with a spare third host (the double books one frame per host)."""
-    if not os.path.exists("/usr/bin/time"):
-        pytest.skip("RQD runs frames through /usr/bin/time")
-    f = Farm(rqds=3)
-    try:
-        f.start()
-        with use_pycue(f.cuebot.address):
-            yield f
-    finally:
-        f.stop()
+    yield from running_farm(3)
 
 
 @pytest.mark.slow

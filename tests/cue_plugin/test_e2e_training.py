@@ -265,9 +265,14 @@ class Farm:
 
 @pytest.fixture
 def farm():
+    yield from running_farm(2)
+
+
+def running_farm(rqds: int):
+    """A started :class:`Farm` of ``rqds`` RQDs with pycue pointed at it (a fixture's body); stops it after."""
     if not os.path.exists("/usr/bin/time"):
         pytest.skip("RQD runs frames through /usr/bin/time")
-    f = Farm()
+    f = Farm(rqds)
     try:
         f.start()
         with use_pycue(f.cuebot.address):
