@@ -211,14 +211,18 @@ def update_record(paths: RunPaths, **changes: Any) -> RunRecord:
     Returns the new record.
 
     Raises:
-        RunDirError: an unknown field name (the valid ones are listed), or the write failed.
+        RunDirError: an unknown field name (the valid ones are listed), an existing ``run.json`` that cannot
+            be read (it is left as it is), or the write failed.
     """
     unknown = sorted(set(changes) - _FIELDS)
     if unknown:
         raise RunDirError(f"unknown run.json field(s) {unknown}; valid: {', '.join(sorted(_FIELDS))}")
     if "attempts" in changes:
         changes["attempts"] = tuple(changes["attempts"])
-    record = replace(read_record_or_empty(paths), **changes)
+    # Only a missing file starts empty: one this process cannot read (another user's, mode 0640) must
+    # not be replaced by a record that lost its other fields.
+    current = read_record(paths) if paths.run_json.exists() else RunRecord()
+    record = replace(current, **changes)
     json.dumps(record.to_dict(), default=str)  # fail here, before the file is touched
     atomic_write_json(paths.run_json, record.to_dict())
     return record

@@ -57,3 +57,14 @@ def test_failure_kind_is_data_from_the_exception_and_the_state_table_is_one(tmp_
 def test_exit_code_table_never_uses_cuebots_memory_failure_statuses():
     assert not {int(c) for c in ExitCode} & {33, 137}
     assert describe(75).startswith("stopped by a signal") and describe(137) == "killed by signal 9"
+
+
+def test_a_run_json_that_cannot_be_read_is_never_replaced(tmp_path):
+    """A frame running as another user may not read the submitter's run.json (mode 0640; stood in for
+    here by a file that does not parse, since root reads everything): merging into an empty record
+    would drop ``farm`` and the attempts, so the update fails and the file stays as it is."""
+    paths = RunPaths.of(tmp_path)
+    paths.run_json.write_text('{"farm": {"job_id": "j1"}, "state": ')
+    with pytest.raises(RunDirError, match="cannot read"):
+        runrecord.update_record(paths, gang={"generation": 1})
+    assert paths.run_json.read_text() == '{"farm": {"job_id": "j1"}, "state": '
