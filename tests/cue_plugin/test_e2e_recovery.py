@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 from cue_plugin.spec import RunState
-from tests.cue_plugin.test_e2e_training import farm, find_trainer, running_farm, submit, wait_finished  # noqa: F401
+from tests.cue_plugin.test_e2e_training import (assert_model_loads, farm, find_trainer, running_farm,  # noqa: F401
+                                                submit, wait_finished)
 from tests.cuebot.completion import FRAME_TIME_NO_RETRY_S, HOST_DOWN_INTERVAL_S
 from trainer.rundir import RunPaths, read_metrics
 from trainer.runrecord import read_record_or_empty
@@ -87,8 +88,9 @@ def test_sigterm_to_a_frame_checkpoints_and_the_retry_loses_no_step(farm, tmp_pa
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_frame_over_12_hours_that_loses_a_rank_recovers_inside_its_frames(farm, tmp_path):  # noqa: F811
-    """Issue 10, item 2: both frames are made 13 h old on the double's clock (Cuebot's FRAME_TIME_NO_RETRY
-    is 12 h: a failed frame that old is DEAD, never retried), then rank 1's trainer is killed. The node
+    """Issue 10, item 2 (and issue 5's killed rank): both frames are made 13 h old on the double's clock
+    (Cuebot's FRAME_TIME_NO_RETRY is 12 h: a failed frame that old is DEAD, never retried), then rank 1's
+    trainer is killed. The node
     agents restart the gang inside the frames, which never exit: SUCCEEDED with no Cuebot retry."""
     cue, handle, paths = submit(farm, tmp_path, "longframe", max_retries=1, steps=600, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
@@ -107,6 +109,12 @@ def test_a_frame_over_12_hours_that_loses_a_rank_recovers_inside_its_frames(farm
     start = record.attempts[1]["start_step"]
     assert 0 <= reached - start <= 60 and record.final_step == 600  # one checkpoint interval + one log interval
     assert (record.gang["generation"], record.gang["restarts"]) == (2, 1)
+    logged = [row["step"] for row in read_metrics(paths)]
+    resumed = list(range(start + 10, 601, 10))
+    assert logged[-len(resumed):] == resumed  # the new generation continues from the checkpoint (issue 5)
+    assert f"resumed from {paths.checkpoint(start)}" in paths.rank_log(0).read_text()
+    assert "lost rank 1 during training" in paths.rank_log(0).read_text()
+    assert_model_loads(paths)
     assert "waiting for frame 0's next generation (node agent: this frame does not exit)" in \
         paths.rank_log(1).read_text()
     report("13 h frame loses rank 1's trainer", reached - start, again - fault)

@@ -1,25 +1,21 @@
-"""SIGUSR1 = regroup: the gang stops at the next periodic checkpoint, every rank exits 79, and --resume at
-another world size trains the same trajectory as an uninterrupted run (the elastic-gang premise)."""
+"""SIGUSR1 = regroup: the gang stops at the next periodic checkpoint, every rank exits 79, and --resume
+continues from that checkpoint. The elastic gang end to end (3 -> 2 -> 3 ranks, weights compared to an
+uninterrupted run, batch 5 split unevenly at both sizes) is tests/cue_plugin/test_elastic.py."""
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import time
 
-import pytest
-import torch
 
 from tests.trainer.test_gang import finish, start_rank
 from trainer.exitcodes import ExitCode
 from trainer.launch import free_port
-from trainer.model import build_model
 from trainer.rundir import RunPaths
 from trainer.runrecord import read_record, read_record_or_empty
 from trainer.stop import GangStop, StopSignal, Vote
 
-log = logging.getLogger(__name__)
 
 EVERY = 10  # --checkpoint-interval [steps]
 FAST = ("--checkpoint-interval", str(EVERY), "--log-interval", "5", "--contact-sheet-interval", "1000",
@@ -84,54 +80,3 @@ def test_sigusr1_to_one_rank_regroups_both_at_a_periodic_checkpoint_and_resume_c
     record = read_record(run)
     assert [a["start_step"] for a in record.attempts] == [0, step]
     assert record.state == "succeeded" and record.final_step == step + 5 and record.stopped_step is None
-
-
-def _tensors(path) -> dict[str, torch.Tensor]:
-    """Every tensor of a checkpoint's model and optimizer state, by a flat name."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    out = {f"model.{k}": v for k, v in ckpt["model"].items()}
-    for pid, state in ckpt["optimizer"]["state"].items():
-        out.update({f"optimizer.{pid}.{k}": torch.as_tensor(v) for k, v in state.items()})
-    out["optimizer.lr"] = torch.tensor([g["lr"] for g in ckpt["optimizer"]["param_groups"]])
-    return out
-
-
-# Reduction order differs between world sizes (DDP sums 3 vs 2 partial gradients; each rank's loss is a sum
-# over a different number of crops), so float32 results differ by rounding only. Measured max |diff| over every
-# model and optimizer tensor after 60 steps: 2.98e-08 (two runs on 2 cores); ATOL is ~7x that. The weights move
-# by 2.8e-2 from their initial values over the run, 1e5 x ATOL; a broken rank_loss_weight (1.0 on every rank)
-# gave a max |diff| of 1.1e-2, so the test fails on it.
-ATOL = 2e-7
-RTOL = 0.0
-
-
-@pytest.mark.slow
-def test_world_size_3_to_2_to_3_matches_an_uninterrupted_run(pairs, tmp_path):
-    steps, extra = 60, ("--batch-size", "5", "--seed", "3")  # 5 crops: 2/2/1 on 3 ranks, 3/2 on 2 ranks
-    whole = RunPaths.of(tmp_path / "whole")
-    port = free_port()
-    procs = [start_rank(pairs, whole.root, r, 3, port, *FAST, *extra, steps=steps) for r in range(3)]
-    assert [finish(p)[0] for p in procs] == [0, 0, 0]
-
-    run = RunPaths.of(tmp_path / "elastic")
-    first = _regroup_gang(pairs, run, 3, steps, *extra)
-    second = _regroup_gang(pairs, run, 2, steps, "--resume", *extra, signal_rank=0)
-    assert first < second, (first, second)
-    port = free_port()
-    procs = [start_rank(pairs, run.root, r, 3, port, "--resume", *FAST, *extra, steps=steps) for r in range(3)]
-    assert [finish(p)[0] for p in procs] == [0, 0, 0]
-    record = read_record(run)
-    assert [(a["world_size"], a["start_step"]) for a in record.attempts] == [(3, 0), (2, first), (3, second)]
-    assert record.state == "succeeded" and record.final_step == steps
-
-    expected, got = _tensors(whole.checkpoint(steps)), _tensors(run.checkpoint(steps))
-    assert expected.keys() == got.keys()
-    diff = max(float((expected[k].double() - got[k].double()).abs().max()) for k in expected)
-    torch.manual_seed(3)  # the trainer's initial weights: same seed, same constructor
-    initial = build_model("small").state_dict()
-    moved = max(float((expected[f"model.{k}"].double() - v.double()).abs().max()) for k, v in initial.items())
-    log.info("elastic 3->2->3 (regroups at steps %d, %d) vs uninterrupted: max |diff| %.3g, weights moved %.3g",
-             first, second, diff, moved)
-    assert moved > 1000 * ATOL  # the tolerance is far below what training changes
-    for k in expected:
-        torch.testing.assert_close(got[k], expected[k], atol=ATOL, rtol=RTOL, msg=lambda m, k=k: f"{k}: {m}")
