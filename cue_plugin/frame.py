@@ -110,7 +110,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS,
                    help=f"gang restarts per job before frame 0 gives up (default {DEFAULT_MAX_RESTARTS})")
     p.add_argument("--restart-backoff-s", type=float, default=DEFAULT_BACKOFF_S,
-                   help=f"seconds before the first restart, doubled for each further one (default {DEFAULT_BACKOFF_S:g})")
+                   help="seconds before the first restart, doubled for each further one "
+                        f"(default {DEFAULT_BACKOFF_S:g})")
     p.add_argument("--min-world-size", type=int, default=0,
                    help="elastic gang: train on with at least this many ranks when frames do not come back "
                         "(default: the world size, not elastic)")
@@ -222,9 +223,9 @@ def _start_trainer(ns: argparse.Namespace, frame: int, pub: rendezvous.Publicati
         resume_args(train_args, paths, read_farm_env().job_id)
     own = frame_ranks(frame, L)
     for env in envs:
+        gpus = f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else ""
         log.info("rank %s/%d starting the trainer (main %s, attempt %s, generation %s%s)", env["COPYCAT_RANK"], world,
-                 pub.address, pub.attempt, pub.generation or "-", f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}"
-                 if "CUDA_VISIBLE_DEVICES" in env else "")
+                 pub.address, pub.attempt, pub.generation or "-", gpus)
     result = run_ranks([*trainer_command, *args], list(zip(own, envs)), out.logs, watch=watch, watch_s=WATCH_S,
                        stop_grace_s=STOP_GRACE_S)
     for r in own:
@@ -302,6 +303,7 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
     host = rendezvous.main_address(farm.main_host, farm.cuebot_hosts)  # an IP, never the host name
     record = GangRecord.read(paths, farm.job_id)
     again = record.generation > 0  # a Cuebot retry of frame 0 within this job: a restart
+    counted = again  # the next generation counts against the restart budget (a regroup does not)
     reason = "frame 0 started again (farm retry)" if again else "first gang of the job"
     while True:
         try:
@@ -310,15 +312,15 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
             log.error("%s", exc)
             return EXIT_GANG
         world = len(members) * ns.ranks_per_frame if members else ns.world_size
-        record = record.next(reason, members, world, restart=again and not reason.startswith("regroup"))
+        record = record.next(reason, members, world, restart=counted)
         record.write(paths)
-        code, result, pub = _host_generation(ns, paths, train_args, cue, trainer_command, out, source, host, token,
-                                             record.generation, members)
+        code, result, pub, failure = _host_generation(ns, paths, train_args, cue, trainer_command, out, source, host,
+                                                      token, record.generation, members)
         action = classify(code, terminated=result.terminated)
         if action is Action.FINISH:
             return code
         if action is Action.EXIT:
-            return _main_exit(paths, pub, code, result, cue, token, notice)
+            return _main_exit(paths, pub, code, failure, cue, token, notice)
         if action is Action.RESTART and record.restarts >= policy.max_restarts:
             why = (f"the gang failed (rank {result.rank}: exit {code}, {describe(code)}) and the job's restart budget "
                    f"is spent ({record.restarts} of --max-restarts {policy.max_restarts})")
@@ -333,13 +335,15 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
             time.sleep(delay)
         else:
             reason = "regroup: the gang stopped at a checkpoint to change size"
-        again = True
+        again, counted = True, action is Action.RESTART
 
 
 def _host_generation(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
                      trainer_command: Sequence[str], out: RankLog, source: _Source, host: str, token: str | None,
-                     generation: int, members: tuple[int, ...]) -> tuple[int, GangExit, rendezvous.Publication]:
-    """Reserve, publish and run rank 0 for one generation; retract the publication unless it failed."""
+                     generation: int, members: tuple[int, ...]) -> tuple[int, GangExit, rendezvous.Publication, str]:
+    """Reserve, publish and run rank 0 for one generation; retract the publication unless the gang was
+    incomplete. Returns the exit code, how the ranks ended, the publication and the gang-incomplete
+    reason (:func:`~cue_plugin.layer_failure.gang_incomplete`; "" otherwise)."""
     reservation, pub = source.host(host, token, generation, members)
     log.info("frame 0 (attempt %s) hosts the main address %s for generation %d: %d rank(s)%s", pub.attempt,
              pub.address, generation, pub.world_size(ns.world_size, ns.ranks_per_frame),
@@ -354,13 +358,13 @@ def _host_generation(ns: argparse.Namespace, paths: RunPaths, train_args: list[s
         reservation.close()
         if not failure:
             source.retract(pub)
-    return code, result, pub
+    return code, result, pub, failure
 
 
-def _main_exit(paths: RunPaths, pub: rendezvous.Publication, code: int, result: GangExit, cue: CueFrameEnv,
+def _main_exit(paths: RunPaths, pub: rendezvous.Publication, code: int, failure: str, cue: CueFrameEnv,
                token: str | None, notice: rendezvous.FileSource) -> int:
-    """Frame 0 ends with ``code``: fail the layer on an incomplete gang, tell waiting ranks about bad settings."""
-    failure = gang_incomplete(paths) if EXIT_GANG in (code, result.codes.get(0)) else ""
+    """Frame 0 ends with ``code``: fail the layer on an incomplete gang (``failure``, its reason), tell waiting
+    ranks about bad settings."""
     if failure:
         fail_layer(paths, pub, failure, cue, token, notice)
     elif code == EXIT_USAGE:  # bad settings: a retry cannot help, so the waiting ranks stop now
@@ -387,8 +391,9 @@ def main(argv: Sequence[str] | None = None, *, trainer_command: Sequence[str] | 
     try:
         cue = read_cue_env()
         rank = frame_rank(ns.frame, cue, frames_of(ns.world_size, ns.ranks_per_frame)) * ns.ranks_per_frame
-        policy_of(ns).check(ns.world_size, ns.ranks_per_frame)
-        if policy_of(ns).elastic(ns.world_size) and ns.rendezvous != "file":
+        policy = policy_of(ns)
+        policy.check(ns.world_size, ns.ranks_per_frame)
+        if policy.elastic(ns.world_size) and ns.rendezvous != "file":
             raise ValueError(f"--min-world-size {ns.min_world_size} (an elastic gang) needs --rendezvous file: "
                              "Cuebot's frame state cannot name the frames of a smaller gang")
         paths = RunPaths.of(train_config(train_args).run_dir)

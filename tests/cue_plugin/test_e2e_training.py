@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -309,7 +308,8 @@ def wait_finished(cue: OpenCueFarm, handle: JobHandle, paths: RunPaths, timeout:
         if status.native_state == "FINISHED":
             return status
         if time.monotonic() > deadline:
-            logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(paths.logs.glob("rank_*.log")))
+            logs = "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-3000:]
+                             for p in sorted(paths.logs.glob("rank_*.log")))
             pytest.fail(f"job not finished after {timeout} s: {status}\n{logs}")
         time.sleep(0.3)
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from cue_plugin import rendezvous, rendezvous_cuebot, templates
+from cue_plugin import rendezvous_cuebot, templates
 from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import JobHandle, RunState
+from cue_plugin.spec import JobHandle, JobStatus, RunState
+from tests.cue_plugin.test_e2e_training import wait_finished
 from tests.conftest import ROOT, make_pairs
 from tests.cuebot.fixtures import use_pycue
 from tests.multihost.farm import FRAME_CORES, MultiHostFarm, multihost_farm  # noqa: F401  (a fixture)
@@ -44,32 +45,27 @@ def submit(farm: MultiHostFarm, tmp_path: Path, name: str, *, world_size: int = 
     return cue, cue.submit(job), RunPaths.of(cfg.run_dir)
 
 
-def wait_finished(cue: OpenCueFarm, handle: JobHandle, paths: RunPaths, timeout: float):
-    deadline = time.monotonic() + timeout
-    while True:
-        status = cue.describe(handle)
-        if status.native_state == "FINISHED":
-            return status
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-2500:]
-                             for p in sorted(paths.logs.glob("rank_*.log")))
-            pytest.fail(f"job not finished after {timeout} s: {status}\n{logs}")
-        time.sleep(0.3)
-
-
 def logs(paths: RunPaths) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(paths.logs.glob("rank_*.log")))
+
+
+def run_to_success(farm: MultiHostFarm, tmp_path: Path, name: str,
+                   **job) -> tuple[JobHandle, RunPaths, JobStatus, float]:
+    """Submit job ``name`` (:func:`submit`), wait until OpenCue finishes it, check it SUCCEEDED; returns the
+    handle, run paths, final status and seconds from submit to finished."""
+    t0 = time.monotonic()
+    with use_pycue(farm.cuebot.bridge_address):
+        cue, handle, paths = submit(farm, tmp_path, name, **job)
+        status = wait_finished(cue, handle, paths, timeout=120)
+    took = time.monotonic() - t0
+    assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
+    return handle, paths, status, took
 
 
 @pytest.mark.timeout(150)
 def test_a_three_host_job_trains_with_no_address_settings(multihost_farm, tmp_path):
     farm = multihost_farm
-    t0 = time.monotonic()
-    with use_pycue(farm.cuebot.bridge_address):
-        cue, handle, paths = submit(farm, tmp_path, "a")
-        status = wait_finished(cue, handle, paths, timeout=120)
-    took = time.monotonic() - t0
-    assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
+    handle, paths, status, took = run_to_success(farm, tmp_path, "a")
     assert {f["host"] for f in status.frames.values()} == {h.ip for h in farm.bed.hosts}  # booked by cores
     record = read_json(paths.run_json)
     assert record["state"] == "succeeded" and record["world_size"] == 3 and record["final_step"] == 4
@@ -86,12 +82,7 @@ def test_a_three_host_job_trains_with_no_address_settings(multihost_farm, tmp_pa
 @pytest.mark.timeout(150)
 def test_b_the_cuebot_rendezvous_finds_frame_0_through_pycue_find_frame(multihost_farm, tmp_path):
     farm = multihost_farm
-    t0 = time.monotonic()
-    with use_pycue(farm.cuebot.bridge_address):
-        cue, handle, paths = submit(farm, tmp_path, "b", rendezvous="cuebot")
-        status = wait_finished(cue, handle, paths, timeout=120)
-    took = time.monotonic() - t0
-    assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
+    handle, paths, status, took = run_to_success(farm, tmp_path, "b", rendezvous="cuebot")
     assert {f["host"] for f in status.frames.values()} == {h.ip for h in farm.bed.hosts}
     port = rendezvous_cuebot.cuebot_port(handle.job_id, 0)
     frame0_ip = status.frames["0"]["host"]  # Cuebot's last_resource host: RQD reports its IP as its name
@@ -105,13 +96,8 @@ def test_b_the_cuebot_rendezvous_finds_frame_0_through_pycue_find_frame(multihos
 @pytest.mark.timeout(150)
 def test_two_hosts_with_two_ranks_per_frame(multihost_farm, tmp_path):
     """Issue 9 item 4 in the bed: world size 4, 2 ranks per frame = 2 frames, one per host, 4 ranks in one gang."""
-    farm = multihost_farm
-    t0 = time.monotonic()
-    with use_pycue(farm.cuebot.bridge_address):
-        cue, handle, paths = submit(farm, tmp_path, "rpf", world_size=4, ranks_per_frame=2, batch_size=4)
-        status = wait_finished(cue, handle, paths, timeout=120)
-    took = time.monotonic() - t0
-    assert status.state is RunState.SUCCEEDED, f"{status}\n{logs(paths)}"
+    handle, paths, status, took = run_to_success(multihost_farm, tmp_path, "rpf", world_size=4, ranks_per_frame=2,
+                                                 batch_size=4)
     assert sorted(status.frames) == ["0", "1"]  # ONE layer of 2 frames
     assert len({f["host"] for f in status.frames.values()}) == 2  # each frame booked a whole host (2 x 1 core)
     record = read_json(paths.run_json)
