@@ -42,6 +42,20 @@ MODEL_SIZES: dict[str, ModelConfig] = {
 }
 
 
+def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
+    """Replicate-pad the bottom and right of ``x`` up to a multiple of ``multiple`` pixels.
+
+    (B, C, H, W) -> (B, C, H', W') with H' = ceil(H / multiple) * multiple (likewise W'); ``x`` itself when
+    both are multiples already. The one place every model pads (the exported files' operators depend on it).
+    """
+    h, w = x.shape[-2], x.shape[-1]
+    ph = (multiple - h % multiple) % multiple
+    pw = (multiple - w % multiple) % multiple
+    if ph + pw == 0:
+        return x
+    return F.pad(x, [0, pw, 0, ph], mode="replicate")
+
+
 class ResBlock(nn.Module):
     """conv3x3 -> ReLU -> conv3x3, plus the input. (B, C, H, W) -> (B, C, H, W)."""
 
@@ -102,9 +116,7 @@ class CopyCatUNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2], x.shape[-1]
-        ph = (self.multiple - h % self.multiple) % self.multiple
-        pw = (self.multiple - w % self.multiple) % self.multiple
-        y = F.pad(x, [0, pw, 0, ph], mode="replicate") if ph + pw > 0 else x
+        y = pad_to_multiple(x, self.multiple)  # (B, 3, H, W) -> (B, 3, H', W'), H' and W' multiples of 2**depth
         y = F.relu(self.head(y))  # (B, 3, H', W') -> (B, c, H', W')
         skips: list[torch.Tensor] = []
         for down in self.downs:  # each level: (B, C, H, W) -> (B, 2C, H/2, W/2)
