@@ -4,6 +4,16 @@ uninterrupted three-rank run (issue 10, item 3).
 
 No RQD here (tests/cue_plugin/test_e2e_recovery.py has the farm): each frame runs as RQD would start
 it (``CUE_IFRAME``, its own process group), and "the host dies" is a SIGKILL of frame 2's group.
+
+Precision: the comparison is float32-exact, so both runs pin ``--precision fp32`` (``auto`` trains in bfloat16
+on a CPU with AVX512-BF16/AMX; the bfloat16 regroup has its own test, tests/trainer/test_bf16.py).
+
+The grow-back cannot lose the race: a 2-rank gang of small crops trains its remaining steps in about a second,
+faster than a new frame process starts. So once the 2-rank gang trains, the test holds it deterministically: it
+SIGSTOPs both trainers (not their node agents), starts frame 2 again, waits until frame 0's agent has seen frame 2
+back and asked its trainer to regroup (the SIGUSR1 stays pending while the trainer is stopped), then SIGCONTs the
+trainers, which stop at their next checkpoint and grow to 3. Both trainers stop within a millisecond of each
+other, and the hold is bounded by HOLD_S, well under the collective timeout, so no collective times out.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -27,6 +38,7 @@ from trainer.runrecord import read_record_or_empty
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "e1a5c0de" * 4
 STEPS, EVERY = 100, 10  # steps, checkpoint interval [steps]
+COLLECTIVE_TIMEOUT_S, HOLD_S = 90, 60  # [s]: the held gang's collectives must not time out during the hold
 # Float32 sums in another order (2 ranks instead of 3) differ by ~1e-8, and training amplifies that:
 # 7e-8 (max abs) at step 100, but 7e-3 at step 160 (Adam on near-zero gradients; measured). So the run
 # is short, frame 2 returns at once, and the tolerance is 1e-6.
@@ -38,8 +50,9 @@ def frame_cmd(run: Path, data: Path, elastic: bool) -> list[str]:
             "--rendezvous-timeout", "120", *agent, "--",
             "--input", str(data / "input"), "--target", str(data / "target"), "--run-dir", str(run),
             "--steps", str(STEPS), "--batch-size", "5", "--crop-size", "16", "--model-size", "small", "--seed", "11",
-            "--checkpoint-interval", str(EVERY), "--log-interval", "10", "--contact-sheet-interval", "100000",
-            "--collective-timeout-s", "20", "--gang-timeout-s", "60"]
+            "--checkpoint-interval", str(EVERY), "--log-interval", "1", "--contact-sheet-interval", "100000",
+            "--collective-timeout-s", str(COLLECTIVE_TIMEOUT_S), "--gang-timeout-s", "60",
+            "--precision", "fp32"]  # float32-exact comparison (module doc)
 
 
 def start_frame(cmd: list[str], frame: int, log_dir: Path) -> subprocess.Popen:
@@ -76,6 +89,16 @@ def final_state(run: RunPaths) -> dict[str, torch.Tensor]:
     return out
 
 
+def trainers(agents: list[subprocess.Popen]) -> list[psutil.Process]:
+    """The trainer processes the node agents ``agents`` run (their children)."""
+    return [child for agent in agents for child in psutil.Process(agent.pid).children()]
+
+
+def hold(procs: list[psutil.Process], sig: signal.Signals) -> None:
+    for proc in procs:
+        proc.send_signal(sig)
+
+
 def finish_all(procs: list[subprocess.Popen], timeout: float = 180) -> list[int]:
     return [p.wait(timeout) for p in procs]
 
@@ -100,11 +123,27 @@ def test_a_gang_of_3_shrinks_to_2_and_grows_back_matching_an_uninterrupted_run(t
     os.killpg(frames[2].pid, signal.SIGKILL)  # frame 2's host is gone
     frames[2].wait()
     t_fault = time.monotonic()
+    # The step reached at the fault, read once the kill is confirmed: the survivors cannot pass the step whose
+    # all-reduce frame 2 never joined, so the last metrics line (one per step) is that step or the one before.
+    reached = read_metrics(run)[-1]["step"]
     procs.remove(frames[2])
     wait_for("a gang of 2", lambda: (publication(run) or {}).get("members") == [0, 1], procs)
     t_shrunk = time.monotonic()
-    frames[2] = start_frame(cmd, 2, logs)  # the farm runs frame 2 again (a retry on another host)
-    procs.append(frames[2])
+    wait_for("the 2-rank gang training", lambda: [a["world_size"] for a in read_record_or_empty(run).attempts] ==
+             [3, 2] and read_record_or_empty(run).state == "running" and len(trainers(procs)) == 2, procs)
+    held = trainers(procs)
+    hold(held, signal.SIGSTOP)  # the 2-rank gang is held (module doc)
+    t_held = time.monotonic()
+    try:
+        left = STEPS - (read_metrics(run) or [{"step": 0}])[-1]["step"]
+        assert left > EVERY, f"the 2-rank gang was {left} steps from the end when held: too fast to test, raise STEPS"
+        frames[2] = start_frame(cmd, 2, logs)  # the farm runs frame 2 again (a retry on another host)
+        procs.append(frames[2])
+        wait_for("frame 0's agent to see frame 2 back", lambda: "grows at its next checkpoint" in
+                 run.rank_log(0).read_text(), procs, timeout=HOLD_S)
+    finally:
+        hold(held, signal.SIGCONT)
+    print(f"the 2-rank gang was held {time.monotonic() - t_held:.1f} s while frame 2 came back")
     wait_for("a gang of 3 again", lambda: [a["world_size"] for a in read_record_or_empty(run).attempts] == [3, 2, 3],
              procs)
     t_grown = time.monotonic()
@@ -116,6 +155,9 @@ def test_a_gang_of_3_shrinks_to_2_and_grows_back_matching_an_uninterrupted_run(t
     starts = [a["start_step"] for a in record.attempts]
     assert sizes == [3, 2, 3], sizes
     assert all(s % EVERY == 0 for s in starts) and starts[0] == 0 and starts[1] < starts[2], starts
+    lost = reached - starts[1]
+    assert 0 <= lost <= EVERY, f"the 2-rank gang resumed at step {starts[1]}, {lost} steps before the fault at " \
+        f"step {reached}: more than one checkpoint interval ({EVERY}) lost"
     assert record.gang["restarts"] == 1 and record.gang["generation"] == 3  # the regroup is not a restart
     assert "grows at its next checkpoint" in run.rank_log(0).read_text()
 
@@ -127,7 +169,7 @@ def test_a_gang_of_3_shrinks_to_2_and_grows_back_matching_an_uninterrupted_run(t
     torch.manual_seed(11)  # the trainer's initial weights: seed, then build the model
     initial = build_model("small").state_dict()
     moved = max(float((want[f"model.{k}"] - v).abs().max()) for k, v in initial.items())
-    print(f"elastic 3->2->3: starts {starts}, shrunk {t_shrunk - t_fault:.1f} s after the fault, grew back "
+    print(f"elastic 3->2->3: starts {starts}, fault at step {reached} ({lost} steps lost), shrunk {t_shrunk - t_fault:.1f} s after the fault, grew back "
           f"{t_grown - t_shrunk:.1f} s after frame 2 returned; max |diff| vs uninterrupted {worst:.2e}")
     assert worst < 1e-6, worst
     assert moved > 1000 * 1e-6, moved  # training moved the weights far more than the tolerance

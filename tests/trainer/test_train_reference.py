@@ -7,6 +7,10 @@
 - Uneven split of the global batch (5 crops on 2 ranks: 3 + 2): 2 DDP ranks must end with the
   weights of 1 rank training on the whole batch, which needs the per-rank loss weight
   (``trainer.data.rank_loss_weight``).
+
+Both compare float32-exact numerics, so both pin ``precision="fp32"``: under ``--precision auto`` a CPU with
+AVX512-BF16/AMX trains in bfloat16 (``trainer.precision``), and the bfloat16 path has its own equivalence tests
+with tolerances derived from its 8-bit mantissa (tests/trainer/test_train.py, tests/trainer/test_bf16.py).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from trainer.rundir import RunPaths
 
 def _cfg(pairs, run_dir, **kw) -> TrainConfig:
     base = dict(input_dir=str(pairs[0]), target_dir=str(pairs[1]), run_dir=str(run_dir), steps=8, batch_size=4,
-                crop_size=16, checkpoint_interval=8, contact_sheet_interval=8, log_interval=4, warmup_steps=1)
+                crop_size=16, checkpoint_interval=8, contact_sheet_interval=8, log_interval=4, warmup_steps=1,
+                precision="fp32")  # the hand-written references below run plain float32
     base.update(kw)
     return TrainConfig(**base)
 
