@@ -11,6 +11,39 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+CPU_BF16_HOOK = ROOT / "tests" / "cpu_bf16"
+# PYTHONPATH of every process the tests start: the repository, after the --cpu-bf16 hook (a sitecustomize that
+# does nothing unless CUETRAIN_TEST_CPU_BF16 is set; tests/cpu_bf16/sitecustomize.py).
+CHILD_PYTHONPATH = os.pathsep.join([str(CPU_BF16_HOOK), str(ROOT)])
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-bf16", choices=("host", "0", "1"), default="host",
+                     help="what `--precision auto` sees on a CPU: host = this CPU's flags (default); 1 = fast bf16 "
+                          "(auto trains in bf16); 0 = none (auto trains in fp32). Reaches every trainer the tests "
+                          "start (tests/cpu_bf16/sitecustomize.py)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"--cpu-bf16 {config.getoption('--cpu-bf16')} (CUETRAIN_TEST_CPU_BF16={os.environ.get('CUETRAIN_TEST_CPU_BF16', '')!r})"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cpu_bf16(request: pytest.FixtureRequest):
+    """``--cpu-bf16 0|1``: force what ``trainer.precision.cpu_has_fast_bf16`` answers, in this process and (through
+    ``CUETRAIN_TEST_CPU_BF16`` and ``CHILD_PYTHONPATH``) in every process the tests start, so the suite shows it
+    passes with ``--precision auto`` resolving either way without editing product code."""
+    forced = request.config.getoption("--cpu-bf16")
+    if forced == "host":
+        yield
+        return
+    from tests.cpu_bf16 import sitecustomize as hook
+
+    patch = pytest.MonkeyPatch()
+    patch.setenv(hook.VARIABLE, forced)
+    hook.install()  # this process; the processes the tests start import the hook from CHILD_PYTHONPATH
+    yield
+    patch.undo()
 
 
 def make_pairs(folder: Path, frames: int = 4, height: int = 40, width: int = 48, ext: str = "png") -> tuple[Path, Path]:
@@ -52,7 +85,7 @@ def pairs(tmp_path: Path) -> tuple[Path, Path]:
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``python -m trainer.cli ARGS`` in a subprocess (one thread, clean COPYCAT env)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "MASTER_", "RANK", "WORLD_SIZE"))}
-    full.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    full.update(OMP_NUM_THREADS="1", PYTHONPATH=CHILD_PYTHONPATH)
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "trainer.cli", *args], env=full, cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout)

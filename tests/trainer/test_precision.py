@@ -131,3 +131,18 @@ def test_template_precision_applies_unless_the_config_chose_one(tmp_path):
     (tmp_path / "bad.toml").write_text('world_size = 2\nprecision = "fp8"\n')
     with pytest.raises(FarmError, match=r"bad.toml: precision='fp8' is not one of auto, fp32, bf16, fp16"):
         templates.load_template("bad", [tmp_path])
+
+
+@pytest.mark.parametrize("forced, expected", [("0", "fp32"), ("1", "bf16")])
+def test_the_cpu_bf16_test_hook_turns_auto_either_way_in_a_child_process(forced, expected):
+    """The suite's ``--cpu-bf16`` option (tests/conftest.py) reaches the trainers the tests start."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import CHILD_PYTHONPATH, ROOT
+
+    code = "import torch; from trainer.precision import resolve_precision as r; print(r('auto', torch.device('cpu')).name)"
+    env = {**os.environ, "PYTHONPATH": CHILD_PYTHONPATH, "CUETRAIN_TEST_CPU_BF16": forced}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == [expected], out.stderr
