@@ -63,9 +63,9 @@ class TrainConfig:
         compile: ``torch.compile`` the training model (opt-in; the first steps compile).
         stop_grace_s: after SIGTERM/SIGINT, the gang stops at an agreed step and rank 0 checkpoints; a rank
             still running this long after the signal exits anyway (code 76) (see trainer.stop) [seconds].
-        data_cache_mb: decoded pixels a rank keeps in its own memory, as 64x64 tiles of the host's decoded
-            shot (see ``trainer.hostcache``); the rest of the shot is read from the host's local scratch,
-            whatever its length. 0 = no tiles kept [MiB].
+        data_cache_mb: decoded frames a rank keeps in its own memory, taken from the host's decoded copy of
+            the shot (see ``trainer.hostcache``); crops of the other frames are read from that copy on local
+            scratch, whatever the shot's length. 0 = none kept [MiB].
         shot_check_s: while training, every rank looks at the shot's files this often; a file deleted,
             truncated or rewritten stops the gang (exit 80) so it restarts on a consistent shot
             (see ``trainer.dataphase``) [seconds].
@@ -196,7 +196,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-format", choices=MEMORY_FORMATS, help="activation layout (default channels_last)")
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (opt-in)")
     g.add_argument("--data-cache-mb", type=int,
-                   help="decoded pixels each rank keeps in memory, in MiB; the rest of the shot is read from the "
+                   help="decoded frames each rank keeps in memory, in MiB; crops of the others are read from the "
                         f"host's decoded copy on local scratch (CUETRAIN_SCRATCH) (default {DEFAULT_DATA_CACHE_MB})")
     g.add_argument("--shot-check-s", type=float,
                    help="seconds between looks at the shot's files while training; a changed file restarts the "

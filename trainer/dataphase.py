@@ -136,11 +136,12 @@ def _phase(cfg: TrainConfig, rt: Runtime, colour: ColourSpec, paths: RunPaths) -
     cache = HostCache(read_scratch(), shot, colour, cfg.data_cache_mb)
     try:
         frames = cache.build(start=rt.env.rank * cache.count // rt.env.world_size)
+        io1 = procstat.io_counters()  # the shot's files are read; what follows reads the local copy
+        resident = cache.load_resident()
     except BaseException:
         cache.close()
         raise
-    io1 = procstat.io_counters()
-    return cache, {"rank": rt.env.rank, "host": socket.gethostname(), "frames": frames,
+    return cache, {"rank": rt.env.rank, "host": socket.gethostname(), "frames": frames, "resident": resident,
                    "decoded_bytes": cache.decoded_bytes, "seconds": round(time.monotonic() - t0, 3),
                    **{k: io1.get(k, 0) - io0.get(k, 0) for k in ("rchar", "read_bytes")}}
 

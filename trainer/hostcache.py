@@ -27,8 +27,10 @@ a reboot (nothing is fsync'ed). Copies that no process uses are deleted when a p
 so scratch holds the copies of the runs on the host and nothing older.
 
 Every rank of a host decodes frames (each frame once: :meth:`HostCache.build`), so a frame of L ranks reads
-the shot once, L times faster. A rank keeps up to ``--data-cache-mb`` of tiles in its own memory (first
-in, first out; crops are uniform over the shot, so any policy keeps the same share).
+the shot once, L times faster. A rank then keeps the first frames of the copy in its own memory, as many
+as fit in ``--data-cache-mb`` (:meth:`HostCache.load_resident`): crops are uniform over the shot, so a
+fixed share serves as many crops as any eviction policy would, with no bookkeeping; with the whole shot
+resident no crop reads the file.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class HostCache:
         scratch: the local scratch folder (``trainer.envvars.read_scratch``).
         shot: the shot to hold.
         colour: the conversion applied while decoding (``trainer.colour``).
-        cache_mb: tiles this process keeps in memory [MiB] (``--data-cache-mb``).
+        cache_mb: decoded frames this process may keep in its memory [MiB] (``--data-cache-mb``).
 
     Raises:
         ScratchError: scratch is not private or too small for the decoded shot.
@@ -117,11 +119,8 @@ class HostCache:
         self.folder = private_folder(scratch) / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
         self._users = self._open_or_create(key)
         self._fd = {name: os.open(self.folder / name, os.O_RDWR) for name in ("pixels.f16", "state", "claims")}
-        slots = cache_mb * 2**20 // self.tile_bytes
-        self._slab = np.empty((slots, TILE, TILE, CHANNELS), np.float16) if slots else None  # untouched until used
-        self._where: dict[int, int] = {}  # tile id -> slot
-        self._owner = np.full(slots, -1, np.int64)
-        self._hand = 0
+        self.cache_mb = cache_mb
+        self.resident = np.empty((0, self.ty, self.tx, TILE, TILE, CHANNELS), np.float16)  # load_resident fills it
         self.decoded_bytes = 0  # bytes of shot files this process decoded [bytes]
 
     # ------------------------------------------------------------------------------------------
@@ -276,25 +275,26 @@ class HostCache:
     # ------------------------------------------------------------------------------------------
     # Reading
 
+    def load_resident(self) -> int:
+        """Read the first images of the copy into this process's memory, as many whole frames as fit in
+        ``cache_mb`` (module doc). Call after :meth:`build`. Returns the frames now resident."""
+        frames = min(self.count, self.cache_mb * 2**20 // (2 * self.image_bytes))
+        self.resident = np.empty((2 * frames, self.ty, self.tx, TILE, TILE, CHANNELS), np.float16)
+        for image in range(2 * frames):
+            self._pread(self.resident[image], image * self.image_bytes)
+        return frames
+
     def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
-        """(c, c, 3) float16 pixels of image ``image`` (= 2 x frame index + side) at row ``y``, column ``x``:
-        a view of a fresh buffer (tiles this process keeps are copied, the others read with one ``pread`` per
-        tile row)."""
+        """(c, c, 3) float16 pixels of image ``image`` (= 2 x frame index + side) at row ``y``, column ``x``: from
+        the resident frames, else with one ``pread`` per tile row (a view of a fresh buffer either way)."""
         t0, s0 = y // TILE, x // TILE
         ny, nx = (y + c - 1) // TILE - t0 + 1, (x + c - 1) // TILE - s0 + 1
-        region = np.empty((ny, nx, TILE, TILE, CHANNELS), np.float16)
-        first = image * self.ty * self.tx
-        for i in range(ny):
-            ids = [first + (t0 + i) * self.tx + s0 + j for j in range(nx)]
-            slots = [self._where.get(t) for t in ids]
-            if None not in slots:
-                for j, slot in enumerate(slots):
-                    region[i, j] = self._slab[slot]
-                continue
-            self._pread(region[i], image * self.image_bytes + ((t0 + i) * self.tx + s0) * self.tile_bytes)
-            for j, (tile, slot) in enumerate(zip(ids, slots)):
-                if slot is None and self._slab is not None:
-                    self._keep(tile, region[i, j])
+        if image < len(self.resident):
+            region = self.resident[image, t0:t0 + ny, s0:s0 + nx]
+        else:
+            region = np.empty((ny, nx, TILE, TILE, CHANNELS), np.float16)
+            for i in range(ny):
+                self._pread(region[i], image * self.image_bytes + ((t0 + i) * self.tx + s0) * self.tile_bytes)
         whole = region.transpose(0, 2, 1, 3, 4).reshape(ny * TILE, nx * TILE, CHANNELS)
         return whole[y - t0 * TILE:y - t0 * TILE + c, x - s0 * TILE:x - s0 * TILE + c]
 
@@ -310,16 +310,6 @@ class HostCache:
         if os.preadv(self._fd["pixels.f16"], [view], offset) != out.nbytes:
             raise ScratchError(f"short read from {self.folder / 'pixels.f16'} at byte {offset}: the host copy was "
                                "truncated; remove the folder and start again")
-
-    def _keep(self, tile: int, pixels: np.ndarray) -> None:
-        slot = self._hand
-        self._hand = (slot + 1) % len(self._owner)
-        old = int(self._owner[slot])
-        if old >= 0:
-            del self._where[old]
-        self._slab[slot] = pixels
-        self._owner[slot] = tile
-        self._where[tile] = slot
 
 
 def _prune(base: Path, keep: str) -> None:
