@@ -30,7 +30,7 @@ import OpenImageIO as oiio
 
 from trainer.colour import ColourSpec
 from trainer.exitcodes import ExitCode
-from trainer.images import DataError, FramePair, _to_half, _to_rgb, pair_frames
+from trainer.images import DataError, FramePair, _to_half, _to_rgb, find_sequence, pair_frames
 from trainer.runrecord import FailureKind
 
 log = logging.getLogger(__name__)
@@ -140,22 +140,29 @@ class Shot:
                    d["input_dir"], d["target_dir"], d["was_read"])
 
 
-def _recorded_pairs(pairs: list[FramePair], recorded: Mapping[str, Any]) -> list[FramePair]:
-    """``pairs`` cut to the frames of an earlier attempt's record (module doc). Frames that are gone raise
-    :class:`ShotChanged` naming their files; frames added since are left out (logged)."""
-    by_frame = {p.frame: p for p in pairs}
-    wanted = list(zip(recorded["frames"], recorded["input"], recorded["target"]))
-    gone = [f"{Path(recorded['input_dir']) / i} / {Path(recorded['target_dir']) / t}"
-            for f, i, t in wanted if f not in by_frame]
+def _recorded_pairs(input_dir: str, target_dir: str, recorded: Mapping[str, Any]) -> list[FramePair]:
+    """The frames of an earlier attempt's record (module doc), as the folders hold them now. Files that are
+    gone raise :class:`ShotChanged` naming them; frames added since are left out (logged)."""
+    try:
+        inputs, targets = find_sequence(input_dir), find_sequence(target_dir)
+    except DataError as exc:
+        raise ShotChanged(f"the shot this run trained on is gone from the file server: {exc}") from None
+    pairs, gone = [], []
+    for frame, input_name, target_name in zip(recorded["frames"], recorded["input"], recorded["target"]):
+        if frame in inputs and frame in targets:
+            pairs.append(FramePair(frame, inputs[frame], targets[frame]))
+        gone += [str(Path(folder) / name) for folder, name, have in ((input_dir, input_name, inputs),
+                                                                     (target_dir, target_name, targets))
+                 if frame not in have]
     if gone:
-        raise ShotChanged(f"{len(gone)} frame(s) of the shot this run trained on are gone from the file server: "
-                          f"{'; '.join(gone[:5])}{' ...' if len(gone) > 5 else ''}; restore them (the gang restarts "
+        raise ShotChanged(f"{len(gone)} file(s) of the shot this run trained on are gone from the file server: "
+                          f"{', '.join(gone[:5])}{' ...' if len(gone) > 5 else ''}; restore them (the gang restarts "
                           "from its checkpoint when they are back) or start a new run")
-    extra = sorted(set(by_frame) - {f for f, _, _ in wanted})
+    extra = sorted((set(inputs) | set(targets)) - set(recorded["frames"]))
     if extra:
         log.warning("%d frame(s) were added to the shot since this run started (%s...); training goes on with the "
                     "frames it started with", len(extra), extra[:5])
-    return [by_frame[f] for f, _, _ in wanted]
+    return pairs
 
 
 def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | None = None) -> Shot:
@@ -169,10 +176,8 @@ def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | Non
         DataError: as ``pair_frames``; the first pair cannot be opened or differs in size.
         ShotChanged: a recorded frame is gone, or a file vanished while being listed.
     """
-    pairs = pair_frames(input_dir, target_dir)
     same = recorded and recorded.get("input_dir") == str(input_dir) and recorded.get("target_dir") == str(target_dir)
-    if same:
-        pairs = _recorded_pairs(pairs, recorded)
+    pairs = _recorded_pairs(input_dir, target_dir, recorded) if same else pair_frames(input_dir, target_dir)
     sigs = []
     for pair in pairs:
         a, b = sign(pair.input), sign(pair.target)

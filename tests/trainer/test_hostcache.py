@@ -162,10 +162,14 @@ def test_resuming_keeps_the_recorded_frames_and_names_the_ones_that_are_gone(sho
     write_image(shot_dirs[0] / "plate.1009.exr", np.zeros((H, W, 3), np.float32))  # added since: left out
     write_image(shot_dirs[1] / "plate.1009.exr", np.zeros((H, W, 3), np.float32))
     assert [p.frame for p in list_shot(str(shot_dirs[0]), str(shot_dirs[1]), recorded).pairs] == [1001, 1002, 1003]
+    (shot_dirs[1] / "plate.1002.exr").unlink()  # one side only: not a pairing error here, a change
+    with pytest.raises(ShotChanged, match=r"1 file\(s\) of the shot this run trained on are gone from the file server: "
+                                          rf"{shot_dirs[1] / 'plate.1002.exr'}; restore them"):
+        list_shot(str(shot_dirs[0]), str(shot_dirs[1]), recorded)
     for side in shot_dirs:
-        (side / "plate.1002.exr").unlink()
-    with pytest.raises(ShotChanged, match=r"1 frame\(s\) of the shot this run trained on are gone from the file server: "
-                                          rf"{shot_dirs[0] / 'plate.1002.exr'} / {shot_dirs[1] / 'plate.1002.exr'}"):
+        (side / "plate.1002.exr").unlink(missing_ok=True)
+    with pytest.raises(ShotChanged, match=rf"2 file\(s\) .*: {shot_dirs[0] / 'plate.1002.exr'}, "
+                                          rf"{shot_dirs[1] / 'plate.1002.exr'}; restore"):
         list_shot(str(shot_dirs[0]), str(shot_dirs[1]), recorded)
 
 
