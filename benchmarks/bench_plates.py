@@ -237,12 +237,16 @@ def memory(root: Path, before: Path, shots: list[str]) -> None:
     for name in shots:
         shot = root / name
         size = shot_bytes(shot)
-        for label, code in (("before", before), ("after", None)):
+        variants = [("before", before, ()), ("after", None, ())]
+        if name == "4k_scan_24":  # the trainer process alone (trainer/rankmemory.py PROCESS_MB)
+            variants.append(("after, --data-cache-mb 0", None, ("--data-cache-mb", "0")))
+        for label, code, extra in variants:
             if label == "before" and name not in BEFORE_FITS:
                 print(f"  {SHOTS[name]:<14} before: not run (needs ~{0.2 * _pairs(shot):.0f} GiB per rank: 0.1 GiB per 4K pair, twice while stacking)")
                 continue
             with tempfile.TemporaryDirectory(dir=root) as tmp:
-                r = cuetrain(code, shot, Path(tmp) / "run", 10, log_interval=5, scratch=Path(tmp), watch=True)
+                r = cuetrain(code, shot, Path(tmp) / "run", 10, log_interval=5, scratch=Path(tmp), watch=True,
+                             extra=extra)
                 data = json.loads((Path(tmp) / "run" / "run.json").read_text()).get("data", {})
             hosts = data.get("hosts", {})
             reads = (f"; run.json: host read {sum(h['rchar'] for h in hosts.values()) / size:.2f}x the shot while "
