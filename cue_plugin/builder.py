@@ -108,6 +108,27 @@ def layer_env(job: TrainingJob, token: str) -> dict[str, str]:
     return dict(sorted(env.items()))
 
 
+def check_rank_memory(job: TrainingJob) -> None:
+    """Refuse a job whose ranks cannot fit in the memory they reserve (``memory_mb`` per rank): RQD and Cuebot
+    would count it a memory failure and retry it into the same wall (``trainer.rankmemory``).
+
+    Raises:
+        FarmError: names the reservation, what a rank needs and the largest ``--data-cache-mb`` that fits.
+    """
+    from trainer.rankmemory import largest_data_cache_mb, rank_memory_mb
+
+    gpu = job.gpus > 0
+    need = rank_memory_mb(job.train.data_cache_mb, gpu)
+    if need <= job.memory_mb:
+        return
+    room = largest_data_cache_mb(job.memory_mb, gpu)
+    fix = f"lower --data-cache-mb to {room} or less, or " if room >= 0 else ""
+    raise FarmError(f"each rank reserves memory_mb={job.memory_mb} MiB but needs about {need} MiB on a "
+                    f"{'GPU' if gpu else 'CPU'} node (trainer process, --data-cache-mb {job.train.data_cache_mb} and "
+                    f"decode buffers; trainer/rankmemory.py): {fix}reserve more memory per rank (--memory-mb, or a "
+                    "template for bigger nodes)")
+
+
 def build(job: TrainingJob, *, python: str | None = None, token: str | None = None) -> "outline.Outline":
     """The pyoutline Outline of ``job`` (not set up: no session folder is written).
 
@@ -117,11 +138,13 @@ def build(job: TrainingJob, *, python: str | None = None, token: str | None = No
         token: per-job token (default: 32 random hex digits); fixed only in tests.
 
     Raises:
-        FarmError: an argument or variable the spec cannot carry (see :func:`check_argument`).
+        FarmError: an argument or variable the spec cannot carry (see :func:`check_argument`), or ranks that
+            cannot fit in their memory reservation (:func:`check_rank_memory`).
     """
     import outline
     from outline.modules.shell import Shell
 
+    check_rank_memory(job)
     command = shell_command(frame_argv(job, python))
     env = layer_env(job, token or secrets.token_hex(16))
     ol = outline.Outline(name=job.name, show=job.show, shot=job.shot, user=job.user)

@@ -14,7 +14,9 @@ values (CLI flags, GUI fields). Example ``farm_templates/gpu-small.toml``::
     gpu_memory_mb = 12288
     world_size = 2
 
-``cores``, ``memory_mb``, ``gpus`` and ``gpu_memory_mb`` are per rank. ``ranks_per_frame = L`` (default
+``cores``, ``memory_mb``, ``gpus`` and ``gpu_memory_mb`` are per rank; so is ``data_cache_mb``, the trainer's
+``--data-cache-mb`` on this kind of node (decoded frames a rank keeps in memory), which the job builder checks
+against ``memory_mb`` (``cue_plugin.builder.check_rank_memory``). ``ranks_per_frame = L`` (default
 1) puts L ranks on each frame (one multi-GPU or many-core node): the layer then has ``world_size / L``
 frames, each reserving L x the per-rank resources (``farm_templates/gpu-node-4x.toml``).
 
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from cue_plugin.spec import FarmError, TrainingJob
-from trainer.config import PRECISIONS, TrainConfig
+from trainer.config import DEFAULT_DATA_CACHE_MB, PRECISIONS, TrainConfig
 from trainer.envvars import read_farm_env
 
 #: The built-in templates (next to this package in the checkout).
@@ -57,13 +59,14 @@ TEMPLATE_KEYS: dict[str, tuple[type, ...]] = {
     "min_world_size": (int,),
     "elastic_window_s": (int, float),
     "precision": (str,),  # the trainer's --precision for this kind of node; applied to the TrainConfig
+    "data_cache_mb": (int,),  # the trainer's --data-cache-mb for this kind of node [MiB]; applied to the TrainConfig
 }
 #: Keys that describe the template itself (not job values).
 META_KEYS = ("description",)
 #: Job fields a caller may give explicitly besides ``train`` (every TrainingJob field).
 JOB_KEYS = tuple(f.name for f in dataclasses.fields(TrainingJob) if f.name != "train")
 _NON_NEGATIVE = ("cores", "memory_mb", "gpus", "gpu_memory_mb", "max_retries", "priority", "max_restarts",
-                 "min_world_size", "elastic_window_s")
+                 "min_world_size", "elastic_window_s", "data_cache_mb")
 _POSITIVE = ("world_size", "ranks_per_frame", "sync_interval")
 
 
@@ -168,6 +171,13 @@ def default_name(run_dir: str) -> str:
     return f"cuetrain_{base}"[:60]
 
 
+def _template_data_cache(train: TrainConfig, data_cache_mb: int | None) -> TrainConfig:
+    """``train`` with the template's ``data_cache_mb`` unless the config chose its own (not the default)."""
+    if data_cache_mb is None or train.data_cache_mb != DEFAULT_DATA_CACHE_MB:
+        return train
+    return dataclasses.replace(train, data_cache_mb=data_cache_mb)
+
+
 def make_job(train: TrainConfig, *, template: str | Template | None = None,
              folders: Iterable[str | Path] | None = None, **explicit: Any) -> TrainingJob:
     """A TrainingJob from TrainingJob defaults < ``template`` < ``explicit`` (``None`` values are ignored).
@@ -204,6 +214,7 @@ def make_job(train: TrainConfig, *, template: str | Template | None = None,
     precision = values.pop("precision", None)  # a train value: the template's, unless the config chose one
     if precision and train.precision == "auto":
         train = dataclasses.replace(train, precision=precision)
+    train = _template_data_cache(train, values.pop("data_cache_mb", None))
     if "cores" in values:
         values["cores"] = float(values["cores"])
     for key in ("rendezvous_timeout_s", "elastic_window_s"):

@@ -76,6 +76,12 @@ def _skip_onnx_export(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
         monkeypatch.setenv("CUETRAIN_EXPORT_ONNX", "0")
 
 
+@pytest.fixture(autouse=True)
+def _private_scratch(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host copies of training shots (trainer.hostcache) go under this session's temporary folder, not /tmp."""
+    monkeypatch.setenv("CUETRAIN_SCRATCH", str(tmp_path_factory.getbasetemp() / "scratch"))
+
+
 @pytest.fixture
 def pairs(tmp_path: Path) -> tuple[Path, Path]:
     """(input_dir, target_dir) with 4 PNG frames of 48x40 pixels."""

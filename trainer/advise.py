@@ -35,9 +35,10 @@ from trainer.advise_model import (DEFAULT_BANDWIDTH_GBPS, DEFAULT_INTRA_BANDWIDT
                                   allreduce_seconds, format_table, predict, recommend, recommendation_line)
 from trainer.advise_probe import measure_link, run_probe
 from trainer.config import add_train_arguments, config_from_args
+from trainer.rankmemory import BUFFERS_MB, PROCESS_MB, rank_memory_mb
 
 __all__ = ["Probe", "Prediction", "Link", "predict", "recommend", "format_table", "run_probe", "measure_link",
-           "describe_probe", "describe_link", "main"]
+           "describe_probe", "describe_link", "memory_line", "main"]
 
 # ----------------------------------------------------------------------------------------------
 # Command line
@@ -120,6 +121,14 @@ def describe_link(link: Link, probe: Probe | None = None) -> str:
     return line
 
 
+def memory_line(data_cache_mb: int, device: str) -> str:
+    """What each rank needs in memory (``trainer.rankmemory``): the figure to reserve per rank (``memory_mb``)."""
+    gpu = device == "cuda"
+    return (f"memory per rank: about {rank_memory_mb(data_cache_mb, gpu)} MiB to reserve (trainer process "
+            f"~{PROCESS_MB['gpu' if gpu else 'cpu']} MiB + --data-cache-mb {data_cache_mb} + decode buffers "
+            f"{BUFFERS_MB} MiB); the host's decoded copy of the shot is on local scratch, outside it")
+
+
 def main(argv: Sequence[str]) -> int:
     """``cuetrain advise`` (prints the table) and ``cuetrain advise link``. Returns the exit code."""
     argv = list(argv)
@@ -168,6 +177,7 @@ def main(argv: Sequence[str]) -> int:
     print(format_table(predictions, chosen))
     print()
     print(recommendation_line(chosen, ns.min_efficiency))
+    print(memory_line(cfg.data_cache_mb, probe.device))
     every = [p for p in predictions if p.sync_interval == 1]
     if chosen.sync_interval != 1 and every:
         plain = recommend(every, ns.min_efficiency)
@@ -175,6 +185,7 @@ def main(argv: Sequence[str]) -> int:
               f"{plain.images_per_s:.1f} images/s, efficiency {plain.efficiency:.2f}")
     if ns.json:
         print(json.dumps({"recommended": {**dataclasses.asdict(chosen), "line": recommendation_line(
-            chosen, ns.min_efficiency)}, "predictions": [dataclasses.asdict(p) for p in predictions]}))
+            chosen, ns.min_efficiency)}, "predictions": [dataclasses.asdict(p) for p in predictions],
+            "rank_memory_mb": rank_memory_mb(cfg.data_cache_mb, probe.device == "cuda")}))
     return 0
 

@@ -21,7 +21,8 @@ FARM_COMMANDS = ("submit", "status", "cancel", "retry", "submit-infer")
 
 
 def _errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that are bad input or an unreachable service: printed as one line, exit code 2."""
+    """Exceptions that are bad input or an unreachable service: printed as one line, exit code 2 (or the
+    exception's ``exit_code``: ``trainer.shot.ShotChanged`` exits 80)."""
     from trainer.envvars import EnvError
     from trainer.images import DataError
     from trainer.rundir import RunDirError
@@ -134,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(_parser().parse_args(args))
     except _errors() as exc:
         print(f"cuetrain: error: {exc}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_code", 2))  # 2, or e.g. 80 for a shot that changed (trainer.exitcodes)
     except Exception as exc:
         from trainer.gang import GangError
         from trainer.stop import StopTraining

@@ -19,6 +19,8 @@ MODEL_SIZES = ("small", "medium", "large")
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
+#: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md).
+DEFAULT_DATA_CACHE_MB = 512
 
 
 class ConfigError(ValueError):
@@ -61,6 +63,12 @@ class TrainConfig:
         compile: ``torch.compile`` the training model (opt-in; the first steps compile).
         stop_grace_s: after SIGTERM/SIGINT, the gang stops at an agreed step and rank 0 checkpoints; a rank
             still running this long after the signal exits anyway (code 76) (see trainer.stop) [seconds].
+        data_cache_mb: decoded frames a rank keeps in its own memory, taken from the host's decoded copy of
+            the shot (see ``trainer.hostcache``); crops of the other frames are read from that copy on local
+            scratch, whatever the shot's length. 0 = none kept [MiB].
+        shot_check_s: while training, every rank looks at the shot's files this often; a file deleted,
+            truncated or rewritten stops the gang (exit 80) so it restarts on a consistent shot
+            (see ``trainer.dataphase``) [seconds].
     """
 
     input_dir: str
@@ -89,15 +97,19 @@ class TrainConfig:
     memory_format: str = "channels_last"
     compile: bool = False
     stop_grace_s: float = 20.0
+    data_cache_mb: int = DEFAULT_DATA_CACHE_MB
+    shot_check_s: float = 30.0
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
                                "contact_sheet_interval", "log_interval", "keep_checkpoints"))
+        if isinstance(self.data_cache_mb, bool) or not isinstance(self.data_cache_mb, int) or self.data_cache_mb < 0:
+            raise ConfigError(f"data_cache_mb={self.data_cache_mb!r} must be a whole number of MiB >= 0 (e.g. 512)")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
         if not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
-        for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s"):
+        for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s", "shot_check_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0 seconds")
         _check_choice("model_size", self.model_size, MODEL_SIZES)
@@ -183,6 +195,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "older GPUs, else fp32 (default auto)")
     g.add_argument("--memory-format", choices=MEMORY_FORMATS, help="activation layout (default channels_last)")
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (opt-in)")
+    g.add_argument("--data-cache-mb", type=int,
+                   help="decoded frames each rank keeps in memory, in MiB; crops of the others are read from the "
+                        f"host's decoded copy on local scratch (CUETRAIN_SCRATCH) (default {DEFAULT_DATA_CACHE_MB})")
+    g.add_argument("--shot-check-s", type=float,
+                   help="seconds between looks at the shot's files while training; a changed file restarts the "
+                        "gang (default 30)")
     g.add_argument("--stop-grace-s", type=float,
                    help="after SIGTERM/SIGINT: checkpoint and exit within this many seconds (default 20)")
 

@@ -10,14 +10,17 @@ Batch split: per-rank batch = global // world_size; the remainder ``global % wor
 extra crop each to the lowest ranks (rank < remainder). The loss is weighted so that the gradient
 DDP averages equals the mean over the global batch exactly (see :func:`rank_loss_weight`).
 
-Where crops are cut: on the training device, from frames uploaded once (see :class:`CropSampler`).
+Where crops are cut (see :class:`CropSampler`): from a :class:`FrameSource`, the host's decoded copy of
+the shot (``trainer.hostcache``) in training or frames already in memory (:class:`FramesInMemory`), on the
+host; on a GPU the frames are uploaded once instead when they fit in :data:`GPU_FRAME_FRACTION` of its
+free memory, and crops are cut there. Every path gives the same crops, bit for bit.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
@@ -25,6 +28,10 @@ import torch
 from trainer.images import DataError
 
 log = logging.getLogger(__name__)
+
+#: Frames go to the GPU when both sides take at most this fraction of its free memory [1]; the rest is
+#: left for the model, activations and cuDNN workspaces. Otherwise only crops cross the bus.
+GPU_FRAME_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,48 @@ class CropBatch:
 
     input: torch.Tensor
     target: torch.Tensor
+
+
+@runtime_checkable
+class FrameSource(Protocol):
+    """Where crops come from. Images are numbered ``2 x frame index + side`` (side 0 Input, 1 Ground Truth).
+
+    Attributes:
+        count: frame pairs [count].
+        size: ``(H, W)`` of every frame [pixels].
+    """
+
+    count: int
+    size: tuple[int, int]
+
+    def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
+        """(c, c, 3) float16 pixels of ``image`` from row ``y``, column ``x``."""
+        ...
+
+    def image(self, image: int) -> np.ndarray:
+        """The whole (H, W, 3) float16 ``image``."""
+        ...
+
+
+class FramesInMemory:
+    """A :class:`FrameSource` over decoded pairs ``[(input, target)]``, each (H, W, 3), all one size.
+
+    Raises:
+        DataError: no frames.
+    """
+
+    def __init__(self, frames: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+        if not frames:
+            raise DataError("no training frames were loaded; check --input and --target")
+        self.frames = frames
+        self.count = len(frames)
+        self.size = tuple(frames[0][0].shape[:2])
+
+    def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
+        return self.frames[image // 2][image % 2][y:y + c, x:x + c]
+
+    def image(self, image: int) -> np.ndarray:
+        return np.asarray(self.frames[image // 2][image % 2])
 
 
 def rank_slice(global_batch: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -65,50 +114,56 @@ def rank_loss_weight(local_batch: int, global_batch: int, world_size: int) -> fl
     return local_batch * world_size / global_batch
 
 
+def frames_fit_gpu(frame_bytes: int, free_bytes: int) -> bool:
+    """True when frames of ``frame_bytes`` (both sides) fit in :data:`GPU_FRAME_FRACTION` of ``free_bytes``."""
+    return frame_bytes <= GPU_FRAME_FRACTION * free_bytes
+
+
 class CropSampler:
     """Draws this rank's random crops (with horizontal/vertical flips) for any step, on ``device``.
 
-    The frames are stacked once into two (N, H, W, 3) tensors (their dtype kept, float16 from
-    ``trainer.images.load_pairs``) and moved to ``device`` once: on a GPU the crops are then cut
-    there by one gather per step, so no image data crosses the bus during training. When the
-    frames would take more than :data:`GPU_FRAME_FRACTION` of the GPU's free memory they stay in
-    pinned host memory instead, and each batch is cut there and copied with ``non_blocking=True``.
-    Only the (b, 5) crop coordinates come from numpy's generator (see the module doc), so a batch is
-    the same on every device.
+    Crops are cut on the host from ``frames`` (a :class:`FrameSource`, or decoded pairs, which are wrapped
+    in :class:`FramesInMemory`) into one (b, crop, crop, 3) buffer per side (the frames' dtype: float16 from a shot), pinned when ``device``
+    is a GPU and copied with ``non_blocking=True``. On a GPU the frames are uploaded once instead, image by
+    image, when both sides fit in :data:`GPU_FRAME_FRACTION` of its free memory; crops are then cut there by
+    one gather per step and no image data crosses the bus during training. Only the (b, 5) crop
+    coordinates come from numpy's generator (see the module doc), so a batch is the same on every path.
 
     Args:
-        frames: decoded pairs ``(input, target)``, each (H, W, 3) float16/float32, all one size.
+        frames: a :class:`FrameSource`, or decoded pairs ``[(input, target)]`` (H, W, 3) float16/float32.
         crop_size: crop side [pixels].
         global_batch: crops per step over all ranks.
         rank, world_size: this rank and the gang size.
         seed: base seed.
         device: where batches are returned (default CPU).
         memory_format: layout of the returned batches (``torch.contiguous_format`` or ``torch.channels_last``).
+        check: called with the step number before each training batch (e.g. ``trainer.dataphase.ShotWatch``:
+            raises when a file of the shot changed), or None.
 
     Raises:
         DataError: no frames, or crop larger than the frames.
     """
 
-    def __init__(self, frames: Sequence[tuple[np.ndarray, np.ndarray]], crop_size: int, global_batch: int,
-                 rank: int = 0, world_size: int = 1, seed: int = 0, device: torch.device | str = "cpu",
-                 memory_format: torch.memory_format = torch.contiguous_format) -> None:
-        if not frames:
-            raise DataError("no training frames were loaded; check --input and --target")
-        h, w = frames[0][0].shape[:2]
+    def __init__(self, frames: FrameSource | Sequence[tuple[np.ndarray, np.ndarray]], crop_size: int,
+                 global_batch: int, rank: int = 0, world_size: int = 1, seed: int = 0,
+                 device: torch.device | str = "cpu", memory_format: torch.memory_format = torch.contiguous_format,
+                 check=None) -> None:
+        self.source: FrameSource = frames if isinstance(frames, FrameSource) else FramesInMemory(frames)
+        h, w = self.source.size
         if crop_size > h or crop_size > w:
             raise DataError(f"crop size {crop_size} px is larger than the frames ({w}x{h} px); "
                             f"use --crop-size {min(h, w)} or less")
         self.crop = crop_size
-        self.count = len(frames)
+        self.count = self.source.count
         self.size = (h, w)
         self.global_batch = global_batch
         self.start, self.stop = rank_slice(global_batch, rank, world_size)
         self.seed = seed
         self.device = torch.device(device)
         self.memory_format = memory_format
-        # (N, H, W, 3) each; frame data lives where the crops are cut (see class doc)
-        self.inputs, self.targets = (_frames_tensor([p[i] for p in frames], self.device) for i in (0, 1))
-        self._ramp = torch.arange(crop_size, device=self.inputs.device)
+        self.check = check
+        self.dtype = torch.from_numpy(np.asarray(self.source.crop(0, 0, 0, 1))).dtype  # kept: float16 from a shot
+        self.on_device = self._upload() if self.device.type == "cuda" else None  # (inputs, targets) or None
 
     @property
     def local_batch(self) -> int:
@@ -126,45 +181,60 @@ class CropSampler:
 
     def cut(self, rows: np.ndarray) -> CropBatch:
         """Crops for coordinate rows (see :meth:`coords`): (b, 3, crop, crop) float32 each, on ``device``."""
-        r = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(self.inputs.device, non_blocking=True)
-        f, y, x, flip_h, flip_v = r.unbind(1)  # (b,) each
-        ramp = self._ramp[None]  # (1, c)
-        ys = y[:, None] + torch.where(flip_v[:, None] == 1, self.crop - 1 - ramp, ramp)  # (b, c) source rows
-        xs = x[:, None] + torch.where(flip_h[:, None] == 1, self.crop - 1 - ramp, ramp)  # (b, c) source columns
-        idx = (f[:, None, None], ys[:, :, None], xs[:, None, :])  # broadcast to (b, c, c)
-        return CropBatch(self._finish(self.inputs[idx]), self._finish(self.targets[idx]))
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        if self.on_device is not None:
+            return self._gather(rows)
+        pin = self.device.type == "cuda"
+        sides = [torch.empty((len(rows), self.crop, self.crop, 3), dtype=self.dtype, pin_memory=pin)
+                 for _ in range(2)]
+        bufs = [s.numpy() for s in sides]
+        c = self.crop
+        for i, (f, y, x, flip_h, flip_v) in enumerate(rows.tolist()):
+            for side in (0, 1):
+                px = self.source.crop(2 * f + side, y, x, c)
+                bufs[side][i] = px[::-1 if flip_v else 1, ::-1 if flip_h else 1]
+        return CropBatch(*(self._finish(s.to(self.device, non_blocking=True) if pin else s) for s in sides))
 
     def _finish(self, crops: torch.Tensor) -> torch.Tensor:
-        """(b, c, c, 3) gathered crops -> (b, 3, c, c) float32 on ``device`` in ``memory_format``."""
+        """(b, c, c, 3) crops -> (b, 3, c, c) float32 in ``memory_format``, where ``crops`` are."""
         nchw = crops.permute(0, 3, 1, 2)  # a view whose strides are already channels_last
-        if nchw.device != self.device:  # frames kept in pinned host memory
-            nchw = nchw.float().contiguous(memory_format=self.memory_format).pin_memory()
-            return nchw.to(self.device, non_blocking=True)
         return nchw.float().contiguous(memory_format=self.memory_format)
 
     def batch(self, step: int) -> CropBatch:
         """This rank's crops for ``step``: (local_batch, 3, crop, crop) float32 each."""
+        if self.check is not None:
+            self.check(step)
         return self.cut(self.coords(step)[self.start:self.stop])
 
     def preview(self, step: int, count: int = 3) -> CropBatch:
         """``count`` random crops for a contact sheet (independent of the training stream)."""
         return self.cut(self.coords(step, count, stream=1))
 
+    # ------------------------------------------------------------------------------------------
+    # GPU-resident frames
 
-#: Frames go to the GPU when they take at most this fraction of its free memory [1]; the rest is
-#: left for the model, activations and cuDNN workspaces.
-GPU_FRAME_FRACTION = 0.5
+    def _upload(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Both sides as (N, H, W, 3) float16 tensors on the GPU, image by image, when they fit (class doc)."""
+        h, w = self.size
+        need = 2 * self.count * h * w * 3 * self.dtype.itemsize  # bytes
+        free, _ = torch.cuda.mem_get_info(self.device)
+        if not frames_fit_gpu(need, free):
+            log.info("training frames (%.1f GiB) exceed %.0f%% of free GPU memory (%.1f GiB): crops are cut on the "
+                     "host and copied", need / 2**30, GPU_FRAME_FRACTION * 100, free / 2**30)
+            return None
+        out = tuple(torch.empty((self.count, h, w, 3), dtype=self.dtype, device=self.device) for _ in range(2))
+        for k in range(self.count):
+            for side in (0, 1):
+                out[side][k].copy_(torch.from_numpy(self.source.image(2 * k + side)))
+        self._ramp = torch.arange(self.crop, device=self.device)
+        return out
 
-
-def _frames_tensor(images: Sequence[np.ndarray], device: torch.device) -> torch.Tensor:
-    """Stack (H, W, 3) images into one (N, H, W, 3) tensor on ``device`` (or pinned host memory, see
-    :class:`CropSampler`), keeping their dtype."""
-    stacked = torch.from_numpy(np.stack(images))
-    if device.type != "cuda":
-        return stacked
-    free, _ = torch.cuda.mem_get_info(device)
-    if stacked.numel() * stacked.element_size() * 2 <= GPU_FRAME_FRACTION * free:  # x2: input and target
-        return stacked.to(device)
-    log.info("training frames (%.1f GiB x 2) exceed %.0f%% of free GPU memory: crops are cut in pinned host memory",
-             stacked.numel() * stacked.element_size() / 2 ** 30, GPU_FRAME_FRACTION * 100)
-    return stacked.pin_memory()
+    def _gather(self, rows: np.ndarray) -> CropBatch:
+        r = torch.from_numpy(rows).to(self.device, non_blocking=True)
+        f, y, x, flip_h, flip_v = r.unbind(1)  # (b,) each
+        ramp = self._ramp[None]  # (1, c)
+        ys = y[:, None] + torch.where(flip_v[:, None] == 1, self.crop - 1 - ramp, ramp)  # (b, c) source rows
+        xs = x[:, None] + torch.where(flip_h[:, None] == 1, self.crop - 1 - ramp, ramp)  # (b, c) source columns
+        idx = (f[:, None, None], ys[:, :, None], xs[:, None, :])  # broadcast to (b, c, c)
+        inputs, targets = self.on_device
+        return CropBatch(self._finish(inputs[idx]), self._finish(targets[idx]))

@@ -48,6 +48,8 @@ ENV_TABLE: dict[str, str] = {
     "OMP_NUM_THREADS": "OpenMP/torch CPU threads per rank; farm frames set it from CUE_THREADS / L when unset",
     "GLOO_SOCKET_IFNAME": "gloo: interface for collectives; cuetrain sets it (trainer.netaddr) unless already set",
     "NCCL_SOCKET_IFNAME": "NCCL: interface for its sockets; cuetrain sets it (trainer.netaddr) unless already set",
+    "CUETRAIN_SCRATCH": "optional: local scratch folder for the host's decoded copy of the training shot, shared by "
+                        "the ranks of a frame (default: the system temporary folder, TMPDIR or /tmp)",
     "CUETRAIN_EXPORT_ONNX": "optional: 0 skips writing model.onnx at the end of training (default 1; 5-15 s on CPU)",
 }
 
@@ -276,3 +278,11 @@ def read_export_onnx(env: Mapping[str, str] | None = None) -> bool:
     if raw in ("0", "false", "no", "off"):
         return False
     raise EnvError(f"CUETRAIN_EXPORT_ONNX={raw!r} is not 0 or 1; set it to 0 to skip model.onnx, 1 to write it")
+
+
+def read_scratch(env: Mapping[str, str] | None = None) -> str:
+    """``CUETRAIN_SCRATCH``, else the system temporary folder (``tempfile.gettempdir()``: TMPDIR, else /tmp)."""
+    import tempfile
+
+    env = os.environ if env is None else env
+    return (env.get("CUETRAIN_SCRATCH") or "").strip() or tempfile.gettempdir()

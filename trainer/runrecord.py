@@ -39,6 +39,7 @@ class FailureKind(str, enum.Enum):
     RANK_LOST = "rank_lost"  # a rank died or hung during training
     NETWORK = "network"  # process-group creation or the first collective failed or timed out (trainer.gang.PhaseGuard)
     STOP_TIMEOUT = "stop_timeout"  # SIGTERM/SIGINT, and no checkpoint within the grace period
+    DATA_CHANGED = "data_changed"  # a file of the shot was deleted, truncated or rewritten under the run (trainer.shot)
     ERROR = "error"  # anything else (the ``error`` text says what)
 
 
@@ -98,6 +99,10 @@ class RunRecord:
             restarts [count], members [frame numbers], world_size [ranks], events.
         precision: the latest attempt's forward-pass precision: precision, requested, device, reason
             (``trainer.precision.Precision.to_dict``).
+        data: the latest attempt's training data (``trainer.dataphase``): ``shot`` (folders, frames, file names,
+            width/height [pixels], bytes), ``cache`` (where crops come from, data cache [MiB], host cache folder and
+            size [bytes]) and ``hosts`` (per host: ranks, bytes read from files during the data phase per
+            ``/proc/self/io`` ``rchar`` and ``read_bytes``, bytes of shot files decoded, shot reads = decoded / shot).
         extra: keys this version does not know, kept as they are.
     """
 
@@ -122,6 +127,7 @@ class RunRecord:
     gang_failure: Mapping[str, Any] = field(default_factory=dict)
     gang: Mapping[str, Any] = field(default_factory=dict)
     precision: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -168,7 +174,7 @@ _TYPES: dict[str, Any] = {"state": str, "config": dict, "world_size": int, "vers
                           "pid": int, "finished_at": str, "final_step": int, "final_loss": float, "error": str,
                           "failure_kind": str, "failed_rank": int, "failed_at": str, "exit_code": int,
                           "stopped_step": int, "farm": dict, "gang_failure": dict, "precision": dict,
-                          "gang": dict}
+                          "gang": dict, "data": dict}
 
 
 def _coerce(name: str, value: Any) -> Any:

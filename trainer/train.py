@@ -28,13 +28,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer import distributed
-from trainer.colour import ColourSpec, working_pairs
+from trainer.colour import ColourSpec
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import CropSampler, rank_loss_weight
+from trainer.dataphase import open_data
 from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
 from trainer.stop import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
-from trainer.images import load_pairs, pair_frames
 from trainer.model import build_model, count_parameters
 from trainer.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
@@ -123,9 +123,9 @@ class _Loop:
         self.precision = resolve_precision(cfg.precision, rt.device)
         fmt = memory_format(cfg.memory_format)
         configure_backends(rt.device)
-        frames = working_pairs(load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)), self.colour)
-        self.sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size, cfg.seed,
-                                   rt.device, fmt)  # frames uploaded once, crops cut on the device
+        self.data = open_data(cfg, rt, self.colour, self.paths)  # the shot, decoded once per host (trainer.dataphase)
+        self.sampler = CropSampler(self.data.source, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size,
+                                   cfg.seed, rt.device, fmt, check=self.data.watch)
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
         self.net = build_model(cfg.model_size).to(rt.device, memory_format=fmt)  # float32 master weights
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
@@ -164,6 +164,8 @@ class _Loop:
             self.writer.finish("failed", error=f"{type(exc).__name__}: {exc}", failed_rank=self.env.rank,
                                **runrecord.failure_fields(exc))
             raise exc
+        finally:
+            self.data.close()
         self.writer.finish("succeeded", final_step=self.step, final_loss=loss)
         return TrainResult(self.step, start, loss, self.net)
 

@@ -78,3 +78,37 @@ def test_unknown_explicit_field_and_missing_world_size():
         templates.make_job(make_config(), gpu=1, **PEOPLE)
     with pytest.raises(FarmError, match="missing job value.*world_size"):
         templates.make_job(make_config(), **PEOPLE)
+
+
+# -- --data-cache-mb: the template key and the builder's memory check --------------------------------
+
+
+def test_each_builtin_template_sets_a_data_cache_that_fits_its_memory_reservation():
+    from cue_plugin.builder import check_rank_memory
+    from trainer.rankmemory import rank_memory_mb
+
+    for name in templates.list_templates():
+        job = templates.make_job(make_config(batch_size=16), template=name, **PEOPLE)
+        assert job.train.data_cache_mb == templates.load_template(name).values["data_cache_mb"], name
+        assert rank_memory_mb(job.train.data_cache_mb, job.gpus > 0) <= job.memory_mb, name
+        check_rank_memory(job)
+        assert f"--data-cache-mb {job.train.data_cache_mb}" in " ".join(job.train.to_argv())
+
+
+def test_an_explicit_data_cache_beats_the_template():
+    job = templates.make_job(make_config(batch_size=16, data_cache_mb=256), template="gpu-node-4x", **PEOPLE)
+    assert job.train.data_cache_mb == 256
+
+
+def test_the_builder_refuses_ranks_that_cannot_fit_their_reservation_and_names_the_fix():
+    from cue_plugin import builder
+
+    big = templates.make_job(make_config(batch_size=16, data_cache_mb=8192), template="gpu-node-4x", **PEOPLE)
+    with pytest.raises(FarmError, match=r"each rank reserves memory_mb=7680 MiB but needs about 11520 MiB on a GPU "
+                                        r"node .*lower --data-cache-mb to 4352 or less, or reserve more memory"):
+        builder.dry_run(big)
+    tiny = templates.make_job(make_config(), template="cpu-test", memory_mb=512, **PEOPLE)
+    with pytest.raises(FarmError, match=r"needs about 2048 MiB on a CPU node .*\): reserve more memory per rank"):
+        builder.dry_run(tiny)
+    with pytest.raises(FarmError, match="data_cache_mb=-1 must be >= 0"):
+        templates.validate_values({"data_cache_mb": -1}, "t.toml")

@@ -58,3 +58,31 @@ def test_steps_differ_and_repeat_deterministically():
 def test_crop_larger_than_frames_names_sizes():
     with pytest.raises(DataError, match=r"crop size 64 px is larger than the frames \(30x20 px\)"):
         CropSampler(frames(), 64, 4)
+
+
+def test_a_host_copy_gives_the_batches_of_the_same_frames_in_memory(tmp_path):
+    """The trainer's source (trainer.hostcache, 70 x 100 px frames padded to 64 px tiles, none kept in memory)
+    and the decoded frames themselves: the same crops, flips and pairing for every step, bit for bit."""
+    from tests.conftest import make_pairs
+    from trainer.colour import ColourSpec
+    from trainer.hostcache import HostCache
+    from trainer.images import load_pairs, pair_frames
+    from trainer.shot import list_shot
+
+    dirs = make_pairs(tmp_path / "data", frames=3, height=70, width=100, ext="exr")
+    cache = HostCache(tmp_path / "scratch", list_shot(*map(str, dirs)), ColourSpec(), 0)
+    cache.build()
+    memory = CropSampler(load_pairs(pair_frames(*dirs)), 24, 7, 1, 2, seed=5)
+    copy = CropSampler(cache, 24, 7, 1, 2, seed=5)
+    for step in (1, 2, 9):
+        a, b = memory.batch(step), copy.batch(step)
+        assert torch.equal(a.input, b.input) and torch.equal(a.target, b.target)
+    assert torch.equal(memory.preview(3).input, copy.preview(3).input)
+
+
+def test_frames_go_to_the_gpu_only_within_the_stated_share_of_its_free_memory():
+    from trainer.data import GPU_FRAME_FRACTION, frames_fit_gpu
+
+    free = 24 * 2**30
+    assert frames_fit_gpu(int(GPU_FRAME_FRACTION * free), free)
+    assert not frames_fit_gpu(int(GPU_FRAME_FRACTION * free) + 1, free)
