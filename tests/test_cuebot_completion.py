@@ -30,7 +30,8 @@ def farm(max_retries: int = 1, timeout: int = 0, timeout_llu: int = 0,
 
 def run(state: FarmState, frame: FrameRecord, done: Completion | None = None) -> int:
     """Start the frame on node1; when ``done`` is given, complete it with that report. Returns its state."""
-    proc = ProcRecord(new_id(), frame.id, 100, 0)
+    layer = state.jobs[frame.job_id].layer(frame.layer_id)
+    proc = ProcRecord(new_id(), frame.id, 100, 0, layer.min_memory)  # as the dispatcher books it
     with state.lock:  # as the dispatcher does
         state.start_frame(frame, state.hosts["node1"], proc)
         state.confirm_launch(frame, proc.id)
@@ -188,3 +189,36 @@ def test_the_retry_cap_is_a_facility_setting(tmp_path):
     for _ in range(2):
         assert run(state, frame, Completion(exit_status=1)) == job_pb2.WAITING
     assert run(state, frame, Completion(exit_status=1)) == job_pb2.DEAD and frame.retry_count == 2
+
+
+def test_a_memory_failure_raises_the_minimum_to_the_reservation_plus_2_gb_once_and_the_retry_reserves_it():
+    # FrameCompleteHandler.retryFrameWithRaisedMemory + LayerDaoJdbc.increaseLayerMinMemory ("UPDATE layer SET
+    # int_mem_min=? ... AND int_mem_min < ?", val = proc.memoryReserved + 2 GB): two frames of one layer that fail
+    # with the same 4 GB reservation raise the minimum to 6 GB, not 8; the retry is booked with, and told, 6 GB.
+    from tests.cuebot.dispatcher import FrameIdentity, build_run_frame
+
+    state, frame = farm(max_retries=0)
+    job = state.jobs[frame.job_id]
+    layer = job.layers[0]
+    other = FrameRecord(new_id(), job.id, layer.id, "0001-train", 1, 1)
+    job.frames.append(other)
+    state.frames[other.id] = other
+    procs = {}
+    for f in (frame, other):
+        procs[f.id] = ProcRecord(new_id(), f.id, 100, 0, layer.min_memory)
+        with state.lock:
+            state.start_frame(f, state.hosts["node1"], procs[f.id])
+            state.confirm_launch(f, procs[f.id].id)
+    assert frame.reserved_memory == other.reserved_memory == GB4_KB
+    for f in (frame, other):
+        state.complete_frame("node1", procs[f.id].id, f.id, Completion(exit_status=33), 0)
+        assert f.state == job_pb2.WAITING  # retried past max_retries=0
+    assert layer.min_memory == GB4_KB + MEMORY_INCREASE_KB == 6 * 1024 * 1024
+    retry = ProcRecord(new_id(), frame.id, 100, 0, layer.min_memory)  # dispatcher.dispatch_once's booking
+    with state.lock:
+        state.start_frame(frame, state.hosts["node1"], retry)
+    assert frame.reserved_memory == 6 * 1024 * 1024
+    env = build_run_frame(job, layer, frame, retry, FrameIdentity(uid=1000, gid=1000, user="u")).environment
+    assert env["CUE_MEMORY"] == str(6 * 1024 * 1024)  # KB, DispatchSupportService: proc.memoryReserved
+    state.complete_frame("node1", retry.id, frame.id, Completion(exit_status=137), 0)
+    assert layer.min_memory == 8 * 1024 * 1024  # the 6 GB run failed too: 6 + 2

@@ -172,6 +172,28 @@ class HostRecord:
         return self.total_gpu_memory - sum(proc.gpu_memory for proc in self.procs.values())
 
 
+def raise_layer_memory(layer: LayerRecord, proc_reserved_kb: int) -> None:
+    """Cuebot's answer to a memory failure, on the layer's minimum memory [KB].
+
+    FrameCompleteHandler.retryFrameWithRaisedMemory (cuebot/src/main/java/com/imageworks/spcue/dispatcher/
+    FrameCompleteHandler.java)::
+
+        long increase = getMemoryIncrease(frame);      // CueUtil.GB2 unless a service sets one
+        jobManager.enableMemoryOptimizer(frame, false);
+        jobManager.increaseLayerMemoryRequirement(frame, proc.memoryReserved + increase);
+
+    and LayerDaoJdbc.increaseLayerMinMemory (.../dao/postgres/LayerDaoJdbc.java)::
+
+        "UPDATE layer SET int_mem_min=? WHERE pk_layer=? AND int_mem_min < ?", val, layer.getLayerId(), val
+
+    so the minimum becomes max(min, the failed run's reservation + 2 GB): two frames of a layer that both
+    fail with the same reservation raise it once, not twice. The retried frame is booked with the new
+    minimum and RQD gets it as CUE_MEMORY (DispatchSupportService: putEnvironment("CUE_MEMORY",
+    proc.memoryReserved)). The double has no memory optimizer, so nothing is disabled.
+    """
+    layer.min_memory = max(layer.min_memory, proc_reserved_kb + MEMORY_INCREASE_KB)
+
+
 class JobExists(ValueError):
     """A PENDING job already has that name (Cuebot's JobLaunchException)."""
 
@@ -224,6 +246,7 @@ class FarmState:
         frame.resource_id = proc.id
         frame.start_time, frame.stop_time = int(self.clock()), 0
         frame.used_memory = frame.max_rss = 0
+        frame.reserved_memory = proc.memory  # UPDATE_FRAME_STARTED: int_mem_reserved = proc.memoryReserved
         host.procs[proc.id] = proc
         self.touch(frame)
 
@@ -276,8 +299,7 @@ class FarmState:
                                           no_retry_s=self.rules.frame_time_no_retry_s)
             # (the double never memory-kills a frame itself, so no exit status 33 is stored on a frame)
             if done.exit_status != 0 and is_memory_failure(done):
-                # retryFrameWithRaisedMemory: the proc's reservation + the increase
-                layer.min_memory = max(layer.min_memory, frame.reserved_memory) + MEMORY_INCREASE_KB
+                raise_layer_memory(layer, frame.reserved_memory)
             self.stop_frame(frame, state, done.exit_status)
             if state == job_pb2.SUCCEEDED:
                 self.satisfy_layer_depends(job, frame.layer_id)
