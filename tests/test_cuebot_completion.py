@@ -222,3 +222,39 @@ def test_a_memory_failure_raises_the_minimum_to_the_reservation_plus_2_gb_once_a
     assert env["CUE_MEMORY"] == str(6 * 1024 * 1024)  # KB, DispatchSupportService: proc.memoryReserved
     state.complete_frame("node1", retry.id, frame.id, Completion(exit_status=137), 0)
     assert layer.min_memory == 8 * 1024 * 1024  # the 6 GB run failed too: 6 + 2
+
+
+def test_a_frame_within_its_reservation_changes_nothing_and_one_over_it_grows_it_unless_overboard_is_on():
+    # HostReportHandler.handleMemoryUsage (tests/cuebot/memory.py): with opencue.properties' default overboard
+    # threshold (-1.0, off) a frame over its reservation is NOT killed; its proc's reservation grows to its RSS
+    # when the host has the memory, and the layer's minimum follows the peak RSS (updateLayerMemoryUsage).
+    from tests.cuebot.memory import MemoryAction, decide
+
+    within = decide(rss_kb=3 * 2**20, max_rss_kb=3 * 2**20, reserved_kb=GB4_KB, host_idle_kb=GB4_KB, layer_min_kb=GB4_KB)
+    assert (within.action, within.reserved_kb, within.layer_min_kb) == (MemoryAction.NONE, GB4_KB, GB4_KB)
+    over = decide(rss_kb=5 * 2**20, max_rss_kb=5 * 2**20, reserved_kb=GB4_KB, host_idle_kb=GB4_KB, layer_min_kb=GB4_KB)
+    assert (over.action, over.reserved_kb, over.layer_min_kb) == (MemoryAction.RESERVATION_RAISED, 5 * 2**20, 5 * 2**20)
+    full = decide(rss_kb=5 * 2**20, max_rss_kb=5 * 2**20, reserved_kb=GB4_KB, host_idle_kb=2**19, layer_min_kb=GB4_KB)
+    assert full.action is MemoryAction.NONE and full.reserved_kb == GB4_KB  # no idle memory: stays, not killed
+    on = dict(reserved_kb=GB4_KB, host_idle_kb=GB4_KB, layer_min_kb=GB4_KB, overboard_threshold=0.5)
+    assert decide(rss_kb=int(5.9 * 2**20), max_rss_kb=int(5.9 * 2**20), **on).action is MemoryAction.RESERVATION_RAISED
+    assert decide(rss_kb=6 * 2**20, max_rss_kb=6 * 2**20, **on).action is MemoryAction.KILL_MEMORY_FAILURE  # 4 * 1.5
+    # a spike: peak >= 1 + 2 * 0.5 (8 GB) and RSS now >= 0.9 of the reservation
+    assert decide(rss_kb=int(3.7 * 2**20), max_rss_kb=8 * 2**20, **on).action is MemoryAction.KILL_MEMORY_FAILURE
+    assert decide(rss_kb=int(3.5 * 2**20), max_rss_kb=8 * 2**20, **on).action is MemoryAction.NONE
+    oom = decide(rss_kb=3 * 2**20, max_rss_kb=3 * 2**20, reserved_kb=GB4_KB, host_idle_kb=GB4_KB, layer_min_kb=GB4_KB,
+                 host_used_fraction=0.95)  # host under OOM pressure: killed (exit 33) whatever its reservation
+    assert oom.action is MemoryAction.KILL_MEMORY_FAILURE
+
+
+def test_the_double_reports_a_frames_peak_rss_and_reservation(tmp_path):
+    from tests.cuebot.double import CuebotDouble
+
+    cuebot = CuebotDouble(log_root=str(tmp_path))
+    state, frame = farm()
+    cuebot.state = state
+    run(state, frame)
+    frame.max_rss = 3 * 2**20  # as ReportStatus records RQD's RunningFrameInfo.max_rss
+    assert cuebot.frame_memory("j", "0000-train") == (3 * 2**20, GB4_KB)
+    with pytest.raises(KeyError, match="no frame"):
+        cuebot.frame_memory("j", "0001-train")

@@ -113,6 +113,17 @@ class CuebotDouble:
         with self.state.lock:
             return list(self.state.hosts)
 
+    def frame_memory(self, job_name: str, frame_name: str) -> tuple[int, int]:
+        """``(peak RSS, reservation)`` of a job's frame [KB]: the peak is the largest ``max_rss`` RQD reported
+        for its latest run (RunningFrameInfo in host reports, then FrameCompleteReport), the reservation is
+        the proc's ``memoryReserved`` of that run (CUE_MEMORY). Raises KeyError for an unknown job/frame."""
+        with self.state.lock:
+            job = next((j for j in self.state.jobs.values() if j.name == job_name), None)
+            frame = next((f for f in job.frames if f.name == frame_name), None) if job else None
+            if frame is None:
+                raise KeyError(f"no frame {frame_name!r} in a job named {job_name!r}")
+            return frame.max_rss, frame.reserved_memory
+
     def wait_job_finished(self, job_name: str, timeout: float) -> None:
         """Block until a job named `job_name` is FINISHED; TimeoutError with the frames if not."""
         deadline = time.monotonic() + timeout
