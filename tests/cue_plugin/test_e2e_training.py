@@ -38,8 +38,10 @@ from cue_plugin import frame, layer_failure, rendezvous, templates
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import JobHandle, RunState
 from tests.conftest import make_pairs
+from tests.cuebot.completion import CuebotRules
 from tests.cuebot.double import CuebotDouble
-from tests.cuebot.fixtures import RQD_START_TIMEOUT_S, free_port, frame_identity, use_pycue
+from tests.cuebot.fixtures import (RQD_START_TIMEOUT_S, free_port, frame_identity, skip_or_fail_missing_prerequisite,
+                                  use_pycue)
 from tests.cuebot.rqd_harness import RqdProcess
 from trainer.config import TrainConfig
 from trainer.rundir import RunPaths, read_json, read_metrics
@@ -236,11 +238,12 @@ def test_port_in_use_on_rank_0_is_not_a_gang_timeout(tmp_path, frame_env):
 class Farm:
     """The double and two RQDs with RQD_BECOME_JOB_USER=False (see module doc)."""
 
-    def __init__(self, rqds: int = 2) -> None:
+    def __init__(self, rqds: int = 2, rules: CuebotRules | None = None) -> None:
+        """``rules``: the Cuebot version modelled (tests/cuebot/completion.CuebotRules; default: current)."""
         self.workdir = Path(tempfile.mkdtemp(prefix="cuetrain-e2e-"))
         identity = frame_identity()  # a non-root uid for the RunFrame: RQD refuses uid 0
         self.cuebot = CuebotDouble(frame_uid=identity.uid, frame_gid=identity.gid, frame_user=identity.user,
-                                   log_root=str(self.workdir / "logs"))
+                                   log_root=str(self.workdir / "logs"), rules=rules)
         self.count = rqds
         self.rqds: list[RqdProcess] = []
 
@@ -267,11 +270,11 @@ def farm():
     yield from running_farm(2)
 
 
-def running_farm(rqds: int):
+def running_farm(rqds: int, rules: CuebotRules | None = None):
     """A started :class:`Farm` of ``rqds`` RQDs with pycue pointed at it (a fixture's body); stops it after."""
     if not os.path.exists("/usr/bin/time"):
-        pytest.skip("RQD runs frames through /usr/bin/time")
-    f = Farm(rqds)
+        skip_or_fail_missing_prerequisite("RQD runs frames through /usr/bin/time")
+    f = Farm(rqds, rules)
     try:
         f.start()
         with use_pycue(f.cuebot.address):

@@ -18,7 +18,7 @@ import pytest
 from cue_plugin import cli, templates
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import FarmError, JobHandle, RunState
-from tests.cuebot.fixtures import cuebot_farm  # noqa: F401  (fixture)
+from tests.cuebot.fixtures import cuebot_farm, skip_or_fail_missing_prerequisite  # noqa: F401  (fixture)
 from trainer.config import TrainConfig
 from trainer.rundir import RunPaths, read_json
 
@@ -32,7 +32,7 @@ SETTLE_S = 40
 @pytest.fixture
 def farm_env(cuebot_farm):
     if not (os.access(SYSTEM_PYTHON, os.X_OK) and os.path.exists("/usr/bin/time")):
-        pytest.skip("needs /usr/bin/python3 (3.11+) and /usr/bin/time for RQD frames")
+        skip_or_fail_missing_prerequisite("needs /usr/bin/python3 (3.11+) and /usr/bin/time for RQD frames")
     farm = cuebot_farm(rqds=2)
     wrapper = farm.workdir / "frame python"
     wrapper.write_text(

@@ -14,8 +14,9 @@ main/java/com/imageworks/spcue/dispatcher/FrameCompleteHandler.java, master of 2
 8. (``dispatcher.layer_delay.rules``: off by default, not modelled);
 9. last-log-update timeout: ``timeout_llu`` minutes without a log line: DEAD;
 10. layer timeout: run time above ``timeout`` minutes: DEAD;
-11. run time above ``Dispatcher.FRAME_TIME_NO_RETRY`` = ``3600 * 12`` s: DEAD, whatever the retries.
-    (Issue 10 quotes 8 h; the constant is 12 h in every cuebot since the OpenCue rename, #110.);
+11. run time above ``Dispatcher.FRAME_TIME_NO_RETRY``: DEAD, whatever the retries. The constant was
+    ``3600 * 8`` (8 h) until OpenCue PR #2169 ("increase NO_RETRY_LIMIT", merged 2026-02) and is
+    ``3600 * 12`` (12 h) from it on; studios run both, so it is a parameter (:class:`CuebotRules`);
 12. out of retries and not a memory failure: DEAD;
 13. else WAITING.
 
@@ -27,7 +28,17 @@ kill) skips rule 12, so the frame is retried whatever ``max_retries`` says, and
 
 The retry limit a job spec can ask for is bounded in ``JobSpec`` (``FRAME_RETRIES_MAX = 1``,
 ``FRAME_RETRIES_MIN = 0``, cuebot/src/main/java/com/imageworks/spcue/service/JobSpec.java); the
-double's jobspec.py applies it.
+double's jobspec.py applies it. OpenCue issue #2477 asks for that cap to be a per-facility setting,
+so it is a parameter of the double too (:class:`CuebotRules`).
+
+Retry count: ``FrameDaoJdbc.updateFrameStarted`` (cuebot/src/main/java/com/imageworks/spcue/dao/
+postgres/FrameDaoJdbc.java) runs, right after it sets the frame RUNNING,
+``UPDATE frame SET int_retries = int_retries + 1 WHERE pk_frame = ? AND int_exit_status NOT IN
+(?,?,?,?,?,?,?)`` bound to ``-1, FrameExitStatus.SKIP_RETRY_VALUE, FrameExitStatus.FAILED_LAUNCH_VALUE,
+Dispatcher.EXIT_STATUS_FRAME_CLEARED, Dispatcher.EXIT_STATUS_FRAME_ORPHAN,
+Dispatcher.EXIT_STATUS_FAILED_KILL, Dispatcher.EXIT_STATUS_DOWN_HOST``, under the comment "Frames
+that were killed via nimby or hardware errors not attributed to the software do not increment the
+retry counter. Like failed launch, orphaned frame, failed kill or down host." (:func:`counts_a_retry`).
 
 Down hosts: ``MaintenanceManagerSupport.checkHardwareState`` marks a host DOWN when its last ping is
 older than ``HOST_DOWN_INTERVAL`` = 300 s (MaintenanceDaoJdbc) and ``clearDownProcs`` stops each of
@@ -45,7 +56,10 @@ import time
 
 from opencue_proto import job_pb2
 
-FRAME_TIME_NO_RETRY_S = 3600 * 12  # Dispatcher.FRAME_TIME_NO_RETRY
+FRAME_TIME_NO_RETRY_S_BEFORE_2169 = 3600 * 8  # Dispatcher.FRAME_TIME_NO_RETRY before OpenCue PR #2169
+FRAME_TIME_NO_RETRY_S_SINCE_2169 = 3600 * 12  # Dispatcher.FRAME_TIME_NO_RETRY from OpenCue PR #2169 on
+FRAME_TIME_NO_RETRY_S = FRAME_TIME_NO_RETRY_S_SINCE_2169  # the double's default: current Cuebot
+FRAME_RETRIES_MAX_JOBSPEC = 1  # JobSpec.FRAME_RETRIES_MAX (a facility setting if OpenCue #2477 lands)
 EXIT_STATUS_MEMORY_FAILURE = 33  # Dispatcher.EXIT_STATUS_MEMORY_FAILURE
 DOCKER_EXIT_STATUS_MEMORY_FAILURE = 137  # Dispatcher.DOCKER_EXIT_STATUS_MEMORY_FAILURE
 EXIT_STATUS_DOWN_HOST = 399  # Dispatcher.EXIT_STATUS_DOWN_HOST
@@ -54,6 +68,37 @@ HOST_DOWN_INTERVAL_S = 300  # MaintenanceDaoJdbc.HOST_DOWN_INTERVAL
 NIMBY_KILL_SIGNAL = 15  # determineFrameState: getNimbyLocked() && getExitSignal() == 15
 SKIP_RETRY = job_pb2.FrameExitStatus.Value("SKIP_RETRY")  # 286
 FAILED_LAUNCH = job_pb2.FrameExitStatus.Value("FAILED_LAUNCH")  # 256
+EXIT_STATUS_FRAME_CLEARED = 299  # Dispatcher.EXIT_STATUS_FRAME_CLEARED (updateFrameCleared)
+EXIT_STATUS_FRAME_ORPHAN = 301  # Dispatcher.EXIT_STATUS_FRAME_ORPHAN
+EXIT_STATUS_FAILED_KILL = 302  # Dispatcher.EXIT_STATUS_FAILED_KILL
+# FrameDaoJdbc.updateFrameStarted's UPDATE_FRAME_RETRIES: "int_exit_status NOT IN (?,?,?,?,?,?,?)"
+NO_RETRY_EXIT_STATUSES = frozenset({-1, SKIP_RETRY, FAILED_LAUNCH, EXIT_STATUS_FRAME_CLEARED,
+                                    EXIT_STATUS_FRAME_ORPHAN, EXIT_STATUS_FAILED_KILL, EXIT_STATUS_DOWN_HOST})
+
+
+@dataclasses.dataclass(frozen=True)
+class CuebotRules:
+    """The Cuebot settings that differ between versions and facilities.
+
+    Attributes:
+        frame_time_no_retry_s: a failed frame that ran longer than this is DEAD whatever its retries
+            [s]; ``FRAME_TIME_NO_RETRY_S_BEFORE_2169`` (8 h) or ``FRAME_TIME_NO_RETRY_S_SINCE_2169`` (12 h).
+        frame_retries_max: the cap on a job's ``maxretries`` (``JobSpec.FRAME_RETRIES_MAX`` = 1;
+            OpenCue #2477 makes it per facility) [retries].
+    """
+
+    frame_time_no_retry_s: int = FRAME_TIME_NO_RETRY_S_SINCE_2169
+    frame_retries_max: int = FRAME_RETRIES_MAX_JOBSPEC
+
+
+CUEBOT_BEFORE_2169 = CuebotRules(frame_time_no_retry_s=FRAME_TIME_NO_RETRY_S_BEFORE_2169)
+CUEBOT_SINCE_2169 = CuebotRules()
+
+
+def counts_a_retry(stored_exit_status: int) -> bool:
+    """Whether starting a frame whose last exit status is ``stored_exit_status`` adds one to its retry
+    count (FrameDaoJdbc.updateFrameStarted, UPDATE_FRAME_RETRIES: NOT IN NO_RETRY_EXIT_STATUSES)."""
+    return stored_exit_status not in NO_RETRY_EXIT_STATUSES
 
 
 class Clock:
@@ -97,7 +142,8 @@ def is_memory_failure(done: Completion, stored_exit_status: int = -1) -> bool:
 
 
 def determine_frame_state(state: int, retries: int, max_retries: int, auto_eat: bool, timeout_min: int,
-                          timeout_llu_min: int, done: Completion, now: float, stored_exit_status: int = -1) -> int:
+                          timeout_llu_min: int, done: Completion, now: float, stored_exit_status: int = -1,
+                          no_retry_s: int = FRAME_TIME_NO_RETRY_S) -> int:
     """The frame's next state (a ``job_pb2.FrameState``), rules 1-13 of the module doc.
 
     Args:
@@ -105,6 +151,7 @@ def determine_frame_state(state: int, retries: int, max_retries: int, auto_eat: 
         retries: the frame's retry count; max_retries: the job's (already bounded) limit.
         timeout_min, timeout_llu_min: the layer's timeouts [minutes] (0: none).
         now: the double's clock [s since the epoch].
+        no_retry_s: Dispatcher.FRAME_TIME_NO_RETRY of the Cuebot modelled [s] (:class:`CuebotRules`).
     """
     if state in (job_pb2.WAITING, job_pb2.EATEN):
         return state
@@ -125,7 +172,7 @@ def determine_frame_state(state: int, retries: int, max_retries: int, auto_eat: 
         return job_pb2.DEAD
     if timeout_min and done.run_time_s > timeout_min * 60:
         return job_pb2.DEAD
-    if done.run_time_s > FRAME_TIME_NO_RETRY_S:
+    if done.run_time_s > no_retry_s:
         return job_pb2.DEAD
     if retries >= max_retries and not is_memory_failure(done, stored_exit_status):
         return job_pb2.DEAD

@@ -91,7 +91,8 @@ def build_run_frame(job: JobRecord, layer: LayerRecord, frame: FrameRecord, proc
         command = command.replace(token, value)
     env = {**job.env, **layer.env,
            "CUE3": "1", "CUE_THREADS": str(max(1, proc.cores // CORE_UNITS)),
-           "CUE_MEMORY": str(frame.reserved_memory), "CUE_GPUS": str(proc.gpus),
+           "CUE_MEMORY": str(proc.memory),  # DispatchSupportService: proc.memoryReserved
+           "CUE_GPUS": str(proc.gpus),
            "CUE_GPU_MEMORY": str(layer.min_gpu_memory), "CUE_LOG_PATH": job.log_dir,
            "CUE_RANGE": layer.range, "CUE_CHUNK": str(layer.chunk_size),
            "CUE_IFRAME": str(frame.number), "CUE_LAYER": layer.name, "CUE_JOB": job.name,

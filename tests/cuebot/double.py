@@ -38,6 +38,7 @@ from opencue_proto import job_pb2
 
 from tests.cuebot.dispatcher import Dispatcher, FrameIdentity
 from tests.cuebot.farm_servicers import register_servicers
+from tests.cuebot.completion import CuebotRules
 from tests.cuebot.records import FarmState, JobRecord
 
 GRPC_WORKERS = 8  # pycue, CueGUI's pool and two RQDs call at once
@@ -46,17 +47,20 @@ GRPC_WORKERS = 8  # pycue, CueGUI's pool and two RQDs call at once
 class CuebotDouble:
     def __init__(self, *, frame_uid: int = 1000, frame_gid: int = 1000,
                  frame_user: str = "cuetrain", log_root: str | None = None,
-                 max_frames_per_host: int | None = 1, bind_host: str | None = None) -> None:
+                 max_frames_per_host: int | None = 1, bind_host: str | None = None,
+                 rules: CuebotRules | None = None) -> None:
         """`max_frames_per_host=None` packs a host by idle cores, memory and GPUs (dispatcher.fits)
         instead of one run at a time. `bind_host`: an address to serve on as well as 127.0.0.1, same
-        port (the multi-host test bed's bridge); then `bridge_address` is "bind_host:port"."""
+        port (the multi-host test bed's bridge); then `bridge_address` is "bind_host:port". `rules`: the
+        Cuebot version/facility modelled (completion.CuebotRules: no-retry limit, retry cap; default:
+        current Cuebot, 12 h and 1 retry)."""
         self.bind_host = bind_host
         self.bridge_address = ""
         self.identity = FrameIdentity(uid=frame_uid, gid=frame_gid, user=frame_user)
         self.max_frames_per_host = max_frames_per_host
         self._own_log_root = log_root is None
         self.log_root = Path(log_root) if log_root else None
-        self.state = FarmState()
+        self.state = FarmState(rules=rules)
         self.port = 0
         self.address = ""
         self._server: grpc.Server | None = None
@@ -108,6 +112,17 @@ class CuebotDouble:
         """Names of the RQD hosts that reported their startup."""
         with self.state.lock:
             return list(self.state.hosts)
+
+    def frame_memory(self, job_name: str, frame_name: str) -> tuple[int, int]:
+        """``(peak RSS, reservation)`` of a job's frame [KB]: the peak is the largest ``max_rss`` RQD reported
+        for its latest run (RunningFrameInfo in host reports, then FrameCompleteReport), the reservation is
+        the proc's ``memoryReserved`` of that run (CUE_MEMORY). Raises KeyError for an unknown job/frame."""
+        with self.state.lock:
+            job = next((j for j in self.state.jobs.values() if j.name == job_name), None)
+            frame = next((f for f in job.frames if f.name == frame_name), None) if job else None
+            if frame is None:
+                raise KeyError(f"no frame {frame_name!r} in a job named {job_name!r}")
+            return frame.max_rss, frame.reserved_memory
 
     def wait_job_finished(self, job_name: str, timeout: float) -> None:
         """Block until a job named `job_name` is FINISHED; TimeoutError with the frames if not."""

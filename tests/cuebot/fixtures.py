@@ -30,6 +30,19 @@ from tests.cuebot.rqd_harness import RqdProcess
 from trainer.launch import free_port
 
 RQD_START_TIMEOUT_S = 30
+REQUIRE_ENV = "CUETRAIN_REQUIRE_NETNS"  # "1" (set by .ci/run): RQD and multi-host tests must run, never skip
+
+
+def skip_or_fail_missing_prerequisite(reason: str) -> None:
+    """Skip a test whose RQD prerequisite (``reason``, e.g. /usr/bin/time) is missing; fail instead when
+    ``CUETRAIN_REQUIRE_NETNS=1``, where a skipped RQD test would hide an untested core path.
+
+    Raises:
+        pytest.fail.Exception under CUETRAIN_REQUIRE_NETNS=1, else pytest.skip.Exception.
+    """
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"RQD tests required ({REQUIRE_ENV}=1) but cannot run: {reason}")
+    pytest.skip(reason)
 NO_LOGIN_SHELLS = ("nologin", "false", "sync", "halt", "shutdown")
 
 

@@ -155,7 +155,7 @@ class _Base:
 class JobServicer(_Base, job_pb2_grpc.JobInterfaceServicer):
     def _launch(self, spec: str, context) -> list[JobRecord]:
         try:
-            jobs = parse_spec(spec, log_root=self.log_root)
+            jobs = parse_spec(spec, log_root=self.log_root, retries_max=self.state.rules.frame_retries_max)
             for job in jobs:
                 make_log_dir(job.log_dir)
                 self.state.add_job(job)

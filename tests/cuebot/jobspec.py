@@ -112,15 +112,16 @@ def text(element: ElementTree.Element, tag: str, default: str | None = None) -> 
     return child.text.strip()
 
 
-def parse_spec(spec: str, *, log_root: Path) -> list[JobRecord]:
-    """Parse a job spec into job records (state PENDING, frames WAITING)."""
+def parse_spec(spec: str, *, log_root: Path, retries_max: int = FRAME_RETRIES_MAX) -> list[JobRecord]:
+    """Parse a job spec into job records (state PENDING, frames WAITING); `maxretries` is clamped to
+    [FRAME_RETRIES_MIN, retries_max] (JobSpec.FRAME_RETRIES_MAX = 1 unless a facility sets it, #2477)."""
     try:
         root = ElementTree.fromstring(spec.encode())
     except ElementTree.ParseError as exc:
         raise SpecError(f"Failed to parse job spec XML, {exc}") from exc
     show, user = text(root, "show", ""), text(root, "user", "")
     shot = conform_name("Shot", text(root, "shot", ""))
-    jobs = [_parse_job(tag, show, shot, user, root, log_root) for tag in root.findall("job")]
+    jobs = [_parse_job(tag, show, shot, user, root, log_root, retries_max) for tag in root.findall("job")]
     if not jobs:
         raise SpecError("The spec has no jobs")
     for depend in root.findall("depends/depend"):
@@ -148,18 +149,18 @@ def _layer_on_layer(tag, jobs: list[JobRecord], show, shot, user) -> None:
             frame.state = job_pb2.DEPEND
 
 
-def _parse_job(tag, show, shot, user, root, log_root: Path) -> JobRecord:
+def _parse_job(tag, show, shot, user, root, log_root: Path, retries_max: int) -> JobRecord:
     name = conform_job_name(tag.get("name") or "", show, shot, user)
     if tag.find("localbook") is not None:
         raise NotSupported("CuebotDouble does not model local booking (<localbook>)")
-    retries = int(text(tag, "maxretries", str(FRAME_RETRIES_MAX)))
+    retries = int(text(tag, "maxretries", str(retries_max)))
     job_id = new_id()
     job = JobRecord(
         id=job_id, name=name, show=show, shot=shot, user=user,
         uid=int(text(root, "uid", "0")), facility=(text(root, "facility", "") or "").lower(),
         os=text(tag, "os", ""), priority=int(text(tag, "priority", "1")),
         paused=to_bool(text(tag, "paused")), auto_eat=to_bool(text(tag, "autoeat")),
-        max_retries=min(max(retries, FRAME_RETRIES_MIN), FRAME_RETRIES_MAX),
+        max_retries=min(max(retries, FRAME_RETRIES_MIN), retries_max),
         log_dir=os.path.join(log_root, show, shot, "logs", f"{name}--{job_id}"),
         env=env_of(tag.find("env")), layers=[], frames=[])
     layers_tag = tag.find("layers")

@@ -4,8 +4,10 @@ One `FarmState` owns every record behind one lock; servicers and the dispatcher 
 only through it. Frame state rules follow Cuebot (FrameCompleteHandler.determineFrameState,
 FrameDaoJdbc.updateFrameStarted, JobDaoJdbc.isJobComplete/updateJobFinished):
 
-- a frame's `retry_count` grows when a frame that already ran once is started again, so a frame
-  that failed and is waiting for its retry still shows the count of the run it is waiting for;
+- a frame's `retry_count` grows when it is started and its last exit status is not one of
+  FrameDaoJdbc.updateFrameStarted's exceptions (completion.counts_a_retry: never ran, 286 SKIP_RETRY,
+  256 FAILED_LAUNCH, 299 cleared, 301 orphan, 302 failed kill, 399 down host), so a frame that failed
+  and is waiting for its retry still shows the count of the run it is waiting for;
 - a frame's completion follows Cuebot's determineFrameState (completion.py: memory failures 33/137,
   NIMBY kills, layer and LLU timeouts and the 12 h no-retry rule besides the retry count), and a
   host that stops pinging goes DOWN with its frames back to WAITING (sweep_down_hosts);
@@ -25,8 +27,9 @@ import uuid
 
 from opencue_proto import host_pb2, job_pb2
 
-from tests.cuebot.completion import (EXIT_STATUS_DOWN_HOST, HOST_DOWN_INTERVAL_S, MEMORY_INCREASE_KB, Clock,
-                                     Completion, determine_frame_state, is_memory_failure)
+from tests.cuebot.completion import (EXIT_STATUS_DOWN_HOST, EXIT_STATUS_FRAME_CLEARED, HOST_DOWN_INTERVAL_S,
+                                     MEMORY_INCREASE_KB, Clock, Completion, CuebotRules, counts_a_retry,
+                                     determine_frame_state, is_memory_failure)
 
 # Frame states that count as finished work; the rest keep a job PENDING.
 DONE_STATES = (job_pb2.SUCCEEDED, job_pb2.EATEN)
@@ -169,6 +172,28 @@ class HostRecord:
         return self.total_gpu_memory - sum(proc.gpu_memory for proc in self.procs.values())
 
 
+def raise_layer_memory(layer: LayerRecord, proc_reserved_kb: int) -> None:
+    """Cuebot's answer to a memory failure, on the layer's minimum memory [KB].
+
+    FrameCompleteHandler.retryFrameWithRaisedMemory (cuebot/src/main/java/com/imageworks/spcue/dispatcher/
+    FrameCompleteHandler.java)::
+
+        long increase = getMemoryIncrease(frame);      // CueUtil.GB2 unless a service sets one
+        jobManager.enableMemoryOptimizer(frame, false);
+        jobManager.increaseLayerMemoryRequirement(frame, proc.memoryReserved + increase);
+
+    and LayerDaoJdbc.increaseLayerMinMemory (.../dao/postgres/LayerDaoJdbc.java)::
+
+        "UPDATE layer SET int_mem_min=? WHERE pk_layer=? AND int_mem_min < ?", val, layer.getLayerId(), val
+
+    so the minimum becomes max(min, the failed run's reservation + 2 GB): two frames of a layer that both
+    fail with the same reservation raise it once, not twice. The retried frame is booked with the new
+    minimum and RQD gets it as CUE_MEMORY (DispatchSupportService: putEnvironment("CUE_MEMORY",
+    proc.memoryReserved)). The double has no memory optimizer, so nothing is disabled.
+    """
+    layer.min_memory = max(layer.min_memory, proc_reserved_kb + MEMORY_INCREASE_KB)
+
+
 class JobExists(ValueError):
     """A PENDING job already has that name (Cuebot's JobLaunchException)."""
 
@@ -176,8 +201,9 @@ class JobExists(ValueError):
 class FarmState:
     """Every record of the double, behind one lock; `changed` wakes waiters on any change."""
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, rules: CuebotRules | None = None) -> None:
         self.clock = clock or Clock()  # frame start/stop and run times, host pings (completion.py)
+        self.rules = rules or CuebotRules()  # the Cuebot version/facility modelled (no-retry limit, retry cap)
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.jobs: dict[str, JobRecord] = {}  # by id, in launch order
@@ -211,30 +237,34 @@ class FarmState:
     # -- frame lifecycle ------------------------------------------------------------------
 
     def start_frame(self, frame: FrameRecord, host: HostRecord, proc: ProcRecord) -> None:
-        """WAITING -> RUNNING on `host`, before RQD is asked (FrameDaoJdbc.updateFrameStarted)."""
+        """WAITING -> RUNNING on `host`, before RQD is asked (FrameDaoJdbc.updateFrameStarted), which
+        adds a retry unless the last exit status is one of its exceptions (completion.counts_a_retry)."""
+        if counts_a_retry(frame.exit_status):
+            frame.retry_count += 1
         frame.state = job_pb2.RUNNING
         frame.host, frame.cores, frame.gpus = host.name, proc.cores, proc.gpus
         frame.resource_id = proc.id
         frame.start_time, frame.stop_time = int(self.clock()), 0
         frame.used_memory = frame.max_rss = 0
+        frame.reserved_memory = proc.memory  # UPDATE_FRAME_STARTED: int_mem_reserved = proc.memoryReserved
         host.procs[proc.id] = proc
         self.touch(frame)
 
     def confirm_launch(self, frame: FrameRecord, proc_id: str) -> None:
-        """RQD accepted the RunFrame. A frame that ran before counts this run as a retry."""
+        """RQD accepted the RunFrame (the retry was counted at start_frame, as Cuebot does)."""
         if frame.resource_id != proc_id:
             return
         frame.runs += 1
-        if frame.exit_status != -1:
-            frame.retry_count += 1
         self.touch(frame)
 
     def clear_launch(self, frame: FrameRecord, host: HostRecord, proc_id: str) -> None:
-        """RQD refused the RunFrame: back to WAITING, no retry counted (updateFrameCleared)."""
+        """RQD refused the RunFrame (or lost it): back to WAITING with exit status 299
+        (FrameDaoJdbc.updateFrameCleared), so the next start spends no retry."""
         host.procs.pop(proc_id, None)
         if frame.resource_id == proc_id:
             frame.resource_id = ""
             frame.state = job_pb2.WAITING
+            frame.exit_status = EXIT_STATUS_FRAME_CLEARED
             self.touch(frame)
 
     def stop_frame(self, frame: FrameRecord, state: int, exit_status: int | None = None) -> None:
@@ -265,11 +295,11 @@ class FarmState:
             frame.max_rss = max(frame.max_rss, max_rss)
             frame.failures += done.exit_status != 0
             state = determine_frame_state(frame.state, frame.retry_count, job.max_retries, job.auto_eat,
-                                          layer.timeout, layer.timeout_llu, done, self.clock())
+                                          layer.timeout, layer.timeout_llu, done, self.clock(),
+                                          no_retry_s=self.rules.frame_time_no_retry_s)
             # (the double never memory-kills a frame itself, so no exit status 33 is stored on a frame)
             if done.exit_status != 0 and is_memory_failure(done):
-                # retryFrameWithRaisedMemory: the proc's reservation + the increase
-                layer.min_memory = max(layer.min_memory, frame.reserved_memory) + MEMORY_INCREASE_KB
+                raise_layer_memory(layer, frame.reserved_memory)
             self.stop_frame(frame, state, done.exit_status)
             if state == job_pb2.SUCCEEDED:
                 self.satisfy_layer_depends(job, frame.layer_id)

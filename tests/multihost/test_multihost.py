@@ -133,6 +133,10 @@ def test_c_a_host_whose_link_goes_down_fails_the_survivors_in_time_and_the_gang_
         try:
             lost = [wait_for(lambda r=r: "lost rank" in paths.rank_log(r).read_text(), 60, f"rank {r} failing", paths)
                     for r in (0, 1)]
+            # the fault is confirmed (both survivors named the lost rank): the step reached and the newest
+            # checkpoint now, before any new gang can form (it needs the link back)
+            reached = max([int(row["step"]) for row in read_metrics(paths)[-1:]] + [0])
+            newest = paths.list_checkpoints()[-1][0]
         finally:
             farm.bed.link_up(victim)
         status = wait_finished(cue, handle, paths, timeout=150)
@@ -146,6 +150,8 @@ def test_c_a_host_whose_link_goes_down_fails_the_survivors_in_time_and_the_gang_
     assert record["gang"]["restarts"] >= 1 and status.frames["0"]["retries"] == 0, (record["gang"], status.frames)
     starts = [a["start_step"] for a in record["attempts"]]
     assert record["final_step"] == 240 and len(starts) >= 2 and starts[-1] > 0, starts
+    # the next attempt resumed from the newest checkpoint at the fault: at most one checkpoint interval (10) lost
+    assert starts[1] >= newest > 0 and 0 <= max(reached, starts[1]) - starts[1] <= 10, (starts, reached, newest)
     assert "lost rank 2 during training" in paths.rank_log(0).read_text()
     print(f"(c) link of host {victim} down at {down - t0:.1f} s: survivors failed {failed_after:.1f} s later "
           f"(collective timeout {collective_s} s); job SUCCEEDED at {took:.1f} s, attempts start at {starts}")
