@@ -12,6 +12,7 @@ appends one line to a file, so the test counts gang starts.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -93,7 +94,7 @@ def test_local_gang_stopped_by_sigterm_is_not_restarted(tmp_path: Path) -> None:
 def test_supervisors_kill_strictly_after_the_trainer_checkpoint_grace() -> None:
     from cue_plugin import frame
 
-    trainer_grace = TrainConfig().stop_grace_s
+    trainer_grace = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == "stop_grace_s")
     assert trainer_grace == stop.DEFAULT_GRACE_S
     for name, kill_after in (("cue_plugin.frame", frame.STOP_GRACE_S), ("trainer.launch", launch.STOP_GRACE_S),
                              ("trainer.stop", stop.SUPERVISOR_GRACE_S)):
