@@ -78,6 +78,7 @@ from trainer.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, r
                              read_farm_env)
 from trainer import runrecord
 from trainer.exitcodes import ExitCode, describe
+from trainer.grace import GRACE
 from trainer.rundir import RunDirError, RunPaths
 from trainer.supervise import device_envs, rank_envs
 
@@ -89,7 +90,7 @@ EXIT_USAGE = ExitCode.USAGE
 EXIT_GANG = ExitCode.GANG  # rendezvous timeout, gang incomplete or failed (trainer.gang.GangTimeout)
 EXIT_REJECTED = ExitCode.REJECTED  # trainer.gang.GangRejected: rank already claimed in that gang, or wrong job token
 WATCH_S = 5.0  # seconds between looks at the publication while the trainer runs
-STOP_GRACE_S = 10.0  # seconds between SIGTERM and SIGKILL when the frame stops its trainer
+STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the trainer's default grace (trainer.grace)
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -227,7 +228,7 @@ def _start_trainer(ns: argparse.Namespace, frame: int, pub: rendezvous.Publicati
         log.info("rank %s/%d starting the trainer (main %s, attempt %s, generation %s%s)", env["COPYCAT_RANK"], world,
                  pub.address, pub.attempt, pub.generation or "-", gpus)
     result = run_ranks([*trainer_command, *args], list(zip(own, envs)), out.logs, watch=watch, watch_s=WATCH_S,
-                       stop_grace_s=STOP_GRACE_S)
+                       stop_grace_s=GRACE.kill_after_for(args))
     for r in own:
         log.info("rank %d: trainer exited with code %s (%s)", r, result.codes.get(r, "- (not started)"),
                  describe(result.codes[r]) if r in result.codes else "not started")

@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from trainer.grace import GRACE
+
 MODEL_SIZES = ("small", "medium", "large")
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
@@ -88,7 +90,7 @@ class TrainConfig:
     precision: str = "auto"
     memory_format: str = "channels_last"
     compile: bool = False
-    stop_grace_s: float = 20.0
+    stop_grace_s: float = GRACE.checkpoint_s  # trainer.grace: supervisors SIGKILL strictly later
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",

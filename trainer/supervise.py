@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import IO, Callable, Mapping, Sequence
 
 from trainer.envvars import EnvError
+from trainer.grace import GRACE
 from trainer.rundir import FILE_MODE, RunPaths
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ def _wait(group: _Group, watch: Callable[[], str | int | None] | None, watch_s: 
 
 
 def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str]]], logs: RankLogs, *,
-              watch: Callable[[], str | int | None] | None = None, watch_s: float = 5.0, stop_grace_s: float = 10.0,
+              watch: Callable[[], str | int | None] | None = None, watch_s: float = 5.0, stop_grace_s: float = GRACE.kill_after_s(),
               new_session: bool = False) -> GangExit:
     """Run one process per ``(rank, env)`` with ``command``; return when all have ended.
 
@@ -258,7 +259,8 @@ def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str
         logs: where output lines go.
         watch: called every ``watch_s`` seconds [s]; a returned reason (str) stops every rank, a returned
             signal number (int) is sent to every rank (the node agent's SIGUSR1: regroup at the next checkpoint).
-        stop_grace_s: seconds between SIGTERM and SIGKILL when stopping ranks [s].
+        stop_grace_s: seconds between SIGTERM and SIGKILL when stopping ranks [s]; default: the grace table's,
+            strictly after the trainer's checkpoint grace (:mod:`trainer.grace`).
         new_session: start each rank in its own session and signal its process group (``cuetrain local``);
             False keeps them in the caller's group (a farm frame: RQD's kill reaches them).
 
