@@ -321,7 +321,7 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
         if action is Action.FINISH:
             return code
         if action is Action.EXIT:
-            return _main_exit(paths, pub, code, failure, cue, token, notice)
+            return _main_exit(paths, pub, code, failure, cue, token, notice, result)
         if action is Action.RESTART and record.restarts >= policy.max_restarts:
             why = (f"the gang failed (rank {result.rank}: exit {code}, {describe(code)}) and the job's restart budget "
                    f"is spent ({record.restarts} of --max-restarts {policy.max_restarts})")
@@ -363,13 +363,13 @@ def _host_generation(ns: argparse.Namespace, paths: RunPaths, train_args: list[s
 
 
 def _main_exit(paths: RunPaths, pub: rendezvous.Publication, code: int, failure: str, cue: CueFrameEnv,
-               token: str | None, notice: rendezvous.FileSource) -> int:
+               token: str | None, notice: rendezvous.FileSource, result: GangExit) -> int:
     """Frame 0 ends with ``code``: fail the layer on an incomplete gang (``failure``, its reason), tell waiting
-    ranks about bad settings."""
+    ranks about bad settings (the message from the failed rank's failure record, ``result.failure``)."""
     if failure:
         fail_layer(paths, pub, failure, cue, token, notice)
     elif code == EXIT_USAGE:  # bad settings: a retry cannot help, so the waiting ranks stop now
-        rendezvous.notify_bad_setting(notice, pub, paths.rank_log(0), token)
+        rendezvous.notify_bad_setting(notice, pub, result.failure.message if result.failure else "", token)
     return code
 
 

@@ -48,6 +48,8 @@ ENV_TABLE: dict[str, str] = {
     "OMP_NUM_THREADS": "OpenMP/torch CPU threads per rank; farm frames set it from CUE_THREADS / L when unset",
     "GLOO_SOCKET_IFNAME": "gloo: interface for collectives; cuetrain sets it (trainer.netaddr) unless already set",
     "NCCL_SOCKET_IFNAME": "NCCL: interface for its sockets; cuetrain sets it (trainer.netaddr) unless already set",
+    "CUETRAIN_ERROR_FILE": "set by cuetrain's rank supervisor: where a failing rank writes its failure record "
+                           "(trainer.rankfailure; read only there)",
     "CUETRAIN_EXPORT_ONNX": "optional: 0 skips writing model.onnx at the end of training (default 1; 5-15 s on CPU)",
 }
 
@@ -276,3 +278,23 @@ def read_export_onnx(env: Mapping[str, str] | None = None) -> bool:
     if raw in ("0", "false", "no", "off"):
         return False
     raise EnvError(f"CUETRAIN_EXPORT_ONNX={raw!r} is not 0 or 1; set it to 0 to skip model.onnx, 1 to write it")
+
+
+@dataclass(frozen=True)
+class ErrorFileEnv:
+    """Where this rank writes its failure record (``CUETRAIN_ERROR_FILE``, set by the rank supervisor).
+
+    Attributes:
+        path: the file ("" when no supervisor asked for one).
+        rank: ``COPYCAT_RANK`` (None when unset or not a number).
+    """
+
+    path: str = ""
+    rank: int | None = None
+
+
+def read_error_file_env(env: Mapping[str, str] | None = None) -> ErrorFileEnv:
+    """``CUETRAIN_ERROR_FILE`` and ``COPYCAT_RANK`` for :mod:`trainer.rankfailure`; never raises."""
+    env = os.environ if env is None else env
+    rank = (env.get("COPYCAT_RANK") or "").strip()
+    return ErrorFileEnv(path=(env.get("CUETRAIN_ERROR_FILE") or "").strip(), rank=int(rank) if rank.isdigit() else None)

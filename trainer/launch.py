@@ -88,8 +88,9 @@ def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_i
             if action is Action.FINISH:
                 return 0
             if action is Action.EXIT:
-                log.error("the gang exited with code %d (%s)%s; not restarting", result.code, describe(result.code),
-                          " after SIGTERM" if result.terminated else "")
+                said = f": rank {result.failure.rank}: {result.failure.message}" if result.failure else ""
+                log.error("the gang exited with code %d (%s)%s%s; not restarting", result.code, describe(result.code),
+                          " after SIGTERM" if result.terminated else "", said)
                 return result.code
             if attempt < max_restarts:
                 log.warning("restarting the gang from the latest checkpoint (restart %d of %d)", attempt + 1,
