@@ -93,6 +93,50 @@ def now_iso() -> str:
 
 
 @dataclass(frozen=True)
+class FarmRecord:
+    """``run.json`` ``farm``, typed: the farm job of the latest submit (written by the farm backend).
+
+    Parsed in one place (:meth:`from_mapping`, through :attr:`RunRecord.farm_record`); every reader (the
+    CLI, the GUI, frames, the farm backend) uses it instead of digging in the raw mapping.
+
+    Attributes:
+        job_id: Cuebot's job id ("" when never submitted).
+        job_name: the job's name.
+        submitted_at: ISO time of the submit.
+        attempts_at_submit: training attempts recorded before this submit [count].
+        job: the submitted job's fields (``TrainingJob``; e.g. ``ranks_per_frame``, ``world_size``).
+    """
+
+    job_id: str = ""
+    job_name: str = ""
+    submitted_at: str = ""
+    attempts_at_submit: int = 0
+    job: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> "FarmRecord":
+        """Parse ``run.json`` ``farm``; a missing or wrong-typed value falls back to its default."""
+        data = data if isinstance(data, Mapping) else {}
+        at = data.get("attempts_at_submit", 0)
+        job = data.get("job")
+        return cls(job_id=str(data.get("job_id") or ""), job_name=str(data.get("job_name") or ""),
+                   submitted_at=str(data.get("submitted_at") or ""),
+                   attempts_at_submit=at if isinstance(at, int) and not isinstance(at, bool) and at >= 0 else 0,
+                   job=dict(job) if isinstance(job, Mapping) else {})
+
+    @property
+    def submitted(self) -> bool:
+        """True when a farm job is recorded (an id or a name)."""
+        return bool(self.job_id or self.job_name)
+
+    @property
+    def ranks_per_frame(self) -> int:
+        """``job.ranks_per_frame`` [ranks]; 1 when unknown or not a positive integer."""
+        per = self.job.get("ranks_per_frame", 1)
+        return per if isinstance(per, int) and not isinstance(per, bool) and per > 0 else 1
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """The content of ``run.json``.
 
@@ -165,6 +209,11 @@ class RunRecord:
         out["attempts"] = [dict(a) for a in self.attempts]
         out["version"] = RECORD_VERSION
         return {**dict(self.extra), **out}
+
+    @property
+    def farm_record(self) -> FarmRecord:
+        """:attr:`farm`, typed (:class:`FarmRecord`)."""
+        return FarmRecord.from_mapping(self.farm)
 
     @property
     def is_terminal(self) -> bool:
@@ -339,13 +388,10 @@ def start_attempt(paths: RunPaths, *, config: Mapping[str, Any], world_size: int
 
 def attempts_since_submit(record: RunRecord, job_id: str) -> int:
     """Training attempts recorded since job ``job_id`` was submitted (0 when ``farm.job_id`` is another job)."""
-    if not job_id or record.farm.get("job_id") != job_id:
+    farm = record.farm_record
+    if not job_id or farm.job_id != job_id:
         return 0
-    try:
-        at_submit = int(record.farm.get("attempts_at_submit", 0) or 0)
-    except (TypeError, ValueError):
-        at_submit = 0
-    return max(0, len(record.attempts) - at_submit)
+    return max(0, len(record.attempts) - farm.attempts_at_submit)
 
 
 def failure_fields(exc: BaseException) -> dict[str, Any]:
