@@ -40,6 +40,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from trainer.rundir import FILE_MODE, RunDirError, RunPaths, atomic_write_json, read_json
@@ -295,20 +296,32 @@ def locked(paths: RunPaths, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]
                 _HELD.depth -= 1
             return
         path = paths.root / "run.json.lock"
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-        except OSError as exc:
-            raise RunDirError(f"cannot open the run.json lock {path}: {exc}") from exc
+        fd, created = _open_lock(path)
         try:
             _acquire(fd, path, timeout_s)
             _HELD.depth = 1
             try:
                 yield
+            except BaseException:
+                if created and not paths.run_json.exists():  # a failed first write leaves nothing behind
+                    path.unlink(missing_ok=True)
+                raise
             finally:
                 _HELD.depth = 0
                 fcntl.lockf(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+
+def _open_lock(path: Path) -> tuple[int, bool]:
+    """Open (creating when missing) the lock file: (descriptor, created by this call)."""
+    try:
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, FILE_MODE), True
+        except FileExistsError:
+            return os.open(path, os.O_RDWR), False
+    except OSError as exc:
+        raise RunDirError(f"cannot open the run.json lock {path}: {exc}") from exc
 
 
 
