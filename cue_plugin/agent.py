@@ -22,13 +22,12 @@ retries; a crash loop does not hammer shared storage or Cuebot).
 
 from __future__ import annotations
 
-import enum
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from trainer import runrecord
-from trainer.exitcodes import ExitCode
+from trainer.restarts import NO_RESTART, Action, classify  # noqa: F401 - the one table, re-exported
 from trainer.rundir import RunDirError, RunPaths
 
 log = logging.getLogger("cue_plugin.agent")
@@ -80,36 +79,6 @@ class AgentPolicy:
     def backoff(self, restart: int) -> float:
         """Seconds to wait before restart number ``restart`` (1-based) [s]."""
         return min(self.backoff_s * 2 ** max(0, restart - 1), self.backoff_max_s)
-
-
-class Action(enum.Enum):
-    """What a frame does after its trainers exited."""
-
-    FINISH = "finish"  # training is over (exit 0): the frame exits 0
-    REGROUP = "regroup"  # the gang stopped at a checkpoint to change size: next generation, no restart counted
-    RESTART = "restart"  # the gang failed: next generation with --resume, one restart counted
-    EXIT = "exit"  # a restart cannot help (bad settings, the frame itself was stopped): exit with the code
-
-
-#: Exit codes after which a restart cannot help (trainer.exitcodes). GANG (3: the gang could not
-#: form: incomplete, unreachable, port in use, network) keeps its own handling: frame 0 fails the
-#: layer on an incomplete gang, and a bad address is no better on the next try.
-NO_RESTART = frozenset({ExitCode.USAGE, ExitCode.GANG, ExitCode.PORT_UNAVAILABLE, ExitCode.NO_TRAINER})
-
-
-def classify(code: int, *, terminated: bool) -> Action:
-    """The agent's action for a gang exit ``code`` (the first failed rank's; 0 = all succeeded).
-
-    ``terminated``: the frame itself got SIGTERM (it passed it on; the trainer checkpointed and exited
-    75/76): the frame exits, and Cuebot's retry or the wrangler decides what comes next.
-    """
-    if code == ExitCode.OK:
-        return Action.FINISH
-    if terminated or code in NO_RESTART:
-        return Action.EXIT
-    if code == ExitCode.REGROUP:
-        return Action.REGROUP
-    return Action.RESTART  # RANK_LOST, REJECTED, a peer's STOPPED/STOP_TIMEOUT, a crash (1), a signal (128+n)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 from cue_plugin import jsonout, templates
 from cue_plugin.spec import RENDEZVOUS_MODES, Farm, FarmError, JobHandle, JobStatus
+from trainer import runrecord
 from trainer.config import ConfigError, add_train_arguments, config_from_args
 from trainer.envvars import read_farm_env
 from trainer.rundir import RunDirError, RunPaths, read_json, read_metrics
@@ -169,12 +170,7 @@ def format_status(handle: JobHandle, status: JobStatus, ranks_per_frame: int = 1
 
 def _ranks_per_frame(run_dir: str | None) -> int:
     """``ranks_per_frame`` recorded at submit in ``RUN_DIR/run.json`` (``farm.job``); 1 when unknown."""
-    try:
-        farm = read_json(RunPaths.of(run_dir).run_json).get("farm") if run_dir else None
-    except RunDirError:
-        return 1
-    per = (farm.get("job") or {}).get("ranks_per_frame", 1) if isinstance(farm, dict) else 1
-    return per if isinstance(per, int) and per > 0 else 1
+    return runrecord.read_record_or_empty(RunPaths.of(run_dir)).farm_record.ranks_per_frame if run_dir else 1
 
 
 def format_run(run_dir: str) -> list[str]:

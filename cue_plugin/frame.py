@@ -78,6 +78,7 @@ from trainer.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, r
                              read_farm_env)
 from trainer import runrecord
 from trainer.exitcodes import ExitCode, describe
+from trainer.grace import GRACE
 from trainer.rundir import RunDirError, RunPaths
 from trainer.supervise import device_envs, rank_envs
 
@@ -89,7 +90,7 @@ EXIT_USAGE = ExitCode.USAGE
 EXIT_GANG = ExitCode.GANG  # rendezvous timeout, gang incomplete or failed (trainer.gang.GangTimeout)
 EXIT_REJECTED = ExitCode.REJECTED  # trainer.gang.GangRejected: rank already claimed in that gang, or wrong job token
 WATCH_S = 5.0  # seconds between looks at the publication while the trainer runs
-STOP_GRACE_S = 10.0  # seconds between SIGTERM and SIGKILL when the frame stops its trainer
+STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the trainer's default grace (trainer.grace)
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -227,7 +228,7 @@ def _start_trainer(ns: argparse.Namespace, frame: int, pub: rendezvous.Publicati
         log.info("rank %s/%d starting the trainer (main %s, attempt %s, generation %s%s)", env["COPYCAT_RANK"], world,
                  pub.address, pub.attempt, pub.generation or "-", gpus)
     result = run_ranks([*trainer_command, *args], list(zip(own, envs)), out.logs, watch=watch, watch_s=WATCH_S,
-                       stop_grace_s=STOP_GRACE_S)
+                       stop_grace_s=GRACE.kill_after_for(args))
     for r in own:
         log.info("rank %d: trainer exited with code %s (%s)", r, result.codes.get(r, "- (not started)"),
                  describe(result.codes[r]) if r in result.codes else "not started")
@@ -320,7 +321,7 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
         if action is Action.FINISH:
             return code
         if action is Action.EXIT:
-            return _main_exit(paths, pub, code, failure, cue, token, notice)
+            return _main_exit(paths, pub, code, failure, cue, token, notice, result)
         if action is Action.RESTART and record.restarts >= policy.max_restarts:
             why = (f"the gang failed (rank {result.rank}: exit {code}, {describe(code)}) and the job's restart budget "
                    f"is spent ({record.restarts} of --max-restarts {policy.max_restarts})")
@@ -362,13 +363,13 @@ def _host_generation(ns: argparse.Namespace, paths: RunPaths, train_args: list[s
 
 
 def _main_exit(paths: RunPaths, pub: rendezvous.Publication, code: int, failure: str, cue: CueFrameEnv,
-               token: str | None, notice: rendezvous.FileSource) -> int:
+               token: str | None, notice: rendezvous.FileSource, result: GangExit) -> int:
     """Frame 0 ends with ``code``: fail the layer on an incomplete gang (``failure``, its reason), tell waiting
-    ranks about bad settings."""
+    ranks about bad settings (the message from the failed rank's failure record, ``result.failure``)."""
     if failure:
         fail_layer(paths, pub, failure, cue, token, notice)
     elif code == EXIT_USAGE:  # bad settings: a retry cannot help, so the waiting ranks stop now
-        rendezvous.notify_bad_setting(notice, pub, paths.rank_log(0), token)
+        rendezvous.notify_bad_setting(notice, pub, result.failure.message if result.failure else "", token)
     return code
 
 

@@ -37,7 +37,7 @@ def finished_without_me(paths: RunPaths, job_id: str, ran: bool) -> str:
 
     Only a record of this job counts (``farm.job_id``), or any success once this frame has trained in the run."""
     record = runrecord.read_record_or_empty(paths)
-    if record.state != "succeeded" or not ((job_id and record.farm.get("job_id") == job_id) or ran):
+    if record.state != "succeeded" or not ((job_id and record.farm_record.job_id == job_id) or ran):
         return ""
     return f"the gang finished training (step {record.final_step}) while this frame waited"
 

@@ -331,9 +331,9 @@ def handle_from_run_dir(run_dir: str) -> JobHandle:
         FarmError: no run.json, or no farm job recorded in it.
     """
     try:
-        farm = runrecord.read_record(RunPaths.of(run_dir)).farm
+        farm = runrecord.read_record(RunPaths.of(run_dir)).farm_record
     except RunDirError as exc:
         raise FarmError(str(exc)) from exc
-    if not (farm.get("job_id") or farm.get("job_name")):
+    if not farm.submitted:
         raise FarmError(f"{run_dir}/run.json records no farm job (it was not submitted with cuetrain submit)")
-    return JobHandle(job_id=str(farm.get("job_id", "")), job_name=str(farm.get("job_name", "")), run_dir=run_dir)
+    return JobHandle(job_id=farm.job_id, job_name=farm.job_name, run_dir=run_dir)

@@ -363,22 +363,12 @@ class FileSource:
         return notice
 
 
-def last_error_line(log_path: Path, marker: str = "error: ") -> str:
-    """The last line of ``log_path`` that contains ``marker`` (read from its last 64 KiB), "" when none."""
-    try:
-        with open(log_path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65536))
-            lines = fh.read().decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    return next((line.split(marker, 1)[1].strip() for line in reversed(lines) if marker in line), "")
-
-
-def notify_bad_setting(notice: FileSource, pub: Publication, log_path: Path, token: str | None) -> None:
+def notify_bad_setting(notice: FileSource, pub: Publication, message: str, token: str | None) -> None:
     """Frame 0, after its trainer refused its settings (exit code 2: a bad address, path or value that a
-    retry cannot fix): publish a failure notice with the trainer's error line, so the waiting ranks stop
-    at once (exit code 3) instead of waiting out the rendezvous timeout. Never raises."""
-    reason = f"frame 0's trainer refused its settings: {last_error_line(log_path) or 'exit code 2'}"
+    retry cannot fix): publish a failure notice with the trainer's error ``message`` (from its failure
+    record, :mod:`trainer.rankfailure`; "" when it wrote none), so the waiting ranks stop at once (exit
+    code 3) instead of waiting out the rendezvous timeout. Never raises."""
+    reason = f"frame 0's trainer refused its settings: {message or 'exit code 2'}"
     try:
         notice.fail(pub, reason, token)
     except RendezvousError as exc:

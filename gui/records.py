@@ -219,10 +219,10 @@ class Run:
         """Take a new ``run.json`` record. Its ``farm`` field (written by the farm backend at each submit)
         names the current job: adopt it when it differs from :attr:`handle`. Returns True when it did."""
         self.info = dict(info)
-        farm = self.record.farm
-        if not (farm.get("job_id") or farm.get("job_name")):
+        farm = self.record.farm_record
+        if not farm.submitted:
             return False
-        job_id, job_name = str(farm.get("job_id", "")), str(farm.get("job_name", ""))
+        job_id, job_name = farm.job_id, farm.job_name
         if self.handle is not None and (self.handle.job_id, self.handle.job_name) == (job_id, job_name):
             return False
         self.handle, self.status = JobHandle(job_id, job_name, self.run_dir), None
@@ -233,9 +233,7 @@ class Run:
         backend records it there; ``extra_env`` values are not recorded, so it is left out)."""
         if self.job:
             return dict(self.job)
-        recorded = self.record.farm.get("job")
-        if not isinstance(recorded, Mapping):
-            return {}
+        recorded = self.record.farm_record.job
         return {k: v for k, v in recorded.items() if k != "extra_env" or isinstance(v, Mapping)}
 
 

@@ -46,6 +46,16 @@ def _cpu_bf16(request: pytest.FixtureRequest):
     patch.undo()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Faulthandler everywhere (issue 20: an unexplained segfault in a worker thread of the multihost fixture).
+
+    pytest's own faulthandler plugin covers this process (every thread's traceback on SIGSEGV, SIGFPE,
+    SIGABRT, SIGBUS, SIGILL); ``PYTHONFAULTHANDLER=1`` makes every Python child the suite starts (ranks,
+    frames, RQD, the Cuebot double) do the same, so a crash anywhere leaves its stacks in that process's log.
+    """
+    os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+
+
 def make_pairs(folder: Path, frames: int = 4, height: int = 40, width: int = 48, ext: str = "png") -> tuple[Path, Path]:
     """Write Input/Ground Truth sequences cut from skimage's astronaut photo (real image content).
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from trainer.config import PRECISIONS, ConfigError, add_train_arguments, config_from_args
+from trainer.rankfailure import record_failure
 
 log = logging.getLogger("cuetrain")
 
@@ -37,10 +38,18 @@ def _errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors (exit 2) also go to the rank's failure record (trainer.rankfailure)."""
+
+    def error(self, message: str):  # type: ignore[no-untyped-def]  # NoReturn
+        record_failure(2, SystemExit(2), message)
+        super().error(message)
+
+
 def _parser() -> argparse.ArgumentParser:
     from trainer.demo import DEMO_STEPS  # the demo's defaults live with the demo (README lists the figures)
 
-    p = argparse.ArgumentParser(prog="cuetrain", description="Distributed CopyCat-style training on OpenCue.")
+    p = _Parser(prog="cuetrain", description="Distributed CopyCat-style training on OpenCue.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_train_arguments(sub.add_parser("train", help="train one rank (distributed when COPYCAT_* are set)"))
     local = sub.add_parser("local", help="run N ranks on this machine, as farm frames would")
@@ -135,7 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(_parser().parse_args(args))
     except _errors() as exc:
         print(f"cuetrain: error: {exc}", file=sys.stderr)
-        return int(getattr(exc, "exit_code", 2))  # 2, or e.g. 80 for a shot that changed (trainer.exitcodes)
+        code = int(getattr(exc, "exit_code", 2))  # 2, or e.g. 80 for a shot that changed (trainer.exitcodes)
+        record_failure(code, exc)  # for the node agent (trainer.rankfailure), when a supervisor asked for it
+        return code
     except Exception as exc:
         from trainer.gang import GangError
         from trainer.stop import StopTraining
@@ -144,8 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"cuetrain: {exc}", file=sys.stderr)
             return exc.exit_code
         if not isinstance(exc, GangError):
+            record_failure(1, exc, f"{type(exc).__name__}: {exc}")  # Python then prints the traceback, exits 1
             raise
         print(f"cuetrain: error: {exc}", file=sys.stderr)
+        record_failure(exc.exit_code, exc)
         return exc.exit_code
 
 

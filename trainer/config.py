@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from trainer.grace import GRACE
+
 MODEL_SIZES = ("small", "medium", "large")
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
@@ -96,7 +98,7 @@ class TrainConfig:
     precision: str = "auto"
     memory_format: str = "channels_last"
     compile: bool = False
-    stop_grace_s: float = 20.0
+    stop_grace_s: float = GRACE.checkpoint_s  # trainer.grace: supervisors SIGKILL strictly later
     data_cache_mb: int = DEFAULT_DATA_CACHE_MB
     shot_check_s: float = 30.0
 

@@ -50,6 +50,8 @@ ENV_TABLE: dict[str, str] = {
     "NCCL_SOCKET_IFNAME": "NCCL: interface for its sockets; cuetrain sets it (trainer.netaddr) unless already set",
     "CUETRAIN_SCRATCH": "optional: local scratch folder for the host's decoded copy of the training shot, shared by "
                         "the ranks of a frame (default: the system temporary folder, TMPDIR or /tmp)",
+    "CUETRAIN_ERROR_FILE": "set by cuetrain's rank supervisor: where a failing rank writes its failure record "
+                           "(trainer.rankfailure; read only there)",
     "CUETRAIN_EXPORT_ONNX": "optional: 0 skips writing model.onnx at the end of training (default 1; 5-15 s on CPU)",
 }
 
@@ -286,3 +288,23 @@ def read_scratch(env: Mapping[str, str] | None = None) -> str:
 
     env = os.environ if env is None else env
     return (env.get("CUETRAIN_SCRATCH") or "").strip() or tempfile.gettempdir()
+
+
+@dataclass(frozen=True)
+class ErrorFileEnv:
+    """Where this rank writes its failure record (``CUETRAIN_ERROR_FILE``, set by the rank supervisor).
+
+    Attributes:
+        path: the file ("" when no supervisor asked for one).
+        rank: ``COPYCAT_RANK`` (None when unset or not a number).
+    """
+
+    path: str = ""
+    rank: int | None = None
+
+
+def read_error_file_env(env: Mapping[str, str] | None = None) -> ErrorFileEnv:
+    """``CUETRAIN_ERROR_FILE`` and ``COPYCAT_RANK`` for :mod:`trainer.rankfailure`; never raises."""
+    env = os.environ if env is None else env
+    rank = (env.get("COPYCAT_RANK") or "").strip()
+    return ErrorFileEnv(path=(env.get("CUETRAIN_ERROR_FILE") or "").strip(), rank=int(rank) if rank.isdigit() else None)

@@ -7,9 +7,12 @@ free port, its rank, the world size, the sync interval, a per-gang token) in its
 same contract a farm frame gives its ranks. Output lines are relayed with a ``[rank N]`` prefix and
 also written to ``RUN_DIR/logs/rank_N.log``.
 
-If a rank fails, the others are stopped (SIGTERM, then SIGKILL after a grace period) and, up to
-``max_restarts`` times, the whole gang is started again with ``--resume`` so it continues from
-the latest complete checkpoint (OpenCue retries frames one by one; the gang restarts whole).
+If a rank fails, the others are stopped (SIGTERM, then SIGKILL strictly after the trainer's checkpoint
+grace, :mod:`trainer.grace`) and, by the farm frame's own rules (:func:`trainer.restarts.classify`) and up
+to ``max_restarts`` times, the whole gang is started again with ``--resume`` so it continues from the
+latest complete checkpoint (OpenCue retries frames one by one; the gang restarts whole). A gang that
+exits with a code a restart cannot help (2: bad input, ...) or that was stopped by SIGTERM/Ctrl-C is not
+restarted.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ import sys
 
 from trainer.config import ConfigError
 from trainer.envvars import copycat_env, environ_with
+from trainer.exitcodes import describe
 from trainer.rundir import RunPaths
-from trainer.stop import SUPERVISOR_GRACE_S
-from trainer.supervise import RankLogs, rank_envs, run_ranks
+from trainer.grace import GRACE
+from trainer.restarts import Action, classify
+from trainer.supervise import GangExit, RankLogs, rank_envs, run_ranks
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = SUPERVISOR_GRACE_S  # seconds between SIGTERM and SIGKILL: ranks checkpoint within --stop-grace-s
+STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the default --stop-grace-s
 TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
 
 
@@ -39,17 +44,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _run_gang(train_argv: list[str], world_size: int, sync_interval: int, logs: RankLogs, threads: int) -> int:
-    """Start every rank once (a fresh port and token per start) and wait; returns the gang's exit code."""
+def _run_gang(train_argv: list[str], world_size: int, sync_interval: int, logs: RankLogs, threads: int) -> GangExit:
+    """Start every rank once (a fresh port and token per start) and wait; returns how the gang ended."""
     port = free_port()
     token = secrets.token_hex(16)  # per gang: a stray process cannot join (trainer.gang)
     base = environ_with({**copycat_env("127.0.0.1", port, 0, world_size, sync_interval, token=token),
                          "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
     envs = rank_envs(base, 0, world_size)
     log.info("starting %d ranks (main address 127.0.0.1:%d, %d thread(s) each)", world_size, port, threads)
-    result = run_ranks([*TRAINER_COMMAND, *train_argv], list(enumerate(envs)), logs, stop_grace_s=STOP_GRACE_S,
-                       new_session=True)
-    return result.code
+    return run_ranks([*TRAINER_COMMAND, *train_argv], list(enumerate(envs)), logs,
+                     stop_grace_s=GRACE.kill_after_for(train_argv), new_session=True)
 
 
 def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_interval: int = 1,
@@ -79,14 +83,20 @@ def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_i
     logs = RankLogs(paths, prefix=True)
     try:
         for attempt in range(max_restarts + 1):
-            code = _run_gang(argv, world_size, sync_interval, logs, threads)
-            if code == 0:
+            result = _run_gang(argv, world_size, sync_interval, logs, threads)
+            action = classify(result.code, terminated=result.terminated)
+            if action is Action.FINISH:
                 return 0
+            if action is Action.EXIT:
+                said = f": rank {result.failure.rank}: {result.failure.message}" if result.failure else ""
+                log.error("the gang exited with code %d (%s)%s%s; not restarting", result.code, describe(result.code),
+                          " after SIGTERM" if result.terminated else "", said)
+                return result.code
             if attempt < max_restarts:
                 log.warning("restarting the gang from the latest checkpoint (restart %d of %d)", attempt + 1,
                             max_restarts)
                 if "--resume" not in argv:
                     argv.append("--resume")
-        return code
+        return result.code
     finally:
         logs.close()

@@ -102,6 +102,10 @@ class RunPaths:
         """Log file of one rank (every rank writes its own)."""
         return self.logs / f"rank_{rank}.log"
 
+    def rank_failure(self, rank: int) -> Path:
+        """Failure record of one rank (``trainer.rankfailure``: exit code, kind, message, rank, host)."""
+        return self.logs / f"rank_{rank}.failure.json"
+
     def contact_sheet(self, step: int) -> Path:
         """Contact sheet written at ``step`` (steps, 1-based count of batches)."""
         return self.contact_sheets / f"step_{step:06d}.png"

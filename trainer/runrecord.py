@@ -13,19 +13,43 @@ Versions:
 
 Unknown keys (written by a newer cuetrain) are kept in :attr:`RunRecord.extra` and written back
 unchanged.
+
+Writes are serialised (:func:`locked`): three processes on different hosts (the submit client, frame 0's
+node agent, rank 0) read, merge and rewrite the file, so each read-merge-write holds an exclusive
+``fcntl.lockf`` lock on ``run.json.lock`` beside it. Why ``lockf`` and not a lock file made with
+``O_CREAT | O_EXCL``: RQD ends frames with ``killpg(SIGKILL)`` (rqd/rqd/rqnetwork.py), and an
+atomic-create lock file outlives a killed holder, so every later writer would wait on a guess about
+staleness (a pid means nothing on another host); a POSIX record lock is dropped by the kernel when
+its holder dies, and on NFS it goes to the server (NLM for NFSv3, the protocol's own LOCK for NFSv4,
+lease-based recovery when a client dies), where ``flock`` was local to one client before Linux 2.6.12.
+The lock is taken on a separate file because ``run.json`` itself is replaced by ``os.replace`` (a
+lock on the old inode would not exclude a writer that opened the new one); the lock file is never
+removed. POSIX locks belong to a process, so threads of one process are serialised by a
+``threading.Lock`` as well. Readers take no lock: the atomic rename means they never see half a file.
 """
 
 from __future__ import annotations
 
 import enum
+import errno
+import fcntl
 import json
+import os
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
 
-from trainer.rundir import RunDirError, RunPaths, atomic_write_json, read_json
+from trainer.rundir import FILE_MODE, RunDirError, RunPaths, atomic_write_json, read_json
 
 RECORD_VERSION = 1
+LOCK_TIMEOUT_S = 60.0  # seconds a writer waits for run.json.lock before it gives up with RunDirError
+_LOCK_POLL_S = 0.01  # seconds between tries
+_THREAD_LOCK = threading.RLock()  # POSIX record locks are per process: threads of one process queue here
+_HELD = threading.local()  # .depth: how deeply this thread holds the lock (re-entry takes no second lockf)
 
 
 class FailureKind(str, enum.Enum):
@@ -68,6 +92,50 @@ TERMINAL_STATES = tuple(name for name, row in STATES.items() if row.terminal)
 def now_iso() -> str:
     """Current UTC time, ISO 8601 to the second."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class FarmRecord:
+    """``run.json`` ``farm``, typed: the farm job of the latest submit (written by the farm backend).
+
+    Parsed in one place (:meth:`from_mapping`, through :attr:`RunRecord.farm_record`); every reader (the
+    CLI, the GUI, frames, the farm backend) uses it instead of digging in the raw mapping.
+
+    Attributes:
+        job_id: Cuebot's job id ("" when never submitted).
+        job_name: the job's name.
+        submitted_at: ISO time of the submit.
+        attempts_at_submit: training attempts recorded before this submit [count].
+        job: the submitted job's fields (``TrainingJob``; e.g. ``ranks_per_frame``, ``world_size``).
+    """
+
+    job_id: str = ""
+    job_name: str = ""
+    submitted_at: str = ""
+    attempts_at_submit: int = 0
+    job: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> "FarmRecord":
+        """Parse ``run.json`` ``farm``; a missing or wrong-typed value falls back to its default."""
+        data = data if isinstance(data, Mapping) else {}
+        at = data.get("attempts_at_submit", 0)
+        job = data.get("job")
+        return cls(job_id=str(data.get("job_id") or ""), job_name=str(data.get("job_name") or ""),
+                   submitted_at=str(data.get("submitted_at") or ""),
+                   attempts_at_submit=at if isinstance(at, int) and not isinstance(at, bool) and at >= 0 else 0,
+                   job=dict(job) if isinstance(job, Mapping) else {})
+
+    @property
+    def submitted(self) -> bool:
+        """True when a farm job is recorded (an id or a name)."""
+        return bool(self.job_id or self.job_name)
+
+    @property
+    def ranks_per_frame(self) -> int:
+        """``job.ranks_per_frame`` [ranks]; 1 when unknown or not a positive integer."""
+        per = self.job.get("ranks_per_frame", 1)
+        return per if isinstance(per, int) and not isinstance(per, bool) and per > 0 else 1
 
 
 @dataclass(frozen=True)
@@ -150,6 +218,11 @@ class RunRecord:
         return {**dict(self.extra), **out}
 
     @property
+    def farm_record(self) -> FarmRecord:
+        """:attr:`farm`, typed (:class:`FarmRecord`)."""
+        return FarmRecord.from_mapping(self.farm)
+
+    @property
     def is_terminal(self) -> bool:
         """True when :attr:`state` is terminal in :data:`STATES`."""
         return self.state in TERMINAL_STATES
@@ -210,51 +283,134 @@ def read_record_or_empty(paths: RunPaths) -> RunRecord:
 _FIELDS = frozenset(f.name for f in fields(RunRecord)) - {"extra", "version"}
 
 
-def update_record(paths: RunPaths, **changes: Any) -> RunRecord:
-    """Merge ``changes`` (field names of :class:`RunRecord`) into ``run.json`` and write it atomically.
+@contextmanager
+def locked(paths: RunPaths, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the exclusive ``fcntl.lockf`` lock on ``run.json.lock`` (see the module doc for why ``lockf``).
+
+    Re-entrant within one thread of one process (a nested ``locked`` only takes the thread lock: a POSIX
+    lock is released when ANY descriptor of the file is closed, so the file is opened once).
+
+    Raises:
+        RunDirError: the lock file cannot be opened, or another writer held the lock for ``timeout_s`` [s].
+    """
+    with _THREAD_LOCK:
+        if getattr(_HELD, "depth", 0):
+            _HELD.depth += 1
+            try:
+                yield
+            finally:
+                _HELD.depth -= 1
+            return
+        path = paths.root / "run.json.lock"
+        fd, created = _open_lock(path)
+        try:
+            _acquire(fd, path, timeout_s)
+            _HELD.depth = 1
+            try:
+                yield
+            except BaseException:
+                if created and not paths.run_json.exists():  # a failed first write leaves nothing behind
+                    path.unlink(missing_ok=True)
+                raise
+            finally:
+                _HELD.depth = 0
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _open_lock(path: Path) -> tuple[int, bool]:
+    """Open (creating when missing) the lock file: (descriptor, created by this call)."""
+    try:
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, FILE_MODE), True
+        except FileExistsError:
+            return os.open(path, os.O_RDWR), False
+    except OSError as exc:
+        raise RunDirError(f"cannot open the run.json lock {path}: {exc}") from exc
+
+
+
+def _acquire(fd: int, path: os.PathLike[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                raise RunDirError(f"cannot lock {path}: {exc}") from exc
+        if time.monotonic() >= deadline:
+            raise RunDirError(f"{path} stayed locked by another writer for {timeout_s:.0f} s (a hung process on a "
+                              "stuck NFS mount?); check the processes writing this run folder")
+        time.sleep(_LOCK_POLL_S)
+
+
+def modify_record(paths: RunPaths, changes: Callable[[RunRecord], Mapping[str, Any]]) -> RunRecord:
+    """The one write API: under :func:`locked`, read ``run.json``, merge ``changes(current record)`` (field
+    names of :class:`RunRecord`) and write it atomically, so a change computed from the record (an appended
+    attempt) cannot be lost to another writer.
 
     The file is created when missing and always written as version :data:`RECORD_VERSION`.
     Returns the new record.
 
     Raises:
         RunDirError: an unknown field name (the valid ones are listed), an existing ``run.json`` that cannot
-            be read (it is left as it is), or the write failed.
+            be read (it is left as it is), the lock cannot be taken, or the write failed.
+    """
+    with locked(paths):
+        # Only a missing file starts empty: one this process cannot read (another user's, mode 0640) must
+        # not be replaced by a record that lost its other fields.
+        current = read_record(paths) if paths.run_json.exists() else RunRecord()
+        fields_ = dict(changes(current))
+        unknown = sorted(set(fields_) - _FIELDS)
+        if unknown:
+            raise RunDirError(f"unknown run.json field(s) {unknown}; valid: {', '.join(sorted(_FIELDS))}")
+        if "attempts" in fields_:
+            fields_["attempts"] = tuple(fields_["attempts"])
+        record = replace(current, **fields_)
+        json.dumps(record.to_dict(), default=str)  # fail here, before the file is touched
+        atomic_write_json(paths.run_json, record.to_dict())
+        return record
+
+
+def update_record(paths: RunPaths, **changes: Any) -> RunRecord:
+    """Merge ``changes`` (field names of :class:`RunRecord`) into ``run.json``: :func:`modify_record` with
+    fixed values.
+
+    Raises:
+        RunDirError: see :func:`modify_record`.
     """
     unknown = sorted(set(changes) - _FIELDS)
-    if unknown:
+    if unknown:  # before the lock: a typo needs no lock to be reported
         raise RunDirError(f"unknown run.json field(s) {unknown}; valid: {', '.join(sorted(_FIELDS))}")
-    if "attempts" in changes:
-        changes["attempts"] = tuple(changes["attempts"])
-    # Only a missing file starts empty: one this process cannot read (another user's, mode 0640) must
-    # not be replaced by a record that lost its other fields.
-    current = read_record(paths) if paths.run_json.exists() else RunRecord()
-    record = replace(current, **changes)
-    json.dumps(record.to_dict(), default=str)  # fail here, before the file is touched
-    atomic_write_json(paths.run_json, record.to_dict())
-    return record
+    return modify_record(paths, lambda _current: changes)
 
 
 def start_attempt(paths: RunPaths, *, config: Mapping[str, Any], world_size: int, start_step: int, backend: str,
                   host: str, pid: int, versions: Mapping[str, str]) -> RunRecord:
-    """Record a new training attempt (state ``running``; ``attempts`` grows by one; failure fields cleared)."""
-    record = read_record_or_empty(paths)
-    attempts = [*record.attempts, {"attempt": len(record.attempts) + 1, "started_at": now_iso(),
-                                   "start_step": start_step, "world_size": world_size, "host": host,
-                                   "backend": backend}]
-    return update_record(paths, config=dict(config), world_size=world_size, state="running", versions=dict(versions),
-                         started_at=attempts[0]["started_at"], attempts=attempts, pid=pid, finished_at="", error="",
-                         failure_kind="", failed_rank=None, exit_code=None, stopped_step=None)
+    """Record a new training attempt (state ``running``; ``attempts`` grows by one; failure fields cleared).
+
+    The attempts list is read and extended under the write lock (:func:`modify_record`): concurrent
+    attempts are all kept, numbered in the order they were recorded.
+    """
+    def changes(record: RunRecord) -> dict[str, Any]:
+        attempts = [*record.attempts, {"attempt": len(record.attempts) + 1, "started_at": now_iso(),
+                                       "start_step": start_step, "world_size": world_size, "host": host,
+                                       "backend": backend}]
+        return dict(config=dict(config), world_size=world_size, state="running", versions=dict(versions),
+                    started_at=attempts[0]["started_at"], attempts=attempts, pid=pid, finished_at="", error="",
+                    failure_kind="", failed_rank=None, exit_code=None, stopped_step=None)
+
+    return modify_record(paths, changes)
 
 
 def attempts_since_submit(record: RunRecord, job_id: str) -> int:
     """Training attempts recorded since job ``job_id`` was submitted (0 when ``farm.job_id`` is another job)."""
-    if not job_id or record.farm.get("job_id") != job_id:
+    farm = record.farm_record
+    if not job_id or farm.job_id != job_id:
         return 0
-    try:
-        at_submit = int(record.farm.get("attempts_at_submit", 0) or 0)
-    except (TypeError, ValueError):
-        at_submit = 0
-    return max(0, len(record.attempts) - at_submit)
+    return max(0, len(record.attempts) - farm.attempts_at_submit)
 
 
 def failure_fields(exc: BaseException) -> dict[str, Any]:

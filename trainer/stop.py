@@ -53,12 +53,13 @@ from typing import Any, Callable
 
 from trainer import runrecord
 from trainer.exitcodes import ExitCode
+from trainer.grace import GRACE
 from trainer.rundir import RunPaths
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GRACE_S = 20.0  # seconds from SIGTERM/SIGINT to exit (checkpoint included)
-SUPERVISOR_GRACE_S = DEFAULT_GRACE_S + 10.0  # seconds cuetrain's supervisors wait before SIGKILL
+DEFAULT_GRACE_S = GRACE.checkpoint_s  # seconds from SIGTERM/SIGINT to exit (checkpoint included)
+SUPERVISOR_GRACE_S = GRACE.kill_after_s()  # seconds cuetrain's supervisors wait before SIGKILL (trainer.grace)
 SIGNALS = (signal.SIGTERM, signal.SIGINT)  # stop now (vote 2), under the grace watchdog
 REGROUP_SIGNAL = signal.SIGUSR1  # regroup at the next periodic checkpoint (vote 1); no watchdog
 

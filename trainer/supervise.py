@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import IO, Callable, Mapping, Sequence
 
 from trainer.envvars import EnvError
+from trainer.grace import GRACE
+from trainer.rankfailure import ERROR_FILE_VAR, RankFailure, clear_failure, read_failure
 from trainer.rundir import FILE_MODE, RunPaths
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,11 @@ class RankLogs:
         self._files: dict[int, IO[str]] = {}
         self._lock = threading.Lock()
 
+    @property
+    def paths(self) -> RunPaths:
+        """The run directory the logs (and the ranks' failure records) go to."""
+        return self._paths
+
     def write(self, rank: int, text: str, *, prefixed: bool = True) -> None:
         """Write ``text`` (whole lines) of ``rank``; ``prefixed=False``: no stream prefix (the frame's own log)."""
         with self._lock:
@@ -153,6 +160,8 @@ class GangExit:
         codes: every rank's exit code.
         stopped: the ``watch`` reason when it stopped the ranks; "" otherwise.
         terminated: the supervisor got SIGTERM and passed it on.
+        failure: the failure record rank ``rank`` wrote (:mod:`trainer.rankfailure`), None when it wrote none
+            (killed by a signal, or not started).
     """
 
     code: int
@@ -160,6 +169,7 @@ class GangExit:
     codes: Mapping[int, int] = field(default_factory=dict)
     stopped: str = ""
     terminated: bool = False
+    failure: RankFailure | None = None
 
 
 def _code(returncode: int) -> int:
@@ -205,8 +215,10 @@ def _start(group: _Group, command: Sequence[str], envs: Sequence[tuple[int, Mapp
            logs: RankLogs) -> int | None:
     """Start every rank; returns the rank that could not be started (None when all started)."""
     for rank, env in envs:
+        error_file = logs.paths.rank_failure(rank)
+        clear_failure(error_file)  # a record from an earlier start must not be read as this one's
         try:
-            proc = subprocess.Popen(list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(list(command), env={**env, ERROR_FILE_VAR: str(error_file)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=group.new_session)
         except OSError as exc:
             log.error("cannot start the trainer of rank %d (%s): %s", rank, command[0], exc)
@@ -248,7 +260,7 @@ def _wait(group: _Group, watch: Callable[[], str | int | None] | None, watch_s: 
 
 
 def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str]]], logs: RankLogs, *,
-              watch: Callable[[], str | int | None] | None = None, watch_s: float = 5.0, stop_grace_s: float = 10.0,
+              watch: Callable[[], str | int | None] | None = None, watch_s: float = 5.0, stop_grace_s: float = GRACE.kill_after_s(),
               new_session: bool = False) -> GangExit:
     """Run one process per ``(rank, env)`` with ``command``; return when all have ended.
 
@@ -258,7 +270,8 @@ def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str
         logs: where output lines go.
         watch: called every ``watch_s`` seconds [s]; a returned reason (str) stops every rank, a returned
             signal number (int) is sent to every rank (the node agent's SIGUSR1: regroup at the next checkpoint).
-        stop_grace_s: seconds between SIGTERM and SIGKILL when stopping ranks [s].
+        stop_grace_s: seconds between SIGTERM and SIGKILL when stopping ranks [s]; default: the grace table's,
+            strictly after the trainer's checkpoint grace (:mod:`trainer.grace`).
         new_session: start each rank in its own session and signal its process group (``cuetrain local``);
             False keeps them in the caller's group (a farm frame: RQD's kill reaches them).
 
@@ -278,7 +291,7 @@ def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str
         bad = _start(group, command, envs, logs)
         if bad is not None:
             group.stop(stop_grace_s)
-            return _result(group, bad, "", EXIT_NO_TRAINER)
+            return _result(group, bad, "", EXIT_NO_TRAINER, paths=logs.paths)
         try:
             failed, stopped = _wait(group, watch, watch_s, terminated)
         except KeyboardInterrupt:
@@ -289,7 +302,7 @@ def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str
                 log.error("rank %d exited with code %d; stopping the other rank(s)", failed,
                           _code(group.procs[failed].returncode))
             group.stop(stop_grace_s)
-        return _result(group, failed, stopped, terminated=terminated.is_set())
+        return _result(group, failed, stopped, terminated=terminated.is_set(), paths=logs.paths)
     finally:
         for relay in group.relays:
             relay.join(timeout=5)  # a grandchild holding the pipe open must not hang the supervisor
@@ -298,11 +311,12 @@ def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str
 
 
 def _result(group: _Group, failed: int | None, stopped: str, code: int | None = None, *,
-            terminated: bool = False) -> GangExit:
+            terminated: bool = False, paths: RunPaths | None = None) -> GangExit:
     codes = {rank: _code(proc.returncode) for rank, proc in group.procs.items() if proc.returncode is not None}
-    if failed is not None:
-        return GangExit(code if code is not None else codes[failed], failed, codes, stopped, terminated)
-    bad = [rank for rank, c in codes.items() if c != 0]
-    if bad:  # stopped by watch or SIGTERM: the first rank that did not exit 0
-        return GangExit(codes[bad[0]], bad[0], codes, stopped, terminated)
-    return GangExit(0, None, codes, stopped, terminated)
+    if failed is None:
+        bad = [rank for rank, c in codes.items() if c != 0]
+        if not bad:
+            return GangExit(0, None, codes, stopped, terminated)
+        failed = bad[0]  # stopped by watch or SIGTERM: the first rank that did not exit 0
+    failure = read_failure(paths.rank_failure(failed)) if paths is not None and failed in codes else None
+    return GangExit(code if code is not None else codes[failed], failed, codes, stopped, terminated, failure)

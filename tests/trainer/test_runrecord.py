@@ -68,3 +68,16 @@ def test_a_run_json_that_cannot_be_read_is_never_replaced(tmp_path):
     with pytest.raises(RunDirError, match="cannot read"):
         runrecord.update_record(paths, gang={"generation": 1})
     assert paths.run_json.read_text() == '{"farm": {"job_id": "j1"}, "state": '
+
+
+def test_farm_record_is_typed_with_defaults_for_bad_values() -> None:
+    from trainer.runrecord import FarmRecord, RunRecord
+
+    record = RunRecord.from_dict({"farm": {"job_id": "j1", "job_name": "n", "attempts_at_submit": 2,
+                                           "job": {"ranks_per_frame": 2}}, "attempts": [{}, {}, {}]})
+    farm = record.farm_record
+    assert (farm.job_id, farm.job_name, farm.attempts_at_submit, farm.ranks_per_frame, farm.submitted) == \
+        ("j1", "n", 2, 2, True)
+    bad = FarmRecord.from_mapping({"attempts_at_submit": "x", "job": {"ranks_per_frame": 0}})
+    assert (bad.attempts_at_submit, bad.ranks_per_frame, bad.submitted) == (0, 1, False)
+    assert FarmRecord.from_mapping(None) == FarmRecord()

@@ -1,0 +1,117 @@
+"""``cuetrain local`` restarts the gang by the same rules as a farm frame, and stops it within the grace order.
+
+Issue 20's defects, each shown by a test that failed before the fix:
+- a gang that exits 2 (bad input) was restarted ``--max-restarts`` times, printing the same error each time;
+- a gang stopped by SIGTERM (a wrangler, systemd) was restarted, because the "terminated" flag was dropped;
+- supervisors sent SIGKILL before the trainer's checkpoint grace ran out (the frame after 10 s, the trainer's
+  default grace 20 s; a raised ``--stop-grace-s`` was ignored by ``cuetrain local``).
+
+The ranks here are tiny stand-in scripts (the supervisor only sees processes and exit codes); each start
+appends one line to a file, so the test counts gang starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer import launch, stop
+from trainer.config import TrainConfig
+from trainer.exitcodes import ExitCode
+
+FAKE_RANK = textwrap.dedent("""
+    import os, signal, sys, time
+    with open(os.environ["STARTS_FILE"], "a") as fh:
+        fh.write(os.environ["COPYCAT_RANK"] + "\\n")
+    mode = os.environ["FAKE_MODE"]
+    if mode == "usage":
+        print("cuetrain: error: frame sizes do not match", flush=True)
+        sys.exit(2)
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(75))  # a checkpoint written at the agreed step
+    time.sleep(float(os.environ.get("FAKE_SLEEP_S", "4")))
+    sys.exit(0)
+""")
+
+
+def _starts(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str) -> Path:
+    script = tmp_path / "fake_rank.py"
+    script.write_text(FAKE_RANK)
+    starts = tmp_path / "starts.txt"
+    monkeypatch.setattr(launch, "TRAINER_COMMAND", (sys.executable, str(script)))
+    monkeypatch.setenv("STARTS_FILE", str(starts))
+    monkeypatch.setenv("FAKE_MODE", mode)
+    return starts
+
+
+def test_local_gang_exiting_2_is_not_restarted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    starts = _fake(monkeypatch, tmp_path, "usage")
+    code = launch.launch_local(["--run-dir", str(tmp_path / "run")], 2, str(tmp_path / "run"), max_restarts=2,
+                               threads_per_rank=1)
+    assert code == ExitCode.USAGE
+    assert _starts(starts) == 2, "bad input gives the same error again: the gang must start once (2 ranks)"
+
+
+LOCAL_UNDER_SIGTERM = textwrap.dedent("""
+    import sys
+    from trainer import launch
+    launch.TRAINER_COMMAND = (sys.executable, sys.argv[1])
+    sys.exit(launch.launch_local(["--run-dir", sys.argv[2]], 2, sys.argv[2], max_restarts=2, threads_per_rank=1))
+""")
+
+
+def test_local_gang_stopped_by_sigterm_is_not_restarted(tmp_path: Path) -> None:
+    script = tmp_path / "fake_rank.py"
+    script.write_text(FAKE_RANK)
+    starts = tmp_path / "starts.txt"
+    env = {**os.environ, "STARTS_FILE": str(starts), "FAKE_MODE": "sleep", "FAKE_SLEEP_S": "3"}
+    proc = subprocess.Popen([sys.executable, "-c", LOCAL_UNDER_SIGTERM, str(script), str(tmp_path / "run")], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while _starts(starts) < 2:  # both ranks are up
+            assert time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == ExitCode.STOPPED, "a stopped gang ends with the ranks' 75, not a restarted gang's result"
+    assert _starts(starts) == 2, "SIGTERM means stop: the gang must not be started again"
+
+
+def test_supervisors_kill_strictly_after_the_trainer_checkpoint_grace() -> None:
+    from cue_plugin import frame
+
+    trainer_grace = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == "stop_grace_s")
+    assert trainer_grace == stop.DEFAULT_GRACE_S
+    for name, kill_after in (("cue_plugin.frame", frame.STOP_GRACE_S), ("trainer.launch", launch.STOP_GRACE_S),
+                             ("trainer.stop", stop.SUPERVISOR_GRACE_S)):
+        assert kill_after > trainer_grace, f"{name} sends SIGKILL {kill_after} s after SIGTERM, before the " \
+                                           f"trainer's {trainer_grace} s checkpoint grace ends"
+
+
+def test_local_supervisor_waits_longer_than_a_raised_stop_grace(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    seen: list[float] = []
+
+    def fake_run_ranks(command, envs, logs, *, stop_grace_s, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(stop_grace_s)
+        from trainer.supervise import GangExit
+        return GangExit(0)
+
+    monkeypatch.setattr(launch, "run_ranks", fake_run_ranks)
+    for argv in (["--stop-grace-s", "45"], ["--stop-grace-s=45"]):
+        launch.launch_local(["--run-dir", str(tmp_path), *argv], 1, str(tmp_path), threads_per_rank=1)
+    assert len(seen) == 2 and all(s > 45 for s in seen), seen
