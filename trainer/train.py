@@ -123,7 +123,9 @@ class _Loop:
         self.precision = resolve_precision(cfg.precision, rt.device)
         fmt = memory_format(cfg.memory_format)
         configure_backends(rt.device)
-        frames = working_pairs(load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)), self.colour)
+        loaded = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir))
+        warn_identity(cfg.input_dir, cfg.target_dir, loaded, self.master)
+        frames = working_pairs(loaded, self.colour)
         self.sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size, cfg.seed,
                                    rt.device, fmt)  # frames uploaded once, crops cut on the device
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
@@ -330,3 +332,12 @@ def _print_progress(line: str) -> None:
         tqdm.write(line, file=sys.stdout)
     else:
         print(line, flush=True)
+
+
+def warn_identity(input_dir, target_dir, frames, master: bool) -> None:
+    """Log (rank 0) a WARNING when Input and Ground Truth are the same folder or identical frames (issue 21)."""
+    from trainer.images import identity_warning
+
+    message = identity_warning(input_dir, target_dir, frames)
+    if message and master:
+        log.warning(message)
