@@ -84,8 +84,9 @@ def _setup_logging() -> None:
         rank = read_dist_env().rank
     except EnvError:
         rank = 0
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s")
+    from trainer.logsetup import configure_logging  # third-party loggers at WARNING, ours at INFO
+
+    configure_logging(f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s")
 
 
 def _run(ns: argparse.Namespace) -> int:

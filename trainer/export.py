@@ -125,6 +125,8 @@ def onnx_description() -> dict[str, Any]:
 
 def torchscript_description() -> dict[str, Any]:
     """What ``model.json`` ``exports["model.pt"]`` records (the contract in the module docstring)."""
-    return {"format": "torchscript", "signature": "forward(x: Tensor) -> Tensor",
+    from trainer.export_compat import MIN_LIBTORCH
+
+    return {"format": "torchscript", "signature": "forward(x: Tensor) -> Tensor", "min_libtorch": MIN_LIBTORCH,
             "input": {"shape": [1, 3, "H", "W"], "dtype": "float32"},
             "output": {"shape": [1, 3, "H", "W"], "dtype": "float32"}}

@@ -375,3 +375,20 @@ def _to_half(rgb: np.ndarray, path: Path) -> np.ndarray:
 def _size(rgb: np.ndarray) -> str:
     """(H, W, 3) array -> "WxH" as artists read image sizes."""
     return f"{rgb.shape[1]}x{rgb.shape[0]}"
+
+
+def identity_warning(input_dir: str | Path, target_dir: str | Path,
+                     frames: Sequence[tuple[np.ndarray, np.ndarray]]) -> str | None:
+    """The warning to log when Input and Ground Truth teach nothing (loss 0 from step 1), else None.
+
+    Warned, not refused: a few identical pairs are a legitimate "leave this alone" example, and an artist who
+    picks the same folder by mistake sees the message first thing in the log and the Runs panel's flat loss.
+    ``frames``: the loaded (input, target) pairs, each (H, W, 3).
+    """
+    if Path(input_dir).resolve() == Path(target_dir).resolve():
+        return (f"Input and Ground Truth are the same folder ({input_dir}): the model learns the identity and the "
+                "loss stays 0; point --target at the corrected frames")
+    if frames and all(np.array_equal(a, b) for a, b in frames):
+        return (f"every Input frame equals its Ground Truth frame ({input_dir} vs {target_dir}): the model learns "
+                "the identity and the loss stays 0; check that --target holds the corrected frames")
+    return None

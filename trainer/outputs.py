@@ -210,8 +210,10 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
             exports["model.onnx"] = onnx_description()
         except ExportError as exc:
             log.warning("model.onnx not written: %s", exc)
-    atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "exports": exports,
-                                         "versions": versions(), "exported_at": now_iso()})
+    from trainer.export_compat import MIN_LIBTORCH  # the oldest host libtorch model.pt loads in (Nuke 14)
+
+    atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "min_libtorch": MIN_LIBTORCH,
+                                         "exports": exports, "versions": versions(), "exported_at": now_iso()})
 
 
 def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -126,6 +127,8 @@ class _Loop:
         self.data = open_data(cfg, rt, self.colour, self.paths)  # the shot, decoded once per host (trainer.dataphase)
         self.sampler = CropSampler(self.data.source, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size,
                                    cfg.seed, rt.device, fmt, check=self.data.watch)
+        if self.master:
+            warn_identity(cfg.input_dir, cfg.target_dir)
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
         self.net = build_model(cfg.model_size).to(rt.device, memory_format=fmt)  # float32 master weights
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
@@ -332,3 +335,20 @@ def _print_progress(line: str) -> None:
         tqdm.write(line, file=sys.stdout)
     else:
         print(line, flush=True)
+
+
+def warn_identity(input_dir: str, target_dir: str) -> None:
+    """Log a WARNING when Input and Ground Truth are the same folder or every pair of files is byte-identical
+    (issue 21; ``trainer.images.identity_warning``). Compares files, not decoded frames, so a long 4K shot is not
+    decoded for it; stops at the first pair that differs (usually the first)."""
+    import filecmp
+
+    from trainer.images import identity_warning, pair_frames
+
+    message = identity_warning(input_dir, target_dir, [])
+    if message is None:
+        pairs = pair_frames(input_dir, target_dir)
+        if pairs and all(filecmp.cmp(p.input, p.target, shallow=False) for p in pairs):
+            message = identity_warning(input_dir, target_dir, [(np.zeros(1), np.zeros(1))])
+    if message:
+        log.warning(message)

@@ -123,6 +123,14 @@ def test_model_json_lists_both_exports(trained):
     assert set(meta["exports"]) == {"model.pt", "model.onnx"}
     assert meta["exports"]["model.onnx"]["opset"] == ONNX_OPSET
     assert meta["exports"]["model.pt"]["signature"] == "forward(x: Tensor) -> Tensor"
+    assert meta["min_libtorch"] == meta["exports"]["model.pt"]["min_libtorch"] == "1.12.0"  # Nuke 14's PyTorch
+
+
+def test_the_trained_model_pt_loads_at_the_floor(trained):
+    from trainer.export_compat import check_torchscript
+
+    report = check_torchscript(trained.model)
+    assert report.missing == () and "aten::pad" not in report.used
 
 
 def test_export_onnx_switch():

@@ -407,3 +407,15 @@ def test_load_pairs_refuses_float16_overflow(tmp_path):
 def test_load_pairs_empty():
     with pytest.raises(DataError, match="no frame pairs"):
         load_pairs([])
+
+
+def test_identity_warning_same_folder_identical_frames_and_real_pairs(tmp_path):
+    import numpy as np
+
+    from trainer.images import identity_warning
+
+    a = np.zeros((4, 4, 3), np.float16)
+    b = np.ones((4, 4, 3), np.float16)
+    assert "same folder" in identity_warning(tmp_path, tmp_path / ".", [(a, b)])
+    assert "equals its Ground Truth" in identity_warning(tmp_path / "in", tmp_path / "gt", [(a, a.copy()), (b, b)])
+    assert identity_warning(tmp_path / "in", tmp_path / "gt", [(a, a), (a, b)]) is None

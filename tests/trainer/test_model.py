@@ -33,3 +33,31 @@ def test_unknown_size_lists_valid_names():
     with pytest.raises(ValueError, match="small, medium, large"):
         build_model("huge")
     assert set(MODEL_SIZES) == {"small", "medium", "large"}
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 37, 50), (2, 3, 1, 1), (1, 5, 16, 9), (3, 3, 8, 8), (1, 3, 15, 130)])
+@pytest.mark.parametrize("multiple", [1, 4, 16])
+def test_pad_to_multiple_equals_replicate_f_pad(shape, multiple):
+    import torch.nn.functional as F
+
+    from trainer.model import pad_to_multiple
+
+    x = torch.rand(*shape)
+    h, w = shape[-2:]
+    ph, pw = (multiple - h % multiple) % multiple, (multiple - w % multiple) % multiple
+    expected = F.pad(x, [0, pw, 0, ph], mode="replicate")
+    got = pad_to_multiple(x, multiple)
+    assert got.shape == expected.shape and torch.equal(got, expected)
+
+
+def test_pad_to_multiple_gradients_equal_replicate_f_pad():
+    import torch.nn.functional as F
+
+    from trainer.model import pad_to_multiple
+
+    x = torch.rand(2, 3, 13, 22)
+    weight = torch.rand(2, 3, 16, 32)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    (pad_to_multiple(a, 16) * weight).sum().backward()
+    (F.pad(b, [0, 10, 0, 3], mode="replicate") * weight).sum().backward()
+    torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-5)  # sums of up to 40 terms: order differs

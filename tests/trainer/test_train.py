@@ -185,3 +185,13 @@ def test_lr_schedule_is_linear_scaled_warmed_up_and_decayed():
     assert train_mod.lr_at(0, 100, peak, 10) == pytest.approx(4e-4)
     assert train_mod.lr_at(10, 100, peak, 10) == pytest.approx(peak)
     assert train_mod.lr_at(100, 100, peak, 10) == pytest.approx(4e-4)
+
+
+def test_same_input_and_ground_truth_folder_warns_at_the_start(tmp_path):
+    from tests.conftest import make_pairs, run_cli
+
+    inp, _ = make_pairs(tmp_path / "data")
+    result = run_cli("train", "--input", str(inp), "--target", str(inp), "--run-dir", str(tmp_path / "run"),
+                     "--steps", "1", "--batch-size", "2", "--crop-size", "16", "--precision", "fp32")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "WARNING" in result.stderr and "Input and Ground Truth are the same folder" in result.stderr
