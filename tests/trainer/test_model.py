@@ -33,3 +33,17 @@ def test_unknown_size_lists_valid_names():
     with pytest.raises(ValueError, match="small, medium, large"):
         build_model("huge")
     assert set(MODEL_SIZES) == {"small", "medium", "large"}
+
+
+@pytest.mark.parametrize("size,params", [("small", 1_012_204), ("medium", 9_499_740), ("large", 68_418_252)])
+def test_v2_parameter_counts_identity_and_odd_sizes(size, params):
+    net = build_model(size, "v2")
+    assert count_parameters(net) == params
+    if size == "small":
+        x = torch.rand(1, 3, 37, 51)
+        assert torch.equal(net(x), x)  # zero-initialised tail: the untrained v2 network is the identity too
+
+
+def test_unknown_architecture_is_named():
+    with pytest.raises(ValueError, match="v1, v2"):
+        build_model("small", "v3")
