@@ -4,7 +4,7 @@ Large-Batch Training", appendix A).
 The simple noise scale ``B_simple = tr(Sigma) / |G|^2`` (``G``: the true gradient, ``Sigma``: the
 per-example gradient covariance) predicts the critical batch: below it, doubling the batch halves
 the steps to a given loss; far above it, more crops per step buy almost nothing
-(``trainer.advise_model.steps_to_quality``). It is estimated from the squared norms of the same
+(``trainer.advise_quality.steps_to_quality``). It is estimated from the squared norms of the same
 gradient averaged over two batch sizes, ``B_small`` and ``B_big``, because
 ``E |G_B|^2 = |G|^2 + tr(Sigma) / B``:
 

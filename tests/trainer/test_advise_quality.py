@@ -1,0 +1,36 @@
+"""S(B) = S_min (1 + B_noise / B) (trainer/advise_quality.py): fit on synthetic curves with known answers."""
+
+import numpy as np
+import pytest
+
+from trainer.advise_quality import fit_steps_curve, steps_to_quality, time_to_quality_speedup
+
+
+def test_fit_recovers_a_noiseless_curve_exactly():
+    batches = [8, 16, 32, 64, 128]
+    steps = [steps_to_quality(500.0, 40.0, b) for b in batches]
+    assert fit_steps_curve(batches, steps) == pytest.approx((500.0, 40.0))
+
+
+def test_fit_of_a_noisy_curve_is_within_10_percent():
+    rng = np.random.default_rng(0)
+    batches = [8, 16, 32, 64, 128] * 4
+    steps = [steps_to_quality(2000.0, 25.0, b) * (1 + 0.03 * rng.standard_normal()) for b in batches]
+    s_min, b_noise = fit_steps_curve(batches, steps)
+    assert s_min == pytest.approx(2000.0, rel=0.10) and b_noise == pytest.approx(25.0, rel=0.10)
+
+
+def test_speedup_saturates_past_the_noise_scale():
+    # equal step times: batch 4x bigger gives at most 4x fewer updates, ~4x far below B_noise, ~1x far above
+    below = time_to_quality_speedup(100.0, 1000.0, 32, 1.0, 8, 1.0)
+    above = time_to_quality_speedup(100.0, 1.0, 512, 1.0, 128, 1.0)
+    assert 3.8 < below <= 4.0 and 1.0 <= above < 1.01
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="distinct batches"):
+        fit_steps_curve([8, 8], [10, 10])
+    with pytest.raises(ValueError, match="not a decreasing curve"):
+        fit_steps_curve([8, 16], [10, 20])
+    with pytest.raises(ValueError, match="batch > 0"):
+        steps_to_quality(1.0, 1.0, 0)
