@@ -71,3 +71,25 @@ def time_to_quality_speedup(s_min: float, b_noise: float, batch: float, step_s: 
         raise ValueError(f"step times must be > 0 seconds, got {step_s}, {base_step_s}")
     return (steps_to_quality(s_min, b_noise, base_batch) * base_step_s
             / (steps_to_quality(s_min, b_noise, batch) * step_s))
+
+
+def prediction_speedups(noise_scale: float, batch: int, rows: Sequence[tuple[int, float]]) -> list[float]:
+    """Time-to-quality speedup of each advisor prediction against 1 rank at sync interval 1.
+
+    A prediction at sync interval ``k`` updates once per ``k`` steps of global batch ``batch``, so its
+    effective batch is ``k x batch`` crops and an update takes ``k x step_s`` seconds; 1 rank at k = 1
+    is the first row with ``k == 1`` of world size 1 (``S_min`` cancels in the ratio).
+
+    Args:
+        noise_scale: the measured gradient noise scale ``B_noise`` [crops] (``trainer.noise_scale``).
+        batch: global batch per step [crops].
+        rows: ``(sync_interval, step_s)`` per prediction; the first one is the 1-rank, k = 1 baseline [1, s].
+
+    Raises:
+        ValueError: no rows, or what :func:`time_to_quality_speedup` raises.
+    """
+    if not rows:
+        raise ValueError("no predictions to compare")
+    base_k, base_step = rows[0]
+    return [time_to_quality_speedup(1.0, noise_scale, k * batch, k * step, base_k * batch, base_k * base_step)
+            for k, step in rows]
