@@ -26,7 +26,7 @@ from trainer.rundir import MetricsReader, RunDirError, RunPaths, read_json
 log = logging.getLogger(__name__)
 
 #: Columns of ``metrics.jsonl`` kept per run (``step`` first).
-METRIC_FIELDS = ("step", "loss", "lr", "images_per_s", "wall_s")
+METRIC_FIELDS = ("step", "loss", "lr", "images_per_s", "wall_s", "noise_scale")
 
 Columns = dict[str, np.ndarray]
 

@@ -1,7 +1,7 @@
 """Synthetic run directories (no trainer, no torch): for GUI tests, the poll benchmark and screenshots.
 
 Everything is written through :mod:`trainer.rundir`, so the layout is the real one: ``run.json``,
-``metrics.jsonl`` rows ``{step, loss, lr, images_per_s, wall_s}`` and contact sheets (3 crops as rows x
+``metrics.jsonl`` rows ``{step, loss, lr, images_per_s, wall_s, noise_scale}`` and contact sheets (3 crops as rows x
 input | output | ground truth columns) as PNG files.
 """
 
@@ -41,7 +41,8 @@ def metrics_rows(first: int, last: int, interval: int = 10, seed: int = 0) -> li
         loss = (0.02 + 0.3 * math.exp(-step / decay)) * (1.0 + 0.15 * rng.standard_normal())
         lr = 1e-3 * min(1.0, 0.1 + 0.9 * step / 500.0)
         rows.append({"step": step, "loss": abs(loss), "lr": lr,
-                     "images_per_s": 120.0 + 5.0 * rng.standard_normal(), "wall_s": 0.066 * step})
+                     "images_per_s": 120.0 + 5.0 * rng.standard_normal(), "wall_s": 0.066 * step,
+                     "noise_scale": (4.0 + 40.0 * (1.0 - math.exp(-step / decay))) * (1.0 + 0.1 * rng.standard_normal())})
     return rows
 
 

@@ -28,7 +28,7 @@ import argparse
 import dataclasses
 import json
 import tempfile
-from typing import Sequence
+from typing import Any, Sequence
 
 from trainer.advise_model import (DEFAULT_BANDWIDTH_GBPS, DEFAULT_INTRA_BANDWIDTH_GBPS, DEFAULT_INTRA_LATENCY_S,
                                   DEFAULT_LATENCY_S, Link, Prediction, Probe,
@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--iters", type=int, default=10, help="timed probe iterations per batch size (default 10)")
     g.add_argument("--min-efficiency", type=float, default=0.7,
                    help="lowest scaling efficiency to recommend (default 0.7)")
+    g.add_argument("--noise-scale", type=float, default=None,
+                   help="gradient noise scale B_noise in crops (a run's metrics.jsonl 'noise_scale'): adds the "
+                        "time-to-quality speedup S(B) x step time (trainer/advise_quality.py) to the table and --json")
     g.add_argument("--json", action="store_true", help="end with one JSON line: the recommendation and every "
                    "prediction (the submit dialog reads it)")
     return p
@@ -150,6 +153,8 @@ def main(argv: Sequence[str]) -> int:
     if not ns.bandwidth_gbps > 0 or ns.latency_us < 0 or not ns.intra_bandwidth_gbps > 0 or ns.intra_latency_us < 0:
         parser.error("--bandwidth-gbps and --intra-bandwidth-gbps must be > 0, "
                      "--latency-us and --intra-latency-us >= 0")
+    if ns.noise_scale is not None and not ns.noise_scale >= 0:
+        parser.error(f"--noise-scale {ns.noise_scale} must be >= 0 crops")
     per_frame = ns.ranks_per_host
     if per_frame < 1 or per_frame > ns.max_world_size:
         parser.error(f"--ranks-per-frame {per_frame} must be in 1..--max-world-size ({ns.max_world_size})")
@@ -183,9 +188,31 @@ def main(argv: Sequence[str]) -> int:
         plain = recommend(every, ns.min_efficiency)
         print(f"at sync interval 1 (the effective batch you chose): {plain.world_size} rank(s), "
               f"{plain.images_per_s:.1f} images/s, efficiency {plain.efficiency:.2f}")
+    quality = _quality_speedups(ns.noise_scale, cfg.batch_size, predictions)
+    if quality:
+        best = max(range(len(predictions)), key=quality.__getitem__)
+        print(f"time to quality (noise scale {ns.noise_scale:g} crops): fastest is {predictions[best].world_size} "
+              f"rank(s) at sync interval {predictions[best].sync_interval}, {quality[best]:.2f}x 1 rank")
     if ns.json:
-        print(json.dumps({"recommended": {**dataclasses.asdict(chosen), "line": recommendation_line(
-            chosen, ns.min_efficiency)}, "predictions": [dataclasses.asdict(p) for p in predictions],
+        rows = [{**dataclasses.asdict(p), "time_to_quality_speedup": quality[i] if quality else None}
+                for i, p in enumerate(predictions)]
+        chosen_quality = quality[predictions.index(chosen)] if quality and chosen in predictions else None
+        print(json.dumps({"recommended": {**dataclasses.asdict(chosen), "time_to_quality_speedup": chosen_quality,
+                                          "line": recommendation_line(
+            chosen, ns.min_efficiency)}, "predictions": rows, "noise_scale": ns.noise_scale,
             "rank_memory_mb": rank_memory_mb(cfg.data_cache_mb, probe.device == "cuda")}))
     return 0
 
+
+def _quality_speedups(noise_scale: float | None, batch: int, predictions: Sequence[Any]) -> list[float]:
+    """Time-to-quality speedup per prediction (empty without a noise scale); see trainer.advise_quality."""
+    from trainer.advise_quality import prediction_speedups
+
+    if noise_scale is None or not predictions:
+        return []
+    rows = sorted(predictions, key=lambda p: (p.world_size, p.sync_interval))
+    base = rows[0]
+    ordered = [base, *[p for p in predictions if p is not base]]
+    values = prediction_speedups(noise_scale, batch, [(p.sync_interval, p.step_s) for p in ordered])
+    by_id = {id(p): v for p, v in zip(ordered, values)}
+    return [by_id[id(p)] for p in predictions]

@@ -75,11 +75,14 @@ class CommCounter:
         self.marks, self.in_sync = [], False
 
 
-def register_hook(model: DDP, kind: str, counter: CommCounter | None = None) -> Any:
+def register_hook(model: DDP, kind: str, counter: CommCounter | None = None,
+                  observe: Callable[[Any], None] | None = None) -> Any:
     """Register the communication hook named ``kind`` on a DDP model; returns the hook's state.
 
     With ``counter``, the hook is wrapped in :func:`counting_hook` (for ``none``, DDP's built-in
     all-reduce is replaced by the equivalent ``default_hooks.allreduce_hook`` so it can be counted).
+    With ``observe``, each bucket's local gradient (before any all-reduce or compression) is passed to
+    it first (:func:`observing_hook`; the noise scale, ``trainer.noise_scale``).
 
     Raises:
         ValueError: unknown ``kind`` (valid: none, fp16, powersgd).
@@ -88,7 +91,7 @@ def register_hook(model: DDP, kind: str, counter: CommCounter | None = None) -> 
 
     state: Any = None
     if kind == "none":
-        hook: Hook | None = default_hooks.allreduce_hook if counter is not None else None
+        hook: Hook | None = default_hooks.allreduce_hook if counter is not None or observe is not None else None
     elif kind == "fp16":
         hook = default_hooks.fp16_compress_hook
     elif kind == "powersgd":
@@ -99,10 +102,22 @@ def register_hook(model: DDP, kind: str, counter: CommCounter | None = None) -> 
     else:
         raise ValueError(f"grad_compression={kind!r} is not one of {', '.join(KINDS)}")
     if hook is not None:
-        model.register_comm_hook(state, counting_hook(hook, counter) if counter is not None else hook)
+        hook = counting_hook(hook, counter) if counter is not None else hook
+        model.register_comm_hook(state, observing_hook(hook, observe) if observe is not None else hook)
     if kind != "none":
         log.info("gradient compression: %s", kind)
     return state
+
+
+def observing_hook(inner: Hook, observe: Callable[[Any], None]) -> Hook:
+    """A comm hook that hands each bucket's flat local gradient (``bucket.buffer()``, this rank's, before the
+    all-reduce) to ``observe``, then runs ``inner``."""
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects string annotations here
+        observe(bucket.buffer())
+        return inner(state, bucket)
+
+    return hook
 
 
 def counting_hook(inner: Hook, counter: CommCounter) -> Hook:

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from trainer.grace import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
+ARCHITECTURES = ("v1", "v2")  # see trainer.model; v1 (the default) is the network cuetrain started with
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
@@ -41,6 +42,8 @@ class TrainConfig:
         batch_size: global batch [crops per step], split across ranks.
         crop_size: side of the square random crops [pixels].
         model_size: ``small``, ``medium`` or ``large`` (see ``trainer.model``).
+        architecture: ``v1`` (the default: the first network; checkpoints without an architecture are v1)
+            or ``v2`` (opt-in: space-to-depth stem, capacity at low resolution) (see ``trainer.model``).
         lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update [1].
         lr_reference_batch: batch the ``lr`` is tuned for; effective LR = lr x effective batch /
             this (linear scaling rule, Goyal et al. 2017) [crops].
@@ -80,6 +83,7 @@ class TrainConfig:
     batch_size: int = 8
     crop_size: int = 64
     model_size: str = "small"
+    architecture: str = "v1"
     lr: float = 1e-3
     lr_reference_batch: int = 8
     lr_scaling: str = "linear"
@@ -115,6 +119,7 @@ class TrainConfig:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0 seconds")
         _check_choice("model_size", self.model_size, MODEL_SIZES)
+        _check_choice("architecture", self.architecture, ARCHITECTURES)
         _check_choice("lr_scaling", self.lr_scaling, ("linear", "none"))
         _check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSION)
         if bool(self.colorspace) != bool(self.working_space):
@@ -176,6 +181,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, help=f"global batch in crops (default {d['batch_size']})")
     g.add_argument("--crop-size", type=int, help=f"crop side in pixels (default {d['crop_size']})")
     g.add_argument("--model-size", choices=MODEL_SIZES, help=f"model size (default {d['model_size']})")
+    g.add_argument("--architecture", choices=ARCHITECTURES,
+                   help="network: v1 (default, the first one) or v2 (opt-in, see trainer.model)")
     g.add_argument("--lr", type=float, help=f"learning rate at --lr-reference-batch (default {d['lr']})")
     g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
     g.add_argument("--lr-scaling", choices=("linear", "none"), help="LR scaling rule (default linear)")

@@ -1,9 +1,24 @@
-"""The network only: a residual U-Net for image-to-image tasks (no I/O, no arguments parsing).
+"""The networks only: residual U-Nets for image-to-image tasks (no I/O, no arguments parsing).
 
 ``output = input + unet(input)``: the last convolution starts at zero, so an untrained model is the
 identity and training learns the correction (denoise, de-artifact, beauty work), as CopyCat does.
-Fully convolutional: any frame size works; inputs are padded (replicate) to a multiple of
-``2**depth`` and the output is cropped back, so inference runs on full frames.
+Fully convolutional: any frame size works; inputs are padded (replicate) to a multiple of the
+network's total downsampling and the output is cropped back, so inference runs on full frames.
+
+Two architectures, each in three sizes (:data:`ARCHITECTURES`):
+
+- ``v1`` (:class:`CopyCatUNet`, the default): the U-Net cuetrain started with, at full resolution from the first
+  convolution. Kept unchanged so runs and checkpoints made with it still resume and the time-to-quality
+  time-to-quality comparison keeps it as its baseline.
+- ``v2`` (:class:`CopyCatUNetV2`, opt-in with ``--architecture v2``; not yet shown by the time-to-quality
+  benchmark to beat v1, so not the default): a space-to-depth stem (``pixel_unshuffle``, Shi et al.
+  2016's sub-pixel layout, as NAFNet and Restormer use it) puts the first level at half resolution,
+  so full-resolution work costs a quarter; the compute saved goes into more residual blocks at the
+  low-resolution levels, where capacity is cheapest. Down: 2x2 stride-2 convolutions; up: 1x1
+  convolution + ``pixel_shuffle``; skips are added (NAFNet), not concatenated.
+
+Every operator is one torch 1.12's TorchScript has and that exports to standard ONNX (opset <= 18):
+conv2d, relu, add, slicing, pixel_shuffle/pixel_unshuffle; padding goes through :func:`pad_to_multiple`.
 """
 
 from __future__ import annotations
@@ -32,10 +47,9 @@ class ModelConfig:
     channels: int = 3
 
 
-#: The sizes offered to artists. Parameter counts (measured by ``count_parameters``):
-#: small 169,843 (0.17 M), medium 4,730,211 (4.7 M), large 42,790,419 (42.8 M); checked in
-#: tests/trainer/test_model.py.
-MODEL_SIZES: dict[str, ModelConfig] = {
+#: The v1 sizes. Parameter counts (measured by ``count_parameters``): small 169,843 (0.17 M), medium
+#: 4,730,211 (4.7 M), large 42,790,419 (42.8 M); checked in tests/trainer/test_model.py.
+MODEL_SIZES_V1: dict[str, ModelConfig] = {
     "small": ModelConfig(base_channels=16, depth=2, blocks=1),
     "medium": ModelConfig(base_channels=32, depth=3, blocks=2),
     "large": ModelConfig(base_channels=48, depth=4, blocks=2),
@@ -137,15 +151,116 @@ class CopyCatUNet(nn.Module):
         return x + self.tail(y)[..., :h, :w]
 
 
-def build_model(size: str) -> CopyCatUNet:
-    """The network for a model size name.
+@dataclass(frozen=True)
+class ModelConfigV2:
+    """Shape of the v2 network (:class:`CopyCatUNetV2`).
+
+    Attributes:
+        width: feature channels of the top level, at 1/``stem`` resolution; doubles at each level down [channels].
+        enc_blocks: residual blocks of each level before it is downsampled, top level first [count per level];
+            its length is the number of 2x downsamplings below the stem.
+        mid_blocks: residual blocks of the lowest level [count].
+        dec_blocks: residual blocks of each level after its skip is added, top level first [count per level].
+        stem: space-to-depth factor of the stem: the first level runs at 1/stem resolution [pixels].
+        channels: image channels in and out (RGB) [channels].
+    """
+
+    width: int
+    enc_blocks: tuple[int, ...]
+    mid_blocks: int
+    dec_blocks: tuple[int, ...]
+    stem: int = 2
+    channels: int = 3
+
+    @property
+    def multiple(self) -> int:
+        """Frames are padded to a multiple of this [pixels]: the stem times 2 per level."""
+        return self.stem * 2 ** len(self.enc_blocks)
+
+
+class CopyCatUNetV2(nn.Module):
+    """The v2 residual U-Net (module doc). (B, 3, H, W) float32 -> (B, 3, H, W) float32, any H, W >= 1.
 
     Raises:
-        ValueError: unknown size (the valid names are listed).
+        ValueError: ``enc_blocks`` and ``dec_blocks`` differ in length or are empty.
     """
-    if size not in MODEL_SIZES:
-        raise ValueError(f"model size {size!r} is not one of {', '.join(MODEL_SIZES)}")
-    return CopyCatUNet(MODEL_SIZES[size])
+
+    def __init__(self, cfg: ModelConfigV2) -> None:
+        super().__init__()
+        if len(cfg.enc_blocks) != len(cfg.dec_blocks) or not cfg.enc_blocks:
+            raise ValueError(f"enc_blocks {cfg.enc_blocks} and dec_blocks {cfg.dec_blocks} need one entry per level")
+        self.stem, self.multiple = cfg.stem, cfg.multiple
+        packed = cfg.channels * cfg.stem ** 2  # channels after space-to-depth
+        widths = [cfg.width * 2 ** i for i in range(len(cfg.enc_blocks) + 1)]
+        self.head = nn.Conv2d(packed, cfg.width, 3, padding=1)
+        self.encoders = nn.ModuleList([_blocks(widths[i], n) for i, n in enumerate(cfg.enc_blocks)])
+        self.downs = nn.ModuleList([nn.Conv2d(widths[i], widths[i + 1], 2, stride=2) for i in range(len(cfg.enc_blocks))])
+        self.middle = _blocks(widths[-1], cfg.mid_blocks)
+        levels = list(reversed(range(len(cfg.dec_blocks))))  # the way up runs from the lowest level
+        self.ups = nn.ModuleList([nn.Conv2d(widths[i + 1], widths[i] * 4, 1) for i in levels])
+        self.decoders = nn.ModuleList([_blocks(widths[i], cfg.dec_blocks[i]) for i in levels])
+        self.tail = nn.Conv2d(cfg.width, packed, 3, padding=1)
+        nn.init.zeros_(self.tail.weight)  # start as the identity: output == input
+        nn.init.zeros_(self.tail.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2], x.shape[-1]
+        y = pad_to_multiple(x, self.multiple)  # (B, 3, H, W) -> (B, 3, H', W'), H' and W' multiples of stem*2**levels
+        y = self.head(F.pixel_unshuffle(y, self.stem))  # -> (B, 3 s^2, H'/s, W'/s) -> (B, c, H'/s, W'/s)
+        skips: list[torch.Tensor] = []
+        for encoder, down in zip(self.encoders, self.downs):  # each level: (B, C, h, w) -> (B, 2C, h/2, w/2)
+            y = encoder(y)
+            skips.append(y)
+            y = down(y)
+        y = self.middle(y)
+        for i, (up, decoder) in enumerate(zip(self.ups, self.decoders)):  # (B, 2C, h/2, w/2) -> (B, C, h, w)
+            y = F.pixel_shuffle(up(y), 2) + skips[len(skips) - 1 - i]  # (B, 4C, h/2, w/2) -> (B, C, h, w)
+            y = decoder(y)
+        return x + F.pixel_shuffle(self.tail(y), self.stem)[..., :h, :w]  # (B, 3 s^2, h, w) -> (B, 3, H, W)
+
+
+def _blocks(ch: int, count: int) -> nn.Sequential:
+    """``count`` residual blocks of ``ch`` channels (an empty Sequential is the identity)."""
+    return nn.Sequential(*[ResBlock(ch) for _ in range(count)])
+
+
+#: The v2 sizes. Parameter counts (measured by ``count_parameters``; tests/trainer/test_model.py):
+#: small 1,012,204 (1.0 M), medium 9,499,740 (9.5 M), large 68,418,252 (68.4 M).
+MODEL_SIZES_V2: dict[str, ModelConfigV2] = {
+    "small": ModelConfigV2(width=32, enc_blocks=(1, 2), mid_blocks=2, dec_blocks=(1, 2)),
+    "medium": ModelConfigV2(width=48, enc_blocks=(1, 2, 2), mid_blocks=2, dec_blocks=(1, 2, 2)),
+    "large": ModelConfigV2(width=64, enc_blocks=(2, 2, 2, 2), mid_blocks=2, dec_blocks=(2, 2, 2, 2)),
+}
+
+#: Architecture name -> its sizes (every architecture offers the same three size names).
+ARCHITECTURES: dict[str, dict[str, ModelConfig] | dict[str, ModelConfigV2]] = {"v1": MODEL_SIZES_V1,
+                                                                              "v2": MODEL_SIZES_V2}
+#: The size names artists pick from.
+MODEL_SIZES = tuple(MODEL_SIZES_V2)
+
+
+def model_config(size: str, architecture: str = "v1") -> ModelConfig | ModelConfigV2:
+    """The constructor arguments of a network (what checkpoints and model.json record).
+
+    Raises:
+        ValueError: unknown architecture or size (the valid names are listed).
+    """
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"architecture {architecture!r} is not one of {', '.join(ARCHITECTURES)}")
+    sizes = ARCHITECTURES[architecture]
+    if size not in sizes:
+        raise ValueError(f"model size {size!r} is not one of {', '.join(sizes)}")
+    return sizes[size]
+
+
+def build_model(size: str, architecture: str = "v1") -> nn.Module:
+    """The network for a model size and architecture name (see :data:`ARCHITECTURES`).
+
+    Raises:
+        ValueError: unknown size or architecture (the valid names are listed).
+    """
+    cfg = model_config(size, architecture)
+    return CopyCatUNet(cfg) if isinstance(cfg, ModelConfig) else CopyCatUNetV2(cfg)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -17,6 +17,7 @@ Large Minibatch SGD", 2017: ``lr x effective_batch / lr_reference_batch``, warme
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import sys
@@ -31,12 +32,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from trainer import distributed
 from trainer.colour import ColourSpec
 from trainer.config import ConfigError, TrainConfig
-from trainer.data import CropSampler, rank_loss_weight
+from trainer.data import CropBatch, CropSampler, rank_loss_weight
 from trainer.dataphase import open_data
 from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
 from trainer.stop import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
-from trainer.model import build_model, count_parameters
+from trainer.model import build_model, count_parameters, model_config
+from trainer.noise_scale import GradNoise, parameter_grads, squared_norm
 from trainer.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
 from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, now_iso, wall_clock
@@ -130,7 +132,7 @@ class _Loop:
         if self.master:
             warn_identity(cfg.input_dir, cfg.target_dir)
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        self.net = build_model(cfg.model_size).to(rt.device, memory_format=fmt)  # float32 master weights
+        self.net = build_model(cfg.model_size, cfg.architecture).to(rt.device, memory_format=fmt)  # float32 master weights
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=self.peak_lr)
@@ -138,6 +140,8 @@ class _Loop:
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
+        self.noise = GradNoise(rt.device)  # the gradient noise scale (trainer.noise_scale)
+        self._micro, self._logged_updates = 0, 0  # steps accumulated into the pending update; updates at the last log
 
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
@@ -179,7 +183,8 @@ class _Loop:
         model = DDP(self.net, device_ids=ids, gradient_as_bucket_view=True)  # no copy grads <-> buckets
         from trainer.compression import register_hook
 
-        register_hook(model, self.cfg.grad_compression)
+        register_hook(model, self.cfg.grad_compression,
+                      observe=self.noise.observe_bucket if self.env.world_size > 1 else None)
         return maybe_compile(model, self.cfg.compile)
 
     def _steps(self, model: torch.nn.Module) -> float:
@@ -192,12 +197,8 @@ class _Loop:
             batch = self.sampler.batch(step)  # on the device already
             no_sync = getattr(model, "no_sync", None)
             with no_sync() if (no_sync is not None and not update) else contextlib.nullcontext():
-                with self.precision.autocast():
-                    out = model(batch.input)
-                per_crop = (out.float() - batch.target).abs().mean(dim=(1, 2, 3))  # (b,) float32 L1 per crop
-                loss_sum = per_crop.sum() / self.sampler.local_batch * self.loss_weight / sync
-                self.scaler.scale(loss_sum).backward()  # scaled for fp16 only
-            loss_acc += per_crop.detach().sum()
+                per_crop = self._forward_backward(model, batch)
+            loss_acc += per_crop.sum()
             n_acc += self.sampler.local_batch
             self.step = step
             if update:
@@ -234,7 +235,54 @@ class _Loop:
                     self.paths.checkpoint(step), "" if self.master else ", written by rank 0")
         raise Regroup(step)
 
+    def _forward_backward(self, model: torch.nn.Module, batch: CropBatch) -> torch.Tensor:
+        """Forward and backward of this rank's crops (gradients accumulate in ``.grad``); returns the
+        (b,) float32 L1 loss per crop, detached.
+
+        One rank at sync interval 1 runs the batch as two halves and reads the gradient of the first
+        (the small batch of the noise scale, ``trainer.noise_scale``); one rank with a sync interval
+        k > 1 reads the gradient after the first of its k steps.
+        """
+        sync, local = self.env.sync_interval, self.sampler.local_batch
+        self._micro += 1
+        halves = self.env.world_size == 1 and sync == 1 and local >= 2
+        parts = [(0, local // 2), (local // 2, local)] if halves else [(0, local)]
+        losses = []
+        no_sync = getattr(model, "no_sync", None)  # a 1-rank gang: the first half must not all-reduce
+        for first, stop in parts:
+            early = halves and first == 0 and no_sync is not None
+            with no_sync() if early else contextlib.nullcontext():
+                with self.precision.autocast():
+                    out = model(batch.input[first:stop])
+                per_crop = (out.float() - batch.target[first:stop]).abs().mean(dim=(1, 2, 3))  # (b,) float32 L1
+                loss_sum = per_crop.sum() / local * self.loss_weight / sync
+                self.scaler.scale(loss_sum).backward()  # scaled for fp16 only
+            losses.append(per_crop.detach())
+            if self.env.world_size == 1 and (halves and first == 0 or not halves and sync > 1 and self._micro == 1):
+                # the gradient so far is (crops seen / crops per update) x their mean gradient
+                self.noise.observe_small(squared_norm(parameter_grads(self.net)) * (local * sync / stop) ** 2)
+        return torch.cat(losses) if len(losses) > 1 else losses[0]
+
+    def _measure_noise(self) -> None:
+        """Close this update's noise-scale sample (the all-reduced gradient is in ``.grad``); an update
+        with fewer than ``sync_interval`` steps (the last of a run) or one crop per update adds none."""
+        sync, local, world = self.env.sync_interval, self.sampler.local_batch, self.env.world_size
+        micro, self._micro = self._micro, 0
+        if micro != sync:
+            return
+        if world > 1:
+            b_small, b_big, small_scale = local * sync, self.cfg.batch_size * sync, self.loss_weight
+        elif sync > 1:
+            b_small, b_big, small_scale = local, local * sync, 1.0
+        elif local >= 2:
+            b_small, b_big, small_scale = local // 2, local, 1.0
+        else:
+            return
+        scale = self.scaler._get_scale_async() if self.scaler.is_enabled() else 1.0  # fp16: grads still scaled
+        self.noise.add_sync(b_small, b_big, squared_norm(parameter_grads(self.net)), small_scale, scale)
+
     def _update(self) -> None:
+        self._measure_noise()
         lr = lr_at(self.updates, self.total_updates, self.peak_lr, self.cfg.warmup_steps)
         for group in self.opt.param_groups:
             group["lr"] = lr
@@ -244,13 +292,18 @@ class _Loop:
         self.updates += 1
 
     def _log(self, step: int, loss_acc: torch.Tensor, n_local: int, dt: float, wall: float) -> float:
-        total, count = distributed.all_reduce_sum([float(loss_acc), float(n_local)], self.rt)
+        # one all-reduce: the loss sums and the noise-scale sums of the window (trainer.noise_scale)
+        total, count, *noise = distributed.all_reduce_sum([float(loss_acc), float(n_local), *self.noise.window()],
+                                                         self.rt)
+        noise_scale = self.noise.smooth(*noise, updates=self.updates - self._logged_updates)
+        self._logged_updates = self.updates
         loss = total / max(count, 1.0)
         images_per_s = count / dt if dt > 0 else 0.0
         lr = self.opt.param_groups[0]["lr"]
         line = f"[Step:{step}/{self.cfg.steps}] loss={loss:.6f} lr={lr:.3g} images/s={images_per_s:.1f}"
         _print_progress(line)
-        self.writer.metrics({"step": step, "loss": loss, "lr": lr, "images_per_s": images_per_s, "wall_s": wall})
+        row = {"step": step, "loss": loss, "lr": lr, "images_per_s": images_per_s, "wall_s": wall}
+        self.writer.metrics(row if noise_scale is None else {**row, "noise_scale": noise_scale})
         return loss
 
     def _outputs(self, step: int, update: bool) -> bool:
@@ -280,7 +333,9 @@ class _Loop:
                          "updates": self.updates, "config": self.cfg.to_dict(), "model_size": self.cfg.model_size,
                          "world_size": self.env.world_size, "sync_interval": self.env.sync_interval,
                          "torch_rng": torch.get_rng_state(), "grad_scaler": self.scaler.state_dict(),
-                         "precision": self.precision.name})
+                         "precision": self.precision.name, "architecture": self.cfg.architecture,
+                         "model_config": dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture)),
+                         "noise_scale": self.noise.state_dict()})
 
     def _resume(self) -> None:
         """Load the latest checkpoint when rank 0 runs with ``--resume``; the other ranks load the step rank 0
@@ -296,16 +351,25 @@ class _Loop:
         if ckpt["model_size"] != self.cfg.model_size:
             raise ConfigError(f"checkpoint {self.paths.checkpoint(step)} is a {ckpt['model_size']} model, but "
                              f"--model-size is {self.cfg.model_size}; use the same size or another --run-dir")
+        architecture = ckpt.get("architecture", "v1")  # checkpoints from before architectures were named are v1
+        if architecture != self.cfg.architecture:
+            raise ConfigError(f"checkpoint {self.paths.checkpoint(step)} is a {architecture} network, but "
+                              f"--architecture is {self.cfg.architecture}; resume with --architecture {architecture} "
+                              "or start another --run-dir")
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
         if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far
             self.scaler.load_state_dict(ckpt["grad_scaler"])
         torch.set_rng_state(ckpt["torch_rng"])
+        self.noise.load_state_dict(ckpt.get("noise_scale"))
         self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
+        self._logged_updates = self.updates
         log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
 
     def _model_meta(self) -> dict[str, Any]:
-        return {"model_size": self.cfg.model_size, "parameters": count_parameters(self.net), "step": self.step,
+        return {"model_size": self.cfg.model_size, "architecture": self.cfg.architecture,
+                "model_config": dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture)),
+                "parameters": count_parameters(self.net), "step": self.step,
                 "channels": 3, "input": "(B, 3, H, W) float32, any H and W", "config": self.cfg.to_dict(),
                 "world_size": self.env.world_size, "colour": self.colour.to_dict(),
                 "trained_precision": self.precision.name}

@@ -256,3 +256,21 @@ def test_show_reuses_the_host_application(qtbot, qapp, controller):
     qtbot.addWidget(window)
     assert window.isVisible() and window.controller is controller
     assert window.panel.table.rowCount() == 0 and not controller.live_updates
+
+
+def test_graph_dropdown_plots_the_gradient_noise_scale(qtbot, panel, controller, tmp_path):
+    """metrics.jsonl's ``noise_scale`` (trainer.noise_scale) is a series of the graph dropdown."""
+    import math
+
+    from trainer.rundir import read_metrics
+
+    paths = write_run(tmp_path / "a", steps=100, logged_to=50)
+    controller.add_run(str(paths.root))
+    controller.poll_now(include_farm=False)
+    panel.graph.metric_box.setCurrentText("Gradient noise scale")
+    assert panel.graph.column == "noise_scale"
+    x, y = panel.graph.curve_data(str(paths.root))
+    rows = read_metrics(paths)
+    assert panel.graph.log_box.isChecked()  # log axis by default: pyqtgraph hands back log10 values
+    assert list(x) == [r["step"] for r in rows]
+    assert list(y) == pytest.approx([math.log10(r["noise_scale"]) for r in rows])

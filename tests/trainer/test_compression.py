@@ -96,9 +96,9 @@ def test_sync_interval_divides_the_bytes_per_step(pairs, tmp_path, monkeypatch):
     counters: list[CommCounter] = []
     register = compression.register_hook
 
-    def counted(model, kind):  # what trainer.train._wrap calls, with a counter added
+    def counted(model, kind, observe=None):  # what trainer.train._wrap calls, with a counter added
         counters.append(CommCounter())
-        return register(model, kind, counters[-1])
+        return register(model, kind, counters[-1], observe=observe)
 
     monkeypatch.setattr(compression, "register_hook", counted)
     for sync in (1, 4):

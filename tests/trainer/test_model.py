@@ -61,3 +61,17 @@ def test_pad_to_multiple_gradients_equal_replicate_f_pad():
     (pad_to_multiple(a, 16) * weight).sum().backward()
     (F.pad(b, [0, 10, 0, 3], mode="replicate") * weight).sum().backward()
     torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-5)  # sums of up to 40 terms: order differs
+
+
+@pytest.mark.parametrize("size,params", [("small", 1_012_204), ("medium", 9_499_740), ("large", 68_418_252)])
+def test_v2_parameter_counts_identity_and_odd_sizes(size, params):
+    net = build_model(size, "v2")
+    assert count_parameters(net) == params
+    if size == "small":
+        x = torch.rand(1, 3, 37, 51)
+        assert torch.equal(net(x), x)  # zero-initialised tail: the untrained v2 network is the identity too
+
+
+def test_unknown_architecture_is_named():
+    with pytest.raises(ValueError, match="v1, v2"):
+        build_model("small", "v3")

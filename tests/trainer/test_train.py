@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -154,7 +155,9 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     assert record["config"]["steps"] == 12 and "torch" in record["versions"] and record["started_at"]
     rows = read_metrics(run)
     assert [r["step"] for r in rows] == [2, 4, 6, 8, 10, 12]
-    assert set(rows[0]) == {"step", "loss", "lr", "images_per_s", "wall_s"}
+    assert set(rows[0]) - {"noise_scale"} == {"step", "loss", "lr", "images_per_s", "wall_s"}
+    noise = [r["noise_scale"] for r in rows if "noise_scale" in r]  # trainer.noise_scale: B_simple [crops]
+    assert noise and all(math.isfinite(v) and v > 0 for v in noise)
     assert [s for s, _ in run.list_contact_sheets()] == [4, 8, 12]
     sheet = read_image(run.contact_sheet(12))
     cell = 16 * outputs_mod.sheet_scale(16)  # crops enlarged so the column labels fit

@@ -1,0 +1,62 @@
+"""S(B) = S_min (1 + B_noise / B) (trainer/advise_quality.py): fit on synthetic curves with known answers."""
+
+import numpy as np
+import pytest
+
+from trainer.advise_quality import fit_steps_curve, steps_to_quality, time_to_quality_speedup
+
+
+def test_fit_recovers_a_noiseless_curve_exactly():
+    batches = [8, 16, 32, 64, 128]
+    steps = [steps_to_quality(500.0, 40.0, b) for b in batches]
+    assert fit_steps_curve(batches, steps) == pytest.approx((500.0, 40.0))
+
+
+def test_fit_of_a_noisy_curve_is_within_10_percent():
+    rng = np.random.default_rng(0)
+    batches = [8, 16, 32, 64, 128] * 4
+    steps = [steps_to_quality(2000.0, 25.0, b) * (1 + 0.03 * rng.standard_normal()) for b in batches]
+    s_min, b_noise = fit_steps_curve(batches, steps)
+    assert s_min == pytest.approx(2000.0, rel=0.10) and b_noise == pytest.approx(25.0, rel=0.10)
+
+
+def test_speedup_saturates_past_the_noise_scale():
+    # equal step times: batch 4x bigger gives at most 4x fewer updates, ~4x far below B_noise, ~1x far above
+    below = time_to_quality_speedup(100.0, 1000.0, 32, 1.0, 8, 1.0)
+    above = time_to_quality_speedup(100.0, 1.0, 512, 1.0, 128, 1.0)
+    assert 3.8 < below <= 4.0 and 1.0 <= above < 1.01
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="distinct batches"):
+        fit_steps_curve([8, 8], [10, 10])
+    with pytest.raises(ValueError, match="not a decreasing curve"):
+        fit_steps_curve([8, 16], [10, 20])
+    with pytest.raises(ValueError, match="batch > 0"):
+        steps_to_quality(1.0, 1.0, 0)
+
+
+def test_prediction_speedups_against_one_rank():
+    from trainer.advise_quality import prediction_speedups
+
+    # B_noise 24, batch 8: 1 rank k=1 (baseline), 2 ranks twice as fast per step, 1 rank k=4 (4x the crops per update)
+    got = prediction_speedups(24.0, 8, [(1, 1.0), (1, 0.5), (4, 1.0)])
+    assert got[0] == pytest.approx(1.0) and got[1] == pytest.approx(2.0)
+    # k=4: S(32) = 1.75 vs S(8) = 4 updates, each 4 s vs 1 s -> 4 / (1.75 x 4)
+    assert got[2] == pytest.approx(4.0 / (1.75 * 4.0))
+
+
+def test_advise_json_reports_noise_scale_and_time_to_quality(pairs, capsys):
+    """``cuetrain advise --noise-scale N --json``: the fields the submit dialog reads."""
+    import json
+
+    from trainer.advise import main
+
+    assert main(["--input", str(pairs[0]), "--target", str(pairs[1]), "--crop-size", "16", "--batch-size", "4",
+                 "--max-world-size", "2", "--sync-intervals", "1", "2", "--warmup", "1", "--iters", "1",
+                 "--noise-scale", "12", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["noise_scale"] == 12.0
+    speedups = [p["time_to_quality_speedup"] for p in out["predictions"]]
+    assert speedups[0] == pytest.approx(1.0) and all(s > 0 for s in speedups)
+    assert out["recommended"]["time_to_quality_speedup"] > 0

@@ -1,0 +1,95 @@
+"""Steps to a fixed quality against the global batch: McCandlish et al. 2018's S(B) (pure functions, no torch).
+
+"An Empirical Model of Large-Batch Training" (McCandlish, Kaplan, Amodei et al. 2018), eq. 2.11:
+the optimizer updates needed to reach a given loss with global batch ``B`` are
+
+    S(B) = S_min (1 + B_noise / B)
+
+where ``S_min`` is the number of updates with an infinite batch and ``B_noise`` the critical batch,
+estimated while training by the simple noise scale ``B_simple`` (``trainer.noise_scale``). Below
+``B_noise`` doubling the batch almost halves the updates; far above it, more crops per update buy
+almost nothing. Combined with the advisor's step-time model (``trainer.advise_model``), the time
+to quality is ``S(B) x step_time(B)``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def steps_to_quality(s_min: float, b_noise: float, batch: float) -> float:
+    """``S(B) = S_min (1 + B_noise / B)`` [optimizer updates] (eq. 2.11).
+
+    Args:
+        s_min: updates to the quality with an infinite batch [updates], > 0.
+        b_noise: the critical batch, e.g. the measured gradient noise scale [crops], >= 0.
+        batch: global batch per optimizer update [crops], > 0.
+
+    Raises:
+        ValueError: a value out of range (named).
+    """
+    if not s_min > 0 or not b_noise >= 0 or not batch > 0:
+        raise ValueError(f"S(B) needs s_min > 0, b_noise >= 0, batch > 0; got {s_min}, {b_noise}, {batch}")
+    return s_min * (1.0 + b_noise / batch)
+
+
+def fit_steps_curve(batches: Sequence[float], steps: Sequence[float]) -> tuple[float, float]:
+    """Least-squares fit of ``S(B) = S_min + S_min B_noise / B`` (linear in ``1/B``) to measured points.
+
+    Args:
+        batches: global batches [crops], at least two distinct values.
+        steps: updates each batch needed to reach the same quality [updates].
+
+    Returns:
+        ``(S_min, B_noise)`` [updates, crops].
+
+    Raises:
+        ValueError: fewer than two distinct batches, lengths differ, or the fit is not a decreasing curve
+            (S_min <= 0 or B_noise < 0: the points are too noisy to fit).
+    """
+    if len(batches) != len(steps) or len(set(batches)) < 2:
+        raise ValueError(f"need >= 2 distinct batches with one step count each, got {list(batches)}, {list(steps)}")
+    xs = [1.0 / float(b) for b in batches]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(steps) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, steps)) / sum((x - mx) ** 2 for x in xs)
+    s_min = my - slope * mx
+    if not s_min > 0 or slope < 0:
+        raise ValueError(f"S(B) fit gives S_min={s_min:.3g}, S_min*B_noise={slope:.3g}: not a decreasing curve")
+    return s_min, slope / s_min
+
+
+def time_to_quality_speedup(s_min: float, b_noise: float, batch: float, step_s: float,
+                            base_batch: float, base_step_s: float) -> float:
+    """How many times sooner ``batch`` at ``step_s`` seconds per update reaches the quality than
+    ``base_batch`` at ``base_step_s`` [1]: ``S(base) base_step_s / (S(batch) step_s)``.
+
+    Raises:
+        ValueError: non-positive step times, or what :func:`steps_to_quality` raises.
+    """
+    if not step_s > 0 or not base_step_s > 0:
+        raise ValueError(f"step times must be > 0 seconds, got {step_s}, {base_step_s}")
+    return (steps_to_quality(s_min, b_noise, base_batch) * base_step_s
+            / (steps_to_quality(s_min, b_noise, batch) * step_s))
+
+
+def prediction_speedups(noise_scale: float, batch: int, rows: Sequence[tuple[int, float]]) -> list[float]:
+    """Time-to-quality speedup of each advisor prediction against 1 rank at sync interval 1.
+
+    A prediction at sync interval ``k`` updates once per ``k`` steps of global batch ``batch``, so its
+    effective batch is ``k x batch`` crops and an update takes ``k x step_s`` seconds; 1 rank at k = 1
+    is the first row with ``k == 1`` of world size 1 (``S_min`` cancels in the ratio).
+
+    Args:
+        noise_scale: the measured gradient noise scale ``B_noise`` [crops] (``trainer.noise_scale``).
+        batch: global batch per step [crops].
+        rows: ``(sync_interval, step_s)`` per prediction; the first one is the 1-rank, k = 1 baseline [1, s].
+
+    Raises:
+        ValueError: no rows, or what :func:`time_to_quality_speedup` raises.
+    """
+    if not rows:
+        raise ValueError("no predictions to compare")
+    base_k, base_step = rows[0]
+    return [time_to_quality_speedup(1.0, noise_scale, k * batch, k * step, base_k * batch, base_k * base_step)
+            for k, step in rows]
