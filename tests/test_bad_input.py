@@ -21,7 +21,7 @@ import pytest
 
 from cue_plugin import cli as farm_cli
 from cue_plugin import frame, layer_failure, rendezvous
-from tests.conftest import ROOT
+from tests.conftest import CHILD_PYTHONPATH, ROOT
 from trainer import cli
 from trainer.envvars import CueFrameEnv
 from trainer.rundir import RunPaths, read_json
@@ -223,7 +223,7 @@ def test_submit_with_more_ranks_than_crops_is_refused(tmp_path, clean_env, capsy
 
 def test_local_gang_with_more_ranks_than_crops_stops_with_the_reason(pairs, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in DIST}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=CHILD_PYTHONPATH)
     argv = ["local", "--world-size", "3", *train_argv(pairs, tmp_path / "run")[1:]]
     done = subprocess.run([sys.executable, "-m", "trainer.cli", *argv], env=env, cwd=ROOT, text=True,
                           capture_output=True, timeout=120)

@@ -203,7 +203,11 @@ def _record(cfg: TrainConfig, cache: HostCache, results: list[dict[str, Any]]) -
 
 
 def _record_failure(paths: RunPaths, failed: dict[str, Any]) -> None:
-    """Rank 0 records the data phase's failure in ``run.json`` (the trainer's writer has not started yet)."""
+    """Rank 0 records the data phase's failure in ``run.json`` (the trainer's writer has not started yet) when the
+    run has a record (a restart or resume: the node agent and the Runs panel read it); bad data on a fresh run
+    writes nothing, as every bad input before the first attempt (the error names the file)."""
+    if not paths.run_json.exists():
+        return
     kind = runrecord.FailureKind.DATA_CHANGED if failed["changed"] else runrecord.FailureKind.ERROR
     code = ShotChanged.exit_code if failed["changed"] else int(ExitCode.USAGE)
     runrecord.update_record(paths, state="failed", error=failed["error"], failure_kind=kind.value, exit_code=code,

@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from trainer import distributed
 from trainer.colour import ColourSpec
 from trainer.config import ConfigError, TrainConfig
-from trainer.data import CropBatch, CropSampler, rank_loss_weight
+from trainer.data import CropBatch, CropSampler, rank_loss_weight, rank_slice
 from trainer.dataphase import open_data
 from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
@@ -126,6 +126,7 @@ class _Loop:
         self.precision = resolve_precision(cfg.precision, rt.device)
         fmt = memory_format(cfg.memory_format)
         configure_backends(rt.device)
+        rank_slice(cfg.batch_size, self.env.rank, self.env.world_size)  # too few crops: fail before the data phase
         self.data = open_data(cfg, rt, self.colour, self.paths)  # the shot, decoded once per host (trainer.dataphase)
         self.sampler = CropSampler(self.data.source, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size,
                                    cfg.seed, rt.device, fmt, check=self.data.watch)

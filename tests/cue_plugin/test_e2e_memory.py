@@ -21,7 +21,7 @@ import pytest
 from cue_plugin import templates
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import RunState
-from tests.conftest import make_pairs
+from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cue_plugin.test_e2e_training import ROOT, farm, wait_finished  # noqa: F401 (fixture)
 from trainer.config import TrainConfig
 from trainer.procstat import frame_rss_bytes
@@ -64,7 +64,7 @@ def test_a_four_rank_frame_stays_within_its_memory_reservation_as_rqd_measures_i
     run = tmp_path / "run"
     cfg = TrainConfig(input_dir=str(inp), target_dir=str(tgt), run_dir=str(run), steps=6, batch_size=4, crop_size=64,
                       log_interval=2, checkpoint_interval=6, contact_sheet_interval=6, data_cache_mb=128)
-    extra = {"PYTHONPATH": str(ROOT), "CUETRAIN_MAIN_HOST": "127.0.0.1", "CUEBOT_HOSTS": farm.cuebot.address,
+    extra = {"PYTHONPATH": CHILD_PYTHONPATH, "CUETRAIN_MAIN_HOST": "127.0.0.1", "CUEBOT_HOSTS": farm.cuebot.address,
              "CUETRAIN_EXPORT_ONNX": "0", "CUETRAIN_SCRATCH": str(tmp_path / "scratch")}
     job = templates.make_job(cfg, template="cpu-test", world_size=RANKS_PER_FRAME, ranks_per_frame=RANKS_PER_FRAME,
                              cores=0.5, memory_mb=MEMORY_MB, show="cuetrain", shot="e2e", user="trainer",

@@ -37,7 +37,7 @@ import pytest
 from cue_plugin import frame, layer_failure, rendezvous, templates
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import JobHandle, RunState
-from tests.conftest import make_pairs
+from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cuebot.completion import CuebotRules
 from tests.cuebot.double import CuebotDouble
 from tests.cuebot.fixtures import (RQD_START_TIMEOUT_S, free_port, frame_identity, skip_or_fail_missing_prerequisite,
@@ -295,7 +295,7 @@ def submit(farm: Farm, tmp_path: Path, name: str, *, world_size: int = 2, max_re
                   contact_sheet_interval=2)
     values.update(train)
     cfg = TrainConfig(input_dir=str(inp), target_dir=str(tgt), run_dir=str(run), **values)
-    extra = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
+    extra = {"PYTHONPATH": CHILD_PYTHONPATH, "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
              "CUEBOT_HOSTS": farm.cuebot.address, "CUETRAIN_EXPORT_ONNX": "0"}  # model.onnx: test_export.py
     job = templates.make_job(cfg, template="cpu-test", world_size=world_size, show="cuetrain", shot="e2e",
                              user="trainer", extra_env=extra, rendezvous_timeout_s=60, max_retries=max_retries)

@@ -30,7 +30,7 @@ import psutil
 import pytest
 import torch
 
-from tests.conftest import make_pairs
+from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from trainer.model import build_model
 from trainer.rundir import RunPaths, read_metrics
 from trainer.runrecord import read_record_or_empty
@@ -57,7 +57,7 @@ def frame_cmd(run: Path, data: Path, elastic: bool) -> list[str]:
 
 def start_frame(cmd: list[str], frame: int, log_dir: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "CUE", "CUDA_"))}
-    env.update(PYTHONPATH=str(ROOT), CUE_IFRAME=str(frame), CUETRAIN_MAIN_HOST="127.0.0.1", CUETRAIN_GANG_TOKEN=TOKEN,
+    env.update(PYTHONPATH=CHILD_PYTHONPATH, CUE_IFRAME=str(frame), CUETRAIN_MAIN_HOST="127.0.0.1", CUETRAIN_GANG_TOKEN=TOKEN,
                OMP_NUM_THREADS="1", CUETRAIN_EXPORT_ONNX="0")
     out = open(log_dir / f"frame_{frame}_{time.monotonic_ns()}.out", "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

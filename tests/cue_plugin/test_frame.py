@@ -16,6 +16,7 @@ from trainer.envvars import CueFrameEnv
 from trainer.rundir import RunPaths, atomic_write_json, read_json, update_run_json
 
 ROOT = Path(__file__).resolve().parents[2]
+CHILD_PYTHONPATH = os.pathsep.join([str(ROOT / "tests" / "cpu_bf16"), str(ROOT)])  # as tests.conftest
 STUB = str(Path(__file__).with_name("stub_trainer.py"))
 TOKEN = "feedfacefeedfacefeedfacefeedface"
 RUNNER = ("import sys; from cue_plugin.frame import main; "
@@ -30,7 +31,7 @@ def frame_args(run_dir: Path, world: int = 2, timeout: float = 30, frame_no: str
 def start_frame(run_dir: Path, rank: int, **env: str) -> subprocess.Popen[str]:
     """Start one frame process as RQD would (CUE_IFRAME set, #IFRAME# already replaced)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "CUE", "CUDA_", "OMP_"))}
-    full.update(PYTHONPATH=str(ROOT), CUE_IFRAME=str(rank), CUETRAIN_MAIN_HOST="127.0.0.1",
+    full.update(PYTHONPATH=CHILD_PYTHONPATH, CUE_IFRAME=str(rank), CUETRAIN_MAIN_HOST="127.0.0.1",
                 CUETRAIN_GANG_TOKEN=TOKEN, COPYCAT_SYNC_INTERVAL="2", **env)
     return subprocess.Popen([sys.executable, "-c", RUNNER, *frame_args(run_dir, frame_no=str(rank))], env=full,
                             cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -185,7 +186,7 @@ def test_two_frames_train_with_the_real_trainer(tmp_path):
             "--target", str(tgt), "--run-dir", str(run), "--steps", "3", "--batch-size", "4", "--crop-size", "32",
             "--log-interval", "1", "--checkpoint-interval", "3", "--contact-sheet-interval", "3"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "CUE", "CUDA_"))}
-    env.update(PYTHONPATH=str(ROOT), CUETRAIN_MAIN_HOST="127.0.0.1", CUETRAIN_GANG_TOKEN=TOKEN, OMP_NUM_THREADS="1")
+    env.update(PYTHONPATH=CHILD_PYTHONPATH, CUETRAIN_MAIN_HOST="127.0.0.1", CUETRAIN_GANG_TOKEN=TOKEN, OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, "-m", "cue_plugin.frame", "--frame", str(r), *args], env=env,
                               cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (1, 0)]
     outs = [p.communicate(timeout=240)[0] for p in procs]

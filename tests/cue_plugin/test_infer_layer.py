@@ -20,7 +20,7 @@ from cue_plugin import builder, cli, infer_layer, templates
 from cue_plugin.infer_layer import InferenceJob, InferenceLayer, frame_range, make_layer
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import JobHandle
-from tests.conftest import make_pairs, run_cli
+from tests.conftest import CHILD_PYTHONPATH, make_pairs, run_cli
 from tests.cue_plugin.conftest import make_config
 from tests.cue_plugin.test_builder import PYTHON, TOKEN, check_golden, fixed_submitter  # noqa: F401 (fixture)
 from tests.cue_plugin.test_e2e_training import ROOT, farm, wait_finished  # noqa: F401 (fixture)
@@ -169,7 +169,7 @@ def test_train_then_infer_on_the_farm_matches_local_inference(farm, tmp_path):  
     run = RunPaths.of(tmp_path / "run")
     cfg = TrainConfig(input_dir=str(inp), target_dir=str(tgt), run_dir=str(run.root), steps=4, batch_size=2,
                       crop_size=16, lr=1e-2, log_interval=2, checkpoint_interval=2, contact_sheet_interval=2)
-    extra = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
+    extra = {"PYTHONPATH": CHILD_PYTHONPATH, "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
              "CUEBOT_HOSTS": farm.cuebot.address, "CUETRAIN_EXPORT_ONNX": "0"}
     job = templates.make_job(cfg, template="cpu-test", world_size=2, show="cuetrain", shot="e2e", user="trainer",
                              extra_env=extra, rendezvous_timeout_s=60, max_retries=0,

@@ -24,6 +24,7 @@ from trainer.rundir import RunPaths, read_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 ROOT = Path(__file__).resolve().parents[2]
+CHILD_PYTHONPATH = os.pathsep.join([str(ROOT / "tests" / "cpu_bf16"), str(ROOT)])  # as tests.conftest
 STUB = Path(__file__).with_name("stub_trainer.py")
 SYSTEM_PYTHON = "/usr/bin/python3"
 SETTLE_S = 40
@@ -55,7 +56,7 @@ def shared_run_dir(farm, name: str) -> Path:
 
 def make_training_job(run: Path, world_size: int = 2, **env: str):
     cfg = TrainConfig(input_dir=str(run / "in"), target_dir=str(run / "gt"), run_dir=str(run), batch_size=4)
-    extra = {"PYTHONPATH": str(ROOT), "CUETRAIN_MAIN_HOST": "127.0.0.1", **env}
+    extra = {"PYTHONPATH": CHILD_PYTHONPATH, "CUETRAIN_MAIN_HOST": "127.0.0.1", **env}
     return templates.make_job(cfg, template="cpu-test", world_size=world_size, show="cuetrain", shot="sh010",
                               user="trainer", extra_env=extra, rendezvous_timeout_s=30)
 

@@ -12,7 +12,7 @@ import pytest
 from cue_plugin import frame, templates
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import RunState
-from tests.conftest import make_pairs
+from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cue_plugin.test_e2e_training import ROOT, assert_model_loads, farm, wait_finished  # noqa: F401 (fixture)
 from trainer.config import TrainConfig
 from trainer.envvars import EnvError
@@ -157,7 +157,7 @@ def test_two_frames_of_two_ranks_train_to_the_end_on_two_hosts(farm, tmp_path): 
     run = tmp_path / "run"
     cfg = TrainConfig(input_dir=str(inp), target_dir=str(tgt), run_dir=str(run), steps=4, batch_size=4, crop_size=32,
                       log_interval=2, checkpoint_interval=2, contact_sheet_interval=2)
-    extra = {"PYTHONPATH": str(ROOT), "CUETRAIN_MAIN_HOST": "127.0.0.1", "CUEBOT_HOSTS": farm.cuebot.address}
+    extra = {"PYTHONPATH": CHILD_PYTHONPATH, "CUETRAIN_MAIN_HOST": "127.0.0.1", "CUEBOT_HOSTS": farm.cuebot.address}
     job = templates.make_job(cfg, template="cpu-test", world_size=4, ranks_per_frame=2, show="cuetrain", shot="e2e",
                              user="trainer", extra_env=extra, rendezvous_timeout_s=60, max_retries=0)
     cue = OpenCueFarm(hosts=[farm.cuebot.address], allow_root=True)

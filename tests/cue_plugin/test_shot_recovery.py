@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, make_pairs
+from tests.conftest import CHILD_PYTHONPATH, ROOT, make_pairs
 from trainer import runrecord
 from trainer.exitcodes import ExitCode
 from trainer.rundir import RunPaths
@@ -28,7 +28,7 @@ def _start_frame(tmp_path: Path, dirs: tuple[Path, Path], max_restarts: int) -> 
            "--batch-size", "2", "--crop-size", "16", "--log-interval", "2", "--checkpoint-interval", "10",
            "--shot-check-s", "0.2"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "CUE_", "MASTER_", "RANK"))}
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", CUETRAIN_MAIN_HOST="127.0.0.1", CUE_IFRAME="0",
+    env.update(PYTHONPATH=CHILD_PYTHONPATH, OMP_NUM_THREADS="1", CUETRAIN_MAIN_HOST="127.0.0.1", CUE_IFRAME="0",
                CUE_JOB_ID="job-shot-recovery", CUETRAIN_GANG_TOKEN="e" * 32, CUETRAIN_EXPORT_ONNX="0")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, RunPaths.of(run)

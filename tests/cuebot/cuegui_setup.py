@@ -30,6 +30,7 @@ from pathlib import Path
 from qtpy import QtCore, QtWidgets
 
 ROOT = Path(__file__).resolve().parents[2]
+CHILD_PYTHONPATH = os.pathsep.join([str(ROOT / "tests" / "cpu_bf16"), str(ROOT)])  # as tests.conftest
 #: CueGUI's own environment (scripts/setup.sh): CueGUI 1.37 pins PySide6==6.5.3, built for NumPy 1.x.
 CUEGUI_PYTHON = ROOT / ".venv-cuegui" / "bin" / "python"
 
@@ -52,7 +53,7 @@ def run_cuegui_app(cuebot: str, job_id: str, out_dir: Path, wait: list[str], *, 
         command.append("--plugin")
     home = tempfile.mkdtemp(prefix="cuegui-home-")  # CueGUI writes ~/.config/.cuetopia
     full_env = {"PATH": "/usr/bin:/bin", "HOME": home, "QT_QPA_PLATFORM": "offscreen",
-                "PYTHONPATH": str(ROOT), **(env or {})}
+                "PYTHONPATH": CHILD_PYTHONPATH, **(env or {})}
     try:
         proc = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout_s)
     finally:

@@ -17,7 +17,7 @@ import pytest
 
 from cue_plugin import templates
 from cue_plugin.opencue_farm import OpenCueFarm
-from tests.conftest import make_pairs
+from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cuebot.cuegui_setup import run_cuegui_app
 from tests.cuebot.double import CuebotDouble
 from tests.cuebot.fixtures import RQD_START_TIMEOUT_S, free_port, frame_identity
@@ -60,7 +60,7 @@ def test_training_runs_plugin_shows_loss_sheet_and_rank_frames(training_farm, tm
     run = RunPaths.of(tmp_path / "flowers")
     cfg = TrainConfig(input_dir=str(inp), target_dir=str(tgt), run_dir=str(run.root), steps=40, batch_size=2,
                       crop_size=16, log_interval=2, checkpoint_interval=20, contact_sheet_interval=20)
-    extra = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
+    extra = {"PYTHONPATH": CHILD_PYTHONPATH, "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
              "CUEBOT_HOSTS": training_farm.address}
     job = templates.make_job(cfg, template="cpu-test", world_size=2, show="cuetrain", shot="sh010",
                              user="trainer", extra_env=extra, rendezvous_timeout_s=60, max_retries=0)

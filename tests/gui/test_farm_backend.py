@@ -18,7 +18,7 @@ from opencue_proto import job_pb2
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import JobHandle, RunState, TrainingJob
 from gui.controller import RunsController
-from tests.conftest import ROOT
+from tests.conftest import CHILD_PYTHONPATH, ROOT
 from tests.cuebot.double import CuebotDouble
 from tests.cuebot.fixtures import use_pycue
 from trainer.config import TrainConfig
@@ -109,7 +109,7 @@ def test_default_farm_contacts_no_cuebot_until_used(qapp, settings, cuebot, monk
     finally:
         ctl.shutdown()
 
-    env = {**os.environ, "CUEBOT_HOSTS": cuebot.address, "CUEBOT_FACILITY": "local", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "CUEBOT_HOSTS": cuebot.address, "CUEBOT_FACILITY": "local", "PYTHONPATH": CHILD_PYTHONPATH}
     r = subprocess.run([sys.executable, "-c", DEFAULT_FARM_PROBE], env=env, cwd=ROOT, capture_output=True,
                        text=True, timeout=90)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -21,7 +21,7 @@ from cue_plugin.infer_layer import InferenceLayer
 from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
 from gui.advisor_view import parse_output
 from gui.farm_process import ProcessFarm, cuetrain_command
-from tests.conftest import make_pairs
+from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cuebot.double import CuebotDouble
 from trainer.config import TrainConfig
 
@@ -66,7 +66,7 @@ def test_dialog_submits_describes_and_cancels_without_importing_the_farm_stack(t
     with CuebotDouble() as cuebot:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "USER": "trainer",
                "LOGNAME": "trainer", "CUEBOT_HOSTS": cuebot.address, "CUETRAIN_PYTHON": str(shim),
-               "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT)}
+               "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": CHILD_PYTHONPATH}
         proc = subprocess.run([sys.executable, "-m", "tests.gui.dcc_session", str(inp), str(tgt), str(run_dir)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=200)
         assert proc.returncode == 0, proc.stderr[-3000:]

@@ -19,7 +19,7 @@ from cue_plugin import rendezvous_cuebot, templates
 from cue_plugin.opencue_farm import OpenCueFarm
 from cue_plugin.spec import JobHandle, JobStatus, RunState
 from tests.cue_plugin.test_e2e_training import wait_finished
-from tests.conftest import ROOT, make_pairs
+from tests.conftest import CHILD_PYTHONPATH, ROOT, make_pairs
 from tests.cuebot.fixtures import use_pycue
 from tests.multihost.farm import FRAME_CORES, MultiHostFarm, multihost_farm  # noqa: F401  (a fixture)
 from trainer.config import TrainConfig
@@ -36,7 +36,7 @@ def submit(farm: MultiHostFarm, tmp_path: Path, name: str, *, world_size: int = 
                   contact_sheet_interval=4)
     values.update(train)
     cfg = TrainConfig(input_dir=str(inp), target_dir=str(tgt), run_dir=str(tmp_path / name), **values)
-    extra = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
+    extra = {"PYTHONPATH": CHILD_PYTHONPATH, "OMP_NUM_THREADS": "1", **(env or {})}
     job = templates.make_job(cfg, template="cpu-test", world_size=world_size, show="cuetrain", shot="multihost",
                              user="trainer", extra_env=extra, rendezvous=rendezvous, rendezvous_timeout_s=40,
                              max_retries=max_retries, ranks_per_frame=ranks_per_frame,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT, make_pairs
+from tests.conftest import CHILD_PYTHONPATH, ROOT, make_pairs
 from trainer import runrecord
 from trainer.colour import ColourSpec
 from trainer.config import TrainConfig
@@ -53,6 +53,10 @@ def test_a_bad_file_fails_the_data_phase_with_a_record_naming_the_rank_and_the_f
     victim.write_bytes(b"not an exr")
     paths = RunPaths.of(tmp_path / "run")
     paths.create()
+    with pytest.raises(Exception, match=rf"^rank 0 \(host .*\): cannot read image {victim}"):
+        open_data(_cfg(dirs, paths.root), ALONE, ColourSpec(), paths)
+    assert not paths.run_json.exists()  # a fresh run: bad input writes no record (tests/test_bad_input.py)
+    runrecord.update_record(paths, state="running")  # a restart: the run has a record, the failure goes in it
     with pytest.raises(Exception, match=rf"^rank 0 \(host .*\): cannot read image {victim}"):
         open_data(_cfg(dirs, paths.root), ALONE, ColourSpec(), paths)
     record = runrecord.read_record(paths)
@@ -123,4 +127,4 @@ def _env(tmp_path: Path) -> dict[str, str]:
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "MASTER_", "RANK", "WORLD_SIZE"))}
-    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "CUETRAIN_SCRATCH": str(tmp_path / "scratch")}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": CHILD_PYTHONPATH, "CUETRAIN_SCRATCH": str(tmp_path / "scratch")}

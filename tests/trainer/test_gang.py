@@ -14,14 +14,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import CHILD_PYTHONPATH, ROOT
 from trainer.launch import free_port
 from trainer.rundir import RunPaths
 
 
 def start_rank(pairs, run_dir, rank, world, port, *extra, token="t0k3n", steps=6):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "CUETRAIN_"))}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), COPYCAT_MAIN_ADDR="127.0.0.1", COPYCAT_MAIN_PORT=str(port),
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=CHILD_PYTHONPATH, COPYCAT_MAIN_ADDR="127.0.0.1", COPYCAT_MAIN_PORT=str(port),
                COPYCAT_RANK=str(rank), COPYCAT_WORLD_SIZE=str(world))
     if token:
         env["CUETRAIN_GANG_TOKEN"] = token
@@ -101,7 +101,7 @@ def test_surviving_rank_names_the_lost_rank_within_60_s(pairs, tmp_path):
 
 def test_local_gang_restarts_after_a_kill_and_resumes_from_the_checkpoint(pairs, tmp_path):
     run = RunPaths.of(tmp_path / "run")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": CHILD_PYTHONPATH}
     args = ["local", "--world-size", "2", "--max-restarts", "1", "--input", str(pairs[0]), "--target", str(pairs[1]),
             "--run-dir", str(run.root), "--steps", "400", "--batch-size", "2", "--crop-size", "16",
             "--checkpoint-interval", "20", "--log-interval", "10"]

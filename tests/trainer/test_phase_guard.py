@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import ROOT
+from tests.conftest import CHILD_PYTHONPATH, ROOT
 from trainer.launch import free_port
 
 BLOCKED = r"""
@@ -26,7 +26,7 @@ with guard.phase("process-group creation"):
 def test_a_phase_blocked_past_its_timeout_ends_the_process_with_one_line_and_exit_3():
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-c", BLOCKED, str(free_port())], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          timeout=60, env={**os.environ, "PYTHONPATH": CHILD_PYTHONPATH})
     took = time.monotonic() - t0
     assert done.returncode == 3, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("cuetrain: error:")]
@@ -42,7 +42,7 @@ def test_a_rank_whose_gloo_cannot_start_stops_its_peer_too(pairs, tmp_path):
     """Rank 1's gloo cannot use its interface; rank 0 (which could wait in connectFullMesh) stops with its reason."""
     port = free_port()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "GLOO_", "NCCL_"))}
-    base.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), COPYCAT_MAIN_ADDR="127.0.0.1", COPYCAT_MAIN_PORT=str(port),
+    base.update(OMP_NUM_THREADS="1", PYTHONPATH=CHILD_PYTHONPATH, COPYCAT_MAIN_ADDR="127.0.0.1", COPYCAT_MAIN_PORT=str(port),
                 COPYCAT_WORLD_SIZE="2")
     args = [sys.executable, "-m", "trainer.cli", "train", "--input", str(pairs[0]), "--target", str(pairs[1]),
             "--run-dir", str(tmp_path / "run"), "--steps", "2", "--batch-size", "2", "--crop-size", "16",

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.conftest import CHILD_PYTHONPATH, ROOT
 from trainer.outputs import load_latest_checkpoint
 from trainer.rundir import RunPaths
 
@@ -61,7 +61,7 @@ def test_only_planted_checkpoints_means_a_fresh_start(tmp_path):
 
 def short_local_run(pairs, run: Path, umask: int) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "CUETRAIN_"))}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=CHILD_PYTHONPATH)
     args = ["local", "--world-size", "2", "--input", str(pairs[0]), "--target", str(pairs[1]), "--run-dir", str(run),
             "--steps", "4", "--batch-size", "2", "--crop-size", "16", "--log-interval", "2",
             "--checkpoint-interval", "2", "--contact-sheet-interval", "2"]
