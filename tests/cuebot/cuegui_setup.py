@@ -19,6 +19,7 @@ Constants (cuegui.yaml) are read at import and need nothing. pycue must point at
 
 from __future__ import annotations
 
+import os
 import contextlib
 import json
 import shutil
