@@ -188,7 +188,7 @@ class RunWriter:
 
 
 def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], onnx: bool | None = None) -> None:
-    """Write ``model.pt`` (TorchScript), ``model.onnx`` and ``model.json`` (``meta`` + exports + versions), atomically.
+    """Write ``model.pt`` (TorchScript), ``model_nuke.nk``, ``model.onnx`` and ``model.json`` (``meta`` + exports + versions), atomically.
 
     The contracts of both files are in ``trainer.export``. ``model.onnx`` is skipped (with a warning,
     and ``exports`` in model.json without it) when ``onnx`` is False (default:
@@ -203,6 +203,9 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
     from trainer.export import ExportError, onnx_bytes, onnx_description, torchscript_bytes, torchscript_description
 
     atomic_write_bytes(paths.model, torchscript_bytes(model))
+    from trainer.nuke_script import nuke_script
+
+    atomic_write_bytes(paths.model_nuke, nuke_script(paths.model, paths.root.absolute().name).encode())
     exports: dict[str, Any] = {"model.pt": torchscript_description()}
     if read_export_onnx() if onnx is None else onnx:
         try:

@@ -12,6 +12,7 @@ Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
       checkpoints/step_NNNNNN.pt   training state (weights, optimizer, step, config), last K kept
       model.pt                     final exported TorchScript model
       model.onnx                   the same model as ONNX (opset 18, dynamic H and W; trainer.export)
+      model_nuke.nk                Nuke script: CatFileCreator for model.pt -> Inference (trainer.nuke_script)
       model.json                   metadata of model.pt (model size, parameters, step, channels)
       logs/rank_N.log              per-rank log (every rank writes its own)
       rendezvous/main.json         frame 0's published main address {host, port, attempt, token}
@@ -81,6 +82,10 @@ class RunPaths:
     @property
     def model_onnx(self) -> Path:
         return self.root / "model.onnx"
+
+    @property
+    def model_nuke(self) -> Path:
+        return self.root / "model_nuke.nk"
 
     @property
     def model_meta(self) -> Path:
