@@ -19,7 +19,14 @@ needs the ``onnxscript`` package (the ``onnx`` extra of cuetrain). The legacy To
 exporter (``dynamo=False``) needs no onnxscript but is deprecated, and tracing records the model's
 pad-to-a-multiple-of-``2**depth`` branch as a constant, so it is not used. Opset 18 is the lowest
 the exporter emits natively (asking for 17 makes it try a down-conversion that fails for ``Pad``);
-ONNX Runtime 1.14+ runs opset 18.
+ONNX Runtime 1.14+ runs opset 18. Every node is in the default ONNX domain (no ``com.microsoft``
+or custom ops; tested), and ``model.json`` records the opset as ``onnx_opset``.
+
+Which ONNX Runtime Houdini 20.0 / 20.5 ship (for their ONNX Inference SOP/COP) was **not found**
+in a stored source (searched 2026-11-25: SideFX's node pages sop/onnx.html and cop/onnx.html name
+no version; the 20.5 third-party licence page's table was not retrievable). Opset 18 is kept as the
+conservative choice: it is the lowest this exporter writes, so no lower opset is available to pick.
+See docs/houdini.md.
 
 Exporting to ONNX takes 5-15 s on a 2-core CPU (measured 2026-11-23, small model), so it can be
 turned off (``CUETRAIN_EXPORT_ONNX=0``, see ``trainer.envvars``); ``model.json`` ``exports`` says

@@ -215,7 +215,8 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
             log.warning("model.onnx not written: %s", exc)
     from trainer.export_compat import MIN_LIBTORCH  # the oldest host libtorch model.pt loads in (Nuke 14)
 
-    atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "min_libtorch": MIN_LIBTORCH,
+    onnx_opset = {"onnx_opset": exports["model.onnx"]["opset"]} if "model.onnx" in exports else {}
+    atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "min_libtorch": MIN_LIBTORCH, **onnx_opset,
                                          "exports": exports, "versions": versions(), "exported_at": now_iso()})
 
 

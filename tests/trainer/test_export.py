@@ -103,6 +103,9 @@ def test_model_onnx_matches_torchscript_within_1e_4_at_any_size(trained):
 
     proto = onnx.load(str(trained.model_onnx))
     assert max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")) == ONNX_OPSET >= 17
+    # every node in the default ONNX domain: no custom/ms-domain op that Houdini's ONNX Runtime might lack
+    assert {n.domain for n in proto.graph.node} <= {"", "ai.onnx"}, {n.op_type: n.domain for n in proto.graph.node}
+    assert not proto.functions  # no local functions (their ops would sit in a custom domain)
     dims = [d.dim_param or d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]
     assert (proto.graph.input[0].name, dims) == ("x", [1, 3, "H", "W"])
     session = ort.InferenceSession(str(trained.model_onnx), providers=["CPUExecutionProvider"])
@@ -121,7 +124,8 @@ def test_model_onnx_matches_torchscript_within_1e_4_at_any_size(trained):
 def test_model_json_lists_both_exports(trained):
     meta = read_json(trained.model_meta)
     assert set(meta["exports"]) == {"model.pt", "model.onnx"}
-    assert meta["exports"]["model.onnx"]["opset"] == ONNX_OPSET
+    assert meta["exports"]["model.onnx"]["opset"] == meta["onnx_opset"] == ONNX_OPSET
+    assert (trained.root / "model_nuke.nk").is_file()  # beside model.pt, for the Runs panel's file list
     assert meta["exports"]["model.pt"]["signature"] == "forward(x: Tensor) -> Tensor"
     assert meta["min_libtorch"] == meta["exports"]["model.pt"]["min_libtorch"] == "1.12.0"  # Nuke 14's PyTorch
 
