@@ -22,6 +22,7 @@ runs survive.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -95,8 +96,16 @@ def assert_resumed_within_one_interval(start: int, reached: int, newest: int, in
     return reached - start
 
 
+FIGURES_ENV = "CUETRAIN_FAULT_FIGURES"  # test-side only: a JSON-lines file the measured figures are appended to
+
+
 def report(name: str, lost: int, seconds: float) -> None:
+    """Print one fault's figures; with ``$CUETRAIN_FAULT_FIGURES`` set, also append them there as one JSON line
+    ``{"fault", "steps_lost" [steps], "seconds_to_training" [s]}`` (scripts/fault_figures.py takes medians)."""
     print(f"{name}: steps lost {lost}, fault -> training again {seconds:.1f} s")
+    if os.environ.get(FIGURES_ENV):
+        with open(os.environ[FIGURES_ENV], "a", encoding="utf-8") as out:
+            out.write(json.dumps({"fault": name, "steps_lost": lost, "seconds_to_training": round(seconds, 2)}) + "\n")
 
 
 @pytest.mark.slow
