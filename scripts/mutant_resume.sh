@@ -6,6 +6,7 @@
 #
 #   flock /tmp/cuetrain-heavy.lock bash scripts/mutant_resume.sh            # all recovery tests
 #   flock /tmp/cuetrain-heavy.lock bash scripts/mutant_resume.sh -k sigterm  # extra pytest arguments
+#   flock /tmp/cuetrain-heavy.lock bash scripts/mutant_resume.sh tests/cue_plugin/test_elastic.py  # only these
 #
 # Needs the checkout's .venv (bash scripts/setup.sh); the multihost test also needs root (netns).
 set -euo pipefail
@@ -22,6 +23,7 @@ grep -qF "$mutant" "$tmp/$target" || { echo "mutant_resume: sed did not apply" >
 echo "mutant applied in $tmp/$target:"; grep -nF "$mutant" "$tmp/$target"
 tests=(tests/cue_plugin/test_e2e_recovery.py tests/cue_plugin/test_elastic.py
        "tests/multihost/test_multihost.py::test_c_a_host_whose_link_goes_down_fails_the_survivors_in_time_and_the_gang_recovers")
+if [[ $# -gt 0 && $1 != -* ]]; then tests=(); fi  # test paths given: run those instead of the default list
 cd "$tmp"
 # PYTHONPATH puts the copy ahead of the editable install of $repo; tests/conftest.py gives children the copy too
 set +e
