@@ -22,6 +22,7 @@ runs survive.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -84,24 +85,35 @@ def at_fault(paths: RunPaths, killed: psutil.Process, timeout: float = 30) -> tu
 
 def assert_resumed_within_one_interval(start: int, reached: int, newest: int, interval: int) -> int:
     """The next attempt's ``start`` step is the newest checkpoint at the fault (or newer: one being written as
-    the fault hit), so steps lost = reached - start <= one checkpoint interval; returns the steps lost."""
-    assert newest > 0, f"no checkpoint before the fault (reached step {reached}): the test proves nothing"
+    the fault hit), so steps lost = reached - start <= one checkpoint interval; returns the steps lost.
+    The fault must come after >= 2 checkpoints: then resuming the second-newest (scripts/mutant_resume.sh)
+    fails here."""
+    # two checkpoints or more before the fault, so that resuming an older one than the newest fails the test
+    assert newest >= 2 * interval, f"fewer than 2 checkpoints before the fault (newest step {newest}): add steps"
     assert start >= newest, f"resumed from step {start}, not from the newest checkpoint (step {newest})"
     reached = max(reached, start)  # a checkpoint the gang finished as the fault hit: that step was reached
     assert 0 <= reached - start <= interval, f"lost {reached - start} steps (> {interval}): {start=} {reached=}"
     return reached - start
 
 
+FIGURES_ENV = "CUETRAIN_FAULT_FIGURES"  # test-side only: a JSON-lines file the measured figures are appended to
+
+
 def report(name: str, lost: int, seconds: float) -> None:
+    """Print one fault's figures; with ``$CUETRAIN_FAULT_FIGURES`` set, also append them there as one JSON line
+    ``{"fault", "steps_lost" [steps], "seconds_to_training" [s]}`` (scripts/fault_figures.py takes medians)."""
     print(f"{name}: steps lost {lost}, fault -> training again {seconds:.1f} s")
+    if os.environ.get(FIGURES_ENV):
+        with open(os.environ[FIGURES_ENV], "a", encoding="utf-8") as out:
+            out.write(json.dumps({"fault": name, "steps_lost": lost, "seconds_to_training": round(seconds, 2)}) + "\n")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sigterm_to_a_frame_checkpoints_and_the_retry_loses_no_step(farm, tmp_path):  # noqa: F811
-    cue, handle, paths = submit(farm, tmp_path, "sigterm", max_retries=1, steps=600, checkpoint_interval=100000, log_interval=10,
+    cue, handle, paths = submit(farm, tmp_path, "sigterm", max_retries=1, steps=600, checkpoint_interval=50, log_interval=10,
                                 contact_sheet_interval=1000)
-    wait_step(paths, 60)
+    wait_step(paths, 110)  # checkpoints at 50 and 100 before the stop's own: resuming an older one fails
     trainer = find_trainer(1, paths.root)
     find_frame(1, str(paths.root)).send_signal(signal.SIGTERM)  # the frame passes it on to its trainer
     fault = time.monotonic()
@@ -138,7 +150,7 @@ def test_a_frame_over_12_hours_that_loses_a_rank_recovers_inside_its_frames(vers
     assert THIRTEEN_HOURS_S > farm.cuebot.state.rules.frame_time_no_retry_s  # past the no-retry limit
     cue, handle, paths = submit(farm, tmp_path, "longframe", max_retries=1, steps=600, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
-    wait_step(paths, 60)
+    wait_step(paths, 110)  # after 2 checkpoints (50, 100)
     job = next(j for j in farm.cuebot.jobs() if j.id == handle.job_id)
     for frame in job.frames:
         farm.cuebot.state.backdate(frame.id, THIRTEEN_HOURS_S)
@@ -179,7 +191,7 @@ def test_two_losses_a_whole_frame_then_rank_0s_trainer_recover(farm, tmp_path): 
     cue, handle, paths = submit(farm, tmp_path, "twolosses", max_retries=3, steps=900, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
     for loss in (1, 2):
-        wait_step(paths, (read_record_or_empty(paths).attempts[-1]["start_step"] if loss > 1 else 0) + 60)
+        wait_step(paths, (read_record_or_empty(paths).attempts[-1]["start_step"] if loss > 1 else 50) + 60)  # >= 2 checkpoints
         if loss == 1:
             what = "whole frame 1 killed"
             killed = find_trainer(1, paths.root)
@@ -216,7 +228,7 @@ def test_an_rqd_killed_with_its_host_recovers_through_the_down_host_rule(farm3, 
     farm = farm3
     cue, handle, paths = submit(farm, tmp_path, "rqdkilled", max_retries=1, steps=600, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
-    wait_step(paths, 60)
+    wait_step(paths, 110)  # after 2 checkpoints (50, 100)
     status = cue.describe(handle)
     host1 = status.frames["1"]["host"]
     rqd = next(r for r in farm.rqds if r.hostname == host1)
