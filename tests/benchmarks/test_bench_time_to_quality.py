@@ -1,0 +1,86 @@
+"""benchmarks/bench_time_to_quality.py: the frozen v1 baseline, the curve maths, the second clip's degradation
+and the training loop's clock (the figures themselves come from running the benchmark)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.infer import psnr
+from trainer.train import lr_at
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_time_to_quality as ttq  # noqa: E402
+
+
+def test_v1_is_the_recipe_that_landed_at_c47904a():
+    """Every later claim is a ratio against v1: it stays the c47904a demo recipe, whatever the defaults become."""
+    assert ttq.RECIPES["v1"] == ttq.Recipe(architecture="v1", size="small", steps=3000, batch=8, crop=64, lr=2e-3,
+                                           warmup=50, schedule="cosine", loss="l1", ema=0.0)
+
+
+def test_cosine_schedule_is_the_trainers_and_onecycle_rises_then_falls():
+    v1, one = ttq.RECIPES["v1"], ttq.Recipe("v2", "small", 100, lr=1e-2, schedule="onecycle")
+    assert [ttq.lr_for(v1, u, 3000, 50) for u in (0, 50, 1500, 2999)] == \
+        [lr_at(u, 3000, 2e-3, 50) for u in (0, 50, 1500, 2999)]
+    lrs = [ttq.lr_for(one, u, 100, 0) for u in range(100)]
+    assert lrs[0] == pytest.approx(1e-2 / 25)
+    assert max(lrs) == pytest.approx(1e-2) and int(np.argmax(lrs)) == 30
+    assert lrs[-1] < 1e-4 and all(a >= b for a, b in zip(lrs[30:], lrs[31:]))
+
+
+def test_time_to_interpolates_between_evaluations_and_value_at_takes_the_last_one_before():
+    curve = [(0.0, 0, 20.0), (10.0, 100, 22.0), (20.0, 200, 24.0)]
+    assert ttq.time_to(curve, 23.0) == pytest.approx(15.0)
+    assert ttq.time_to(curve, 20.0) == pytest.approx(0.0)
+    assert ttq.time_to(curve, 24.5) is None
+    assert ttq.value_at(curve, 19.9) == 22.0 and ttq.value_at(curve, 20.0) == 24.0
+
+
+def test_charbonnier_is_close_to_l1_away_from_zero():
+    r1, rc = ttq.RECIPES["v1"], replace(ttq.RECIPES["v1"], loss="charbonnier")
+    out, target = torch.full((2, 3, 4, 4), 0.5), torch.zeros(2, 3, 4, 4)
+    assert ttq.per_crop_loss(r1, out, target).tolist() == [0.5, 0.5]
+    assert ttq.per_crop_loss(rc, out, target) == pytest.approx(torch.tensor([0.5, 0.5]), abs=1e-5)
+
+
+def test_second_clip_degradation_is_deterministic_blurs_and_adds_noise():
+    rng = np.random.default_rng(0)
+    frames = rng.random((2, 32, 40, 3), dtype=np.float32)
+    a, b = ttq._degrade(frames), ttq._degrade(frames)
+    assert np.array_equal(a, b)  # seeded: the same Input on every run
+    flat = ttq._degrade(np.full((1, 16, 16, 3), 0.5, np.float32), noise_sigma=0.0)
+    assert np.allclose(flat, 0.5, atol=1e-6)  # a normalised kernel keeps a flat frame flat
+    blurred = ttq._degrade(frames, noise_sigma=0.0)
+    assert blurred.std() < 0.6 * frames.std()  # white noise loses most of its variance to the blur
+    smooth = np.broadcast_to(np.linspace(0.2, 0.8, 40, dtype=np.float32)[None, None, :, None], (1, 32, 40, 3))
+    assert 26.0 < psnr(ttq._degrade(np.ascontiguousarray(smooth))[0], smooth[0]) < 30.0  # ~ noise sigma 0.04
+
+
+def test_training_curve_starts_at_the_identity_and_its_clock_excludes_evaluation(monkeypatch):
+    """An untrained model is the identity (step 0 = the Input's PSNR); a learnable task improves; the clock
+    counts training only (evaluation is slowed down here and must not show in it)."""
+    rng = np.random.default_rng(1)
+    inputs = [rng.random((24, 24, 3), dtype=np.float32) for _ in range(4)]
+    pairs = [(i, 0.5 * i + 0.25) for i in inputs]
+    real_eval = ttq.heldout_psnr
+
+    def slow_eval(net, held):
+        time.sleep(0.5)
+        return real_eval(net, held)
+
+    monkeypatch.setattr(ttq, "heldout_psnr", slow_eval)
+    recipe = replace(ttq.RECIPES["v1"], steps=60, batch=4, crop=16, lr=3e-3, warmup=5)
+    t0 = time.perf_counter()
+    curve = ttq.train_recipe(recipe, pairs, pairs[:2], scale=1.0, evals=3, precision="fp32")
+    wall = time.perf_counter() - t0
+    assert curve[0][:2] == (0.0, 0)
+    assert curve[0][2] == pytest.approx(np.mean([psnr(i, t) for i, t in pairs[:2]]), abs=1e-4)
+    assert [s for _, s, _ in curve] == [0, 20, 40, 60]
+    assert curve[-1][2] > curve[0][2] + 1.0
+    assert 0 < curve[-1][0] <= wall - 4 * 0.5  # four evaluations slept 2 s; the training clock did not count them
