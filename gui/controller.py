@@ -334,9 +334,11 @@ class RunsController(QObject):
 
         self._start_action(run.run_dir, work)
 
-    def submit_infer(self, run_dir: str, input_dir: str, output_dir: str, template: str = "") -> None:
+    def submit_infer(self, run_dir: str, input_dir: str, output_dir: str, template: str = "",
+                     chunk: int | None = None) -> None:
         """Apply the run's ``model.pt`` to a shot on the farm (``farm.submit_infer``, a separate job); ends in
-        an ``action_*`` signal. Show and shot are the run's submitted job's; the run keeps its own job handle."""
+        an ``action_*`` signal. Show and shot are the run's submitted job's; the run keeps its own job handle.
+        ``chunk``: input frames per farm frame (None: the farm's default)."""
         run = self.run(run_dir)
         if run is None:
             return
@@ -352,7 +354,7 @@ class RunsController(QObject):
             submit = getattr(self.farm(), "submit_infer", None)
             if not callable(submit):
                 raise FarmError("this farm cannot submit inference jobs; use cuetrain submit-infer")
-            new = submit(model, input_dir, output_dir, show, shot, template)
+            new = submit(model, input_dir, output_dir, show, shot, template, chunk)
             return Outcome(run.run_dir, f"submitted inference job {new.job_name or new.job_id} -> {output_dir}")
 
         self._start_action(run.run_dir, work)

@@ -102,9 +102,10 @@ class ProcessFarm:
         return jsonout.handle_from(data["submitted"])
 
     def submit_infer(self, model: str, input_dir: str, output_dir: str, show: str, shot: str,
-                     template: str = "") -> JobHandle:
-        """Submit an inference job for an existing ``model`` (RUN_DIR/model.pt):
-        ``cuetrain submit-infer --model M --input IN --output OUT [--template T] --show S --shot S --json``.
+                     template: str = "", chunk: int | None = None) -> JobHandle:
+        """Submit an inference job for an existing ``model`` (RUN_DIR/model.pt): ``cuetrain submit-infer --model M
+        --input IN --output OUT [--template T] [--chunk N] --show S --shot S --json``; ``chunk`` in input frames per
+        farm frame (None: cuetrain's default).
 
         Raises:
             FarmError: the environment cannot be started, or cuetrain/the farm refused (its message).
@@ -112,6 +113,8 @@ class ProcessFarm:
         arguments = ["submit-infer", "--model", model, "--input", input_dir, "--output", output_dir]
         if template:
             arguments += ["--template", template]
+        if chunk is not None:
+            arguments += ["--chunk", str(int(chunk))]
         data = self._call([*arguments, "--show", show, "--shot", shot])
         return jsonout.handle_from(data["submitted"])
 

@@ -7,6 +7,7 @@ and forwards clicks; it reads no files and calls no farm itself.
 from __future__ import annotations
 
 import logging
+import os
 
 from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import (QAbstractItemView, QCheckBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QMenu,
@@ -16,7 +17,7 @@ from gui import actions
 from gui.contact_sheet import ContactSheetView
 from gui.controller import RunsController
 from gui.graph import GraphView
-from gui.infer_dialog import InferDialog, model_file
+from gui.infer_dialog import MODEL_FILES, InferDialog, model_file, model_files
 from gui.records import Run, format_duration, format_number
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,15 @@ GRAPH_COL, SHEET_COL = COLUMNS.index("Graph"), COLUMNS.index("Sheet")
 _RUN_DIR_ROLE = Qt.ItemDataRole.UserRole
 #: The action that applies a finished run's model.pt to a shot (``cuetrain submit-infer``).
 INFER_ACTION = "Apply to Shot on Farm..."
+#: The action that opens the folder holding the run's model files (:data:`gui.infer_dialog.MODEL_FILES`).
+MODEL_FOLDER_ACTION = "Open Model Folder"
+
+
+def model_files_text(files: dict[str, bool]) -> str:
+    """One line naming each host file and whether it exists, e.g. ``Model files: model.pt ✓  model.onnx ✗``."""
+    if not files:
+        return ""
+    return "Model files: " + "  ".join(f"{name} {'✓' if there else '✗ (missing)'}" for name, there in files.items())
 
 
 def row_texts(run: Run) -> list[str]:
@@ -50,6 +60,8 @@ class RunsPanel(QWidget):
         self.live_box = QCheckBox("Live Updates")
         self.message = QLabel("")
         self.message.setWordWrap(True)
+        self.model_files_label = QLabel("")  # which host files the selected run has (model.pt, model_nuke.nk, ...)
+        self.model_files_label.setToolTip("\n".join(f"{name}: {use}" for name, use in MODEL_FILES.items()))
         self.graph = GraphView(controller)
         self.sheet = ContactSheetView(controller)
         self.buttons: dict[str, QPushButton] = {}
@@ -80,7 +92,7 @@ class RunsPanel(QWidget):
         for name, slot in (("New Training...", self.new_training_requested.emit), ("Add Run Folder...", self._add_folder),
                            ("Remove", self._remove), ("Open Folder", self._open_folder), ("Cancel Job", self._cancel),
                            ("Retry/Resume", self._retry), (INFER_ACTION, self._apply_to_shot),
-                           ("Open in CueGUI", self._open_cuegui),
+                           (MODEL_FOLDER_ACTION, self._open_model_folder), ("Open in CueGUI", self._open_cuegui),
                            ("Refresh", self.controller.poll_async)):
             button = self.buttons[name] = QPushButton(name)
             button.clicked.connect(lambda _=False, s=slot: s())
@@ -93,6 +105,7 @@ class RunsPanel(QWidget):
         top_layout.addWidget(QLabel("Runs"))
         top_layout.addWidget(self.table, 1)
         top_layout.addLayout(bar)
+        top_layout.addWidget(self.model_files_label)
         top_layout.addWidget(self.message)
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.graph)
@@ -197,6 +210,9 @@ class RunsPanel(QWidget):
         has_model = run is not None and bool(model_file(run.run_dir))
         self.buttons[INFER_ACTION].setEnabled(has_model)
         self.buttons[INFER_ACTION].setToolTip("" if has_model else "the selected run has no model.pt yet")
+        self.buttons[MODEL_FOLDER_ACTION].setEnabled(has_model)
+        self.buttons[MODEL_FOLDER_ACTION].setToolTip("" if has_model else "the selected run has no model.pt yet")
+        self.model_files_label.setText(model_files_text(model_files(run.run_dir)) if run is not None else "")
 
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a cuetrain run directory")
@@ -212,6 +228,13 @@ class RunsPanel(QWidget):
         run_dir = self.selected_run()
         if run_dir and not actions.open_folder(run_dir):
             self.show_message(f"cannot open {run_dir} (does it exist yet?)", error=True)
+
+    def _open_model_folder(self) -> None:
+        """Open the folder that holds the selected run's model files (the run directory) in the file browser."""
+        run_dir = self.selected_run()
+        model = model_file(run_dir) if run_dir else ""
+        if model and not actions.open_folder(os.path.dirname(model)):
+            self.show_message(f"cannot open {os.path.dirname(model)}", error=True)
 
     def _cancel(self) -> None:
         if self.selected_run():
@@ -233,9 +256,9 @@ class RunsPanel(QWidget):
         dialog = self.make_infer_dialog(run_dir)
         if dialog.exec() != InferDialog.DialogCode.Accepted:
             return
-        input_dir, output_dir, template = dialog.values()
+        input_dir, output_dir, template, chunk = dialog.values()
         self.show_message("submitting inference...")
-        self.controller.submit_infer(run_dir, input_dir, output_dir, template)
+        self.controller.submit_infer(run_dir, input_dir, output_dir, template, chunk)
 
     def make_infer_dialog(self, run_dir: str) -> InferDialog:
         """The dialog :meth:`_apply_to_shot` shows (tests replace it)."""
@@ -256,7 +279,8 @@ class RunsPanel(QWidget):
             return
         self.table.selectRow(row)
         menu = QMenu(self)
-        for name in ("Open Folder", "Cancel Job", "Retry/Resume", INFER_ACTION, "Open in CueGUI", "Remove"):
+        for name in ("Open Folder", "Cancel Job", "Retry/Resume", INFER_ACTION, MODEL_FOLDER_ACTION, "Open in CueGUI",
+                     "Remove"):
             action = menu.addAction(name)
             action.setEnabled(self.buttons[name].isEnabled())
             action.triggered.connect(self.buttons[name].click)
