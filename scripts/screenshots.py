@@ -1,0 +1,133 @@
+"""Regenerate every screenshot the README shows, from real runs, so that none can go stale silently.
+
+Usage (from the repository root, after ``bash scripts/setup.sh``; a few minutes on a 2-core VM)::
+
+    .venv/bin/python scripts/screenshots.py [--out docs] [--steps 400] [--skip-cuegui]
+
+What it does, each step in its own process where torch is involved (the GUI never imports torch):
+
+1. Two real training runs of ``cuetrain demo`` on the carphone clip (2 ranks, local launch): a short
+   one (``--steps`` / 3) and the main one (``--steps``), in a temporary folder.
+2. ``docs/gui_runs_panel.png``: the Runs panel following both runs (labelled contact sheets, the Ranks
+   column, the model files line and "Open Model Folder"), offscreen (:func:`gui.screenshots.save_panel_screenshot`).
+3. ``docs/gui_submit_dialog_advisor.png``: the submit dialog filled in with the demo's folders, with the
+   advisor's table from a real ``cuetrain advise`` probe.
+4. ``docs/cuegui_job.png``, ``docs/cuegui_frames.png``, ``docs/cuegui_training_runs.png``: real CueGUI
+   against the Cuebot double with a real 2-rank job run by two real RQDs, through
+   ``tests/gui/test_cuegui_plugin.py`` with ``CUETRAIN_UPDATE_DOCS=1`` (needs ``.venv-cuegui``;
+   ``--skip-cuegui`` leaves those three as they are).
+
+Exit status: 0 when every screenshot was written; 1 (with the failing step named) otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger("screenshots")
+
+
+def train(run_dir: Path, steps: int) -> None:
+    """One real ``cuetrain demo`` run (2 ranks) into ``run_dir`` (its frames under ``run_dir/data``); raises
+    CalledProcessError when it fails."""
+    subprocess.run([sys.executable, "-m", "trainer.cli", "demo", "--run-dir", str(run_dir), "--steps", str(steps)],
+                   cwd=ROOT, check=True)
+
+
+def runs_panel(run_dirs: list[Path], out: Path) -> None:
+    """The Runs panel following ``run_dirs`` (the first one selected), saved as ``out`` (PNG)."""
+    from gui.screenshots import save_panel_screenshot
+
+    save_panel_screenshot([str(d) for d in run_dirs], str(out))
+
+
+def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 300.0) -> None:
+    """The submit dialog filled in for the demo data (``data_dir/train/{input,target}``), with the advisor's table from a real probe.
+
+    Raises:
+        RuntimeError: the probe did not finish within ``timeout_s`` seconds or failed (its message).
+    """
+    from gui.controller import RunsController
+    from gui.screenshots import _application
+    from gui.submit_dialog import SubmitDialog
+
+    app = _application()
+    controller = RunsController(settings=None)
+    dialog = SubmitDialog(controller)
+    dialog.input_edit.setText(str(data_dir / "train" / "input"))
+    dialog.target_edit.setText(str(data_dir / "train" / "target"))
+    dialog.run_dir_edit.setText(str(run_dir))
+    dialog.advisor.set_expanded(True)
+    dialog.show()
+    if not dialog.advisor.advise():
+        raise RuntimeError(f"the advisor did not start: {dialog.advisor.status.text()}")
+    deadline = time.monotonic() + timeout_s
+    while dialog.advisor.runner.is_running() and time.monotonic() < deadline:
+        app.processEvents()
+        time.sleep(0.05)
+    if dialog.advisor.runner.is_running():
+        dialog.advisor.shutdown()
+        raise RuntimeError(f"the advisor probe gave no result in {timeout_s:.0f} s")
+    if dialog.advisor.recommendation is None:
+        log.warning("the advisor made no recommendation: %s", dialog.advisor.status.text())
+    app.processEvents()
+    ok = dialog.grab().save(str(out), "PNG")
+    dialog.advisor.shutdown()
+    dialog.close()
+    controller.shutdown()
+    if not ok:
+        raise RuntimeError(f"cannot write {out}")
+
+
+def cuegui(out_dir: Path) -> None:
+    """The three CueGUI screenshots, through the real-CueGUI test (it writes them into docs/)."""
+    if out_dir.resolve() != (ROOT / "docs").resolve():
+        raise RuntimeError("the CueGUI screenshots go to docs/ only (the test writes them there); use --skip-cuegui")
+    env = dict(os.environ, CUETRAIN_UPDATE_DOCS="1")
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "tests/gui/test_cuegui_plugin.py"], cwd=ROOT, env=env, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the PNGs (docs)")
+    parser.add_argument("--steps", type=int, default=400, help="steps of the main demo run (400)")
+    parser.add_argument("--skip-cuegui", action="store_true", help="leave the three CueGUI screenshots as they are")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if args.steps < 3:
+        parser.error(f"--steps {args.steps}: need at least 3 (the short run trains steps / 3)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cuetrain-screenshots-") as tmp:
+        work = Path(tmp)
+        main_run, short_run = work / "runs" / "demo", work / "runs" / "demo_short"
+        steps = [("short training run", lambda: train(short_run, args.steps // 3)),
+                 ("main training run", lambda: train(main_run, args.steps)),
+                 ("Runs panel", lambda: runs_panel([main_run, short_run], args.out / "gui_runs_panel.png")),
+                 ("submit dialog", lambda: submit_dialog(main_run / "data", work / "runs" / "next",
+                                                         args.out / "gui_submit_dialog_advisor.png"))]
+        if not args.skip_cuegui:
+            steps.append(("CueGUI", lambda: cuegui(args.out)))
+        for name, step in steps:
+            log.info("%s...", name)
+            try:
+                step()
+            except (subprocess.CalledProcessError, RuntimeError, OSError) as exc:
+                log.error("%s failed: %s", name, exc)
+                return 1
+    log.info("screenshots written to %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
