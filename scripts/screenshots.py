@@ -78,6 +78,11 @@ def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 3
         raise RuntimeError(f"the advisor probe gave no result in {timeout_s:.0f} s")
     if dialog.advisor.recommendation is None:
         log.warning("the advisor made no recommendation: %s", dialog.advisor.status.text())
+    for _ in range(10):  # let the table and the recommendation line take their room before the grab
+        app.processEvents()
+        time.sleep(0.05)
+    dialog.setMinimumSize(dialog.sizeHint())
+    dialog.adjustSize()
     app.processEvents()
     ok = dialog.grab().save(str(out), "PNG")
     dialog.advisor.shutdown()
