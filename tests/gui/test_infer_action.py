@@ -113,17 +113,24 @@ def test_the_chunk_field_starts_at_the_default_and_refuses_zero(qtbot, tmp_path)
     assert dialog.values()[3] == 40
 
 
-def test_the_chunk_reaches_the_built_inference_spec(tmp_path):
-    inp, _ = make_pairs(tmp_path / "shot", frames=5, height=16, width=16)
+def _dry_run_layers(tmp_path: Path, frames: int, *extra: str) -> tuple[Path, list[ElementTree.Element]]:
+    """``cuetrain submit-infer --dry-run --json`` on ``frames`` 16x16 input frames and a stand-in model.pt, with
+    ``extra`` arguments; returns the model path and the spec's layer elements."""
+    inp, _ = make_pairs(tmp_path / "shot", frames=frames, height=16, width=16)
     model = tmp_path / "run" / "model.pt"
     model.parent.mkdir()
     model.write_bytes(b"torchscript")
     out = subprocess.run([sys.executable, "-m", "trainer.cli", "submit-infer", "--model", str(model), "--input",
-                          str(inp), "--output", str(tmp_path / "out"), "--chunk", "2", "--show", "s", "--shot", "sh",
+                          str(inp), "--output", str(tmp_path / "out"), *extra, "--show", "s", "--shot", "sh",
                           "--dry-run", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120,
                          check=True).stdout
-    layer = ElementTree.fromstring(json.loads(out.strip().splitlines()[-1])["spec"]).find("./job/layers/layer")
-    assert layer.findtext("chunk") == "2"
+    spec = json.loads(out.strip().splitlines()[-1])["spec"]
+    return model, ElementTree.fromstring(spec).findall("./job/layers/layer")
+
+
+def test_the_chunk_reaches_the_built_inference_spec(tmp_path):
+    _, layers = _dry_run_layers(tmp_path, 5, "--chunk", "2")
+    assert layers[0].findtext("chunk") == "2"
 
 
 def test_model_files_and_open_model_folder(qtbot, panel_with_run, monkeypatch):
@@ -146,14 +153,6 @@ def test_model_files_and_open_model_folder(qtbot, panel_with_run, monkeypatch):
 
 
 def test_submit_infer_dry_run_json_is_a_spec_with_the_infer_layer(tmp_path):
-    inp, _ = make_pairs(tmp_path / "shot", frames=3, height=16, width=16)
-    model = tmp_path / "run" / "model.pt"
-    model.parent.mkdir()
-    model.write_bytes(b"torchscript")
-    out = subprocess.run([sys.executable, "-m", "trainer.cli", "submit-infer", "--model", str(model), "--input",
-                          str(inp), "--output", str(tmp_path / "out"), "--show", "s", "--shot", "sh", "--dry-run",
-                          "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True).stdout
-    spec = json.loads(out.strip().splitlines()[-1])["spec"]
-    layers = ElementTree.fromstring(spec).findall("./job/layers/layer")
+    model, layers = _dry_run_layers(tmp_path, 3)
     assert [(layer.get("name"), layer.findtext("range")) for layer in layers] == [("infer", "1001-1003")]
     assert f"--model {model}" in layers[0].findtext("cmd")
