@@ -24,7 +24,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.launch import free_port  # noqa: E402
+from trainer.ports import free_port  # noqa: E402
 from trainer.stop import GangStop, StopSignal  # noqa: E402
 
 

@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from trainer import netaddr
+from trainer import netaddr, ports
 from trainer.rundir import RunDirError, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class GangFinished(RendezvousError):
     exit_code = 0
 
 
-class PortUnavailable(RendezvousError):
+class PortUnavailable(RendezvousError, ports.PortUnavailable):
     """Frame 0 could not reserve its port (exit code 6); a retry of the frame picks another."""
 
     exit_code = 6
@@ -204,36 +204,11 @@ def signed_by(pub: Publication, token: str | None) -> bool:
                                                 pub.members))
 
 
-class PortReservation:
-    """A TCP port held for rank 0's store: bound with ``SO_REUSEADDR`` on all interfaces, not listening.
+class PortReservation(ports.PortReservation):
+    """:class:`trainer.ports.PortReservation` raising this module's :class:`PortUnavailable` (a
+    :class:`RendezvousError`, exit code 6), so the frame handles it with every rendezvous failure."""
 
-    Args:
-        port: the port to hold, 0 to let the OS pick a free one.
-
-    Raises:
-        PortUnavailable: the port is in use or not allowed.
-    """
-
-    def __init__(self, port: int = 0) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._sock.bind(("", port))
-        except OSError as exc:
-            self._sock.close()
-            raise PortUnavailable(f"cannot reserve TCP port {port or '(any)'} for rank 0: {exc.strerror}; "
-                                  "another program uses it (the frame's retry tries another port)") from exc
-        self.port: int = self._sock.getsockname()[1]
-
-    def close(self) -> None:
-        """Release the port (idempotent)."""
-        self._sock.close()
-
-    def __enter__(self) -> "PortReservation":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    error = PortUnavailable
 
 
 def accepts_connections(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:

@@ -37,6 +37,7 @@ from trainer.advise_model import Link, Probe
 from trainer.config import TrainConfig
 from trainer.data import CropSampler
 from trainer.envvars import DistEnv
+from trainer.ports import PortReservation
 
 PROBE_FRAMES = 4  # frame pairs loaded for the probe: crop cost does not depend on how many
 MAX_PROBE_POINTS = 8  # per-rank batch sizes timed at most; others are interpolated
@@ -315,12 +316,11 @@ def measure_link(env: DistEnv | None = None, mb: float = 16.0, repeats: int = 5,
     if env is not None and env.distributed:
         small, big = _time_allreduce(env, mb, repeats, timeout_s)
         return fit_link(env.world_size, payload, small, big, f"measured: {env.world_size} ranks via {env.main_addr}")
-    from trainer.launch import free_port
-
     ctx = mp.get_context("spawn")
     queue: Any = ctx.Queue()
-    port = free_port()
-    results = _collect(ctx, _local_link_rank, [(DistEnv(True, r, 2, "127.0.0.1", port), mb, repeats, timeout_s, queue)
-                                               for r in range(2)], queue, timeout_s, "link probe")
+    with PortReservation(0) as reservation:  # rank 0's store binds it; nobody else can meanwhile
+        port = reservation.port
+        results = _collect(ctx, _local_link_rank, [(DistEnv(True, r, 2, "127.0.0.1", port), mb, repeats, timeout_s,
+                                                    queue) for r in range(2)], queue, timeout_s, "link probe")
     small, big = results[0]
     return fit_link(2, payload, small, big, "measured: 2 local processes over loopback (not the farm network)")

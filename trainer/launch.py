@@ -3,7 +3,8 @@
 A local run is one "frame" holding every rank: the ranks are started by the same supervisor a farm
 frame uses for its ranks-per-frame (:func:`trainer.supervise.run_ranks`). Each rank is a separate
 ``python -m trainer.cli train`` process that gets the COPYCAT variables (main address 127.0.0.1, a
-free port, its rank, the world size, the sync interval, a per-gang token) in its environment, the
+free port, its rank, the world size, the sync interval, a per-gang token; the port is
+reserved for the gang's life, :mod:`trainer.ports`) in its environment, the
 same contract a farm frame gives its ranks. Output lines are relayed with a ``[rank N]`` prefix and
 also written to ``RUN_DIR/logs/rank_N.log``.
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import socket
 import sys
 
 from trainer.config import ConfigError
@@ -28,6 +28,7 @@ from trainer.envvars import copycat_env, environ_with
 from trainer.exitcodes import describe
 from trainer.rundir import RunPaths
 from trainer.grace import GRACE
+from trainer.ports import PortReservation
 from trainer.restarts import Action, classify
 from trainer.supervise import GangExit, RankLogs, rank_envs, run_ranks
 
@@ -37,23 +38,19 @@ STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the d
 TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _run_gang(train_argv: list[str], world_size: int, sync_interval: int, logs: RankLogs, threads: int) -> GangExit:
-    """Start every rank once (a fresh port and token per start) and wait; returns how the gang ended."""
-    port = free_port()
+    """Start every rank once (a freshly reserved port and a new token per start) and wait; returns how the
+    gang ended. The port stays reserved until the gang exits (:mod:`trainer.ports`): rank 0's store binds
+    it, no other program can."""
     token = secrets.token_hex(16)  # per gang: a stray process cannot join (trainer.gang)
-    base = environ_with({**copycat_env("127.0.0.1", port, 0, world_size, sync_interval, token=token),
-                         "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
-    envs = rank_envs(base, 0, world_size)
-    log.info("starting %d ranks (main address 127.0.0.1:%d, %d thread(s) each)", world_size, port, threads)
-    return run_ranks([*TRAINER_COMMAND, *train_argv], list(enumerate(envs)), logs,
-                     stop_grace_s=GRACE.kill_after_for(train_argv), new_session=True)
+    with PortReservation(0) as reservation:
+        port = reservation.port
+        base = environ_with({**copycat_env("127.0.0.1", port, 0, world_size, sync_interval, token=token),
+                             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
+        envs = rank_envs(base, 0, world_size)
+        log.info("starting %d ranks (main address 127.0.0.1:%d, %d thread(s) each)", world_size, port, threads)
+        return run_ranks([*TRAINER_COMMAND, *train_argv], list(enumerate(envs)), logs,
+                         stop_grace_s=GRACE.kill_after_for(train_argv), new_session=True)
 
 
 def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_interval: int = 1,

@@ -22,7 +22,7 @@ from tests.trainer.test_gang import finish, start_rank
 from tests.trainer.test_train import assert_mixed_precision_match, final_weights
 from trainer.config import TrainConfig
 from trainer.exitcodes import ExitCode
-from trainer.launch import free_port
+from trainer.ports import free_port
 from trainer.rundir import RunPaths
 from trainer.runrecord import read_record
 

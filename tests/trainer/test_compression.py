@@ -90,7 +90,7 @@ def test_sync_interval_divides_the_bytes_per_step(pairs, tmp_path, monkeypatch):
     """The real training loop in a 1-rank gang: gradients are all-reduced once per sync interval."""
     from trainer.config import TrainConfig
     from trainer.envvars import DistEnv
-    from trainer.launch import free_port
+    from trainer.ports import free_port
     from trainer.train import train
 
     counters: list[CommCounter] = []
@@ -172,7 +172,7 @@ def test_convergence_check_rejects_a_hook_that_returns_zeros(graded_pairs, tmp_p
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
     from trainer.envvars import DistEnv
-    from trainer.launch import free_port
+    from trainer.ports import free_port
     from trainer.train import train
 
     real = powerSGD_hook.powerSGD_hook

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.conftest import CHILD_PYTHONPATH, ROOT
-from trainer.launch import free_port
+from trainer.ports import free_port
 from trainer.rundir import RunPaths
 
 

@@ -1,6 +1,7 @@
 """``cuetrain local`` restarts the gang by the same rules as a farm frame, and stops it within the grace order.
 
 Issue 20's defects, each shown by a test that failed before the fix:
+- rank 0's port was picked free and closed ("hope"), not reserved for the gang's life;
 - a gang that exits 2 (bad input) was restarted ``--max-restarts`` times, printing the same error each time;
 - a gang stopped by SIGTERM (a wrangler, systemd) was restarted, because the "terminated" flag was dropped;
 - supervisors sent SIGKILL before the trainer's checkpoint grace ran out (the frame after 10 s, the trainer's
@@ -35,6 +36,14 @@ FAKE_RANK = textwrap.dedent("""
     if mode == "usage":
         print("cuetrain: error: frame sizes do not match", flush=True)
         sys.exit(2)
+    if mode == "port":  # another program tries to take rank 0's port while the gang runs
+        import socket
+        with socket.socket() as other:
+            try:
+                other.bind(("", int(os.environ["COPYCAT_MAIN_PORT"])))
+            except OSError:
+                sys.exit(0)
+        sys.exit(10)
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(75))  # a checkpoint written at the agreed step
     time.sleep(float(os.environ.get("FAKE_SLEEP_S", "4")))
     sys.exit(0)
@@ -61,6 +70,13 @@ def test_local_gang_exiting_2_is_not_restarted(monkeypatch: pytest.MonkeyPatch, 
                                threads_per_rank=1)
     assert code == ExitCode.USAGE
     assert _starts(starts) == 2, "bad input gives the same error again: the gang must start once (2 ranks)"
+
+
+def test_local_gang_port_is_reserved_while_the_gang_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Failed before: ``cuetrain local`` picked a free port and closed it, so any program could take it."""
+    _fake(monkeypatch, tmp_path, "port")
+    code = launch.launch_local(["--run-dir", str(tmp_path / "run")], 2, str(tmp_path / "run"), threads_per_rank=1)
+    assert code == 0, f"a rank could bind rank 0's port {code == 10 and '(exit 10)' or code}: it was not reserved"
 
 
 LOCAL_UNDER_SIGTERM = textwrap.dedent("""

@@ -107,7 +107,7 @@ def _ddp_rank(rank: int, world: int, port: int, batches: list[int], steps: int, 
 @pytest.mark.parametrize("batches", [[4, 4], [3, 2]])
 def test_ddp_estimate_of_the_quadratic_is_within_10_percent(batches):
     """Two gloo ranks: each rank's gradient before the all-reduce (its local batch) against the all-reduced one."""
-    from trainer.launch import free_port
+    from trainer.ports import free_port
 
     _, _, exact = problem()
     ctx = mp.get_context("spawn")

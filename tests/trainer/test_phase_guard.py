@@ -9,7 +9,7 @@ import sys
 import time
 
 from tests.conftest import CHILD_PYTHONPATH, ROOT
-from trainer.launch import free_port
+from trainer.ports import free_port
 
 BLOCKED = r"""
 import sys, time

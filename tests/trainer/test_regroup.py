@@ -11,7 +11,7 @@ import time
 
 from tests.trainer.test_gang import finish, start_rank
 from trainer.exitcodes import ExitCode
-from trainer.launch import free_port
+from trainer.ports import free_port
 from trainer.rundir import RunPaths
 from trainer.runrecord import read_record, read_record_or_empty
 from trainer.stop import GangStop, StopSignal, Vote
