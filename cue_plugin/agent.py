@@ -23,10 +23,10 @@ retries; a crash loop does not hammer shared storage or Cuebot).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass
 
 from trainer import runrecord
+from trainer.recordparts import GangRecord
 from trainer.restarts import NO_RESTART, Action, classify  # noqa: F401 - the one table, re-exported
 from trainer.rundir import RunDirError, RunPaths
 
@@ -36,7 +36,6 @@ DEFAULT_MAX_RESTARTS = 3  # gang restarts per job
 DEFAULT_BACKOFF_S = 2.0  # seconds before the first restart, doubled for each further one
 BACKOFF_MAX_S = 30.0  # seconds, the longest backoff
 DEFAULT_ELASTIC_WINDOW_S = 120.0  # seconds frame 0 waits for every frame before an elastic gang shrinks
-EVENTS_KEPT = 20  # newest gang events kept in run.json
 
 
 @dataclass(frozen=True)
@@ -81,52 +80,10 @@ class AgentPolicy:
         return min(self.backoff_s * 2 ** max(0, restart - 1), self.backoff_max_s)
 
 
-@dataclass(frozen=True)
-class GangRecord:
-    """Frame 0's record of the job's gang in ``run.json`` ``gang`` (see module doc).
-
-    Attributes:
-        job_id: the farm job the count belongs to (a new submit starts again at 0).
-        generation: the latest gang generation hosted (0 = none yet).
-        restarts: generations started because the previous one failed [count].
-        members: frames of the latest generation (empty = every frame).
-        world_size: ranks of the latest generation [ranks].
-        events: newest last: {generation, reason, members, world_size, at} (at most :data:`EVENTS_KEPT`).
-    """
-
-    job_id: str = ""
-    generation: int = 0
-    restarts: int = 0
-    members: tuple[int, ...] = ()
-    world_size: int = 0
-    events: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
-
-    @classmethod
-    def read(cls, paths: RunPaths, job_id: str) -> "GangRecord":
-        """The record of job ``job_id`` (an empty one when ``run.json`` holds another job's or none)."""
-        data = runrecord.read_record_or_empty(paths).gang
-        if not data or data.get("job_id") != job_id:
-            return cls(job_id=job_id)
-        try:
-            return cls(job_id=job_id, generation=int(data.get("generation", 0)), restarts=int(data.get("restarts", 0)),
-                       members=tuple(int(m) for m in data.get("members") or ()),
-                       world_size=int(data.get("world_size", 0)),
-                       events=tuple(e for e in data.get("events") or () if isinstance(e, Mapping)))
-        except (TypeError, ValueError):
-            return cls(job_id=job_id)
-
-    def next(self, reason: str, members: tuple[int, ...], world_size: int, *, restart: bool) -> "GangRecord":
-        """The record for the next generation (``restart``: counted against the budget)."""
-        event = {"generation": self.generation + 1, "reason": reason, "members": list(members),
-                 "world_size": world_size, "at": runrecord.now_iso()}
-        return GangRecord(self.job_id, self.generation + 1, self.restarts + (1 if restart else 0), members,
-                          world_size, (*self.events, event)[-EVENTS_KEPT:])
-
-    def write(self, paths: RunPaths) -> None:
-        """Merge into ``run.json`` (errors are logged: the record is for people, training goes on)."""
-        try:
-            runrecord.update_record(paths, gang={"job_id": self.job_id, "generation": self.generation,
-                                                 "restarts": self.restarts, "members": list(self.members),
-                                                 "world_size": self.world_size, "events": [dict(e) for e in self.events]})
-        except RunDirError as exc:
-            log.error("cannot record the gang generation in run.json: %s", exc)
+def record_gang(paths: RunPaths, record: GangRecord) -> None:
+    """Write ``record`` as ``run.json`` ``gang`` (:func:`trainer.runrecord.write_gang`); an error is logged,
+    not raised: the record is for people, training goes on."""
+    try:
+        runrecord.write_gang(paths, record)
+    except RunDirError as exc:
+        log.error("cannot record the gang generation in run.json: %s", exc)

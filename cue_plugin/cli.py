@@ -28,7 +28,7 @@ from cue_plugin.spec import RENDEZVOUS_MODES, Farm, FarmError, JobHandle, JobSta
 from trainer import runrecord
 from trainer.config import ConfigError, add_train_arguments, config_from_args
 from trainer.envvars import read_farm_env
-from trainer.rundir import RunDirError, RunPaths, read_json, read_metrics
+from trainer.rundir import RunDirError, RunPaths, read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -174,20 +174,20 @@ def _ranks_per_frame(run_dir: str | None) -> int:
 
 
 def format_run(run_dir: str) -> list[str]:
-    """Lines from ``RUN_DIR/run.json`` and the last metrics row (empty when there is no run.json)."""
+    """Lines from ``RUN_DIR/run.json`` (:func:`trainer.runrecord.read_record`) and the last metrics row
+    (one "no run.json yet" line when there is none)."""
     paths = RunPaths.of(run_dir)
     try:
-        record = read_json(paths.run_json)
+        record = runrecord.read_record(paths)
     except RunDirError:
         return [f"run      {run_dir}: no run.json yet"]
-    steps = (record.get("config") or {}).get("steps", "?")
-    line = f"run      {run_dir}: {record.get('state', 'submitted')}"
+    line = f"run      {run_dir}: {record.state or 'submitted'}"
     rows = read_metrics(paths)
     if rows:
         last = rows[-1]
-        line += f", step {last.get('step', '?')}/{steps}, loss {last.get('loss', float('nan')):.4g}"
-    if record.get("error"):
-        line += f"; error: {record['error']}"
+        line += f", step {last.get('step', '?')}/{record.total_steps or '?'}, loss {last.get('loss', float('nan')):.4g}"
+    if record.error:
+        line += f"; error: {record.error}"
     return [line]
 
 

@@ -68,7 +68,7 @@ from typing import Callable, Sequence
 
 from cue_plugin import membership, rendezvous, rendezvous_cuebot
 from cue_plugin.agent import (DEFAULT_BACKOFF_S, DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, Action, AgentPolicy,
-                              GangRecord, classify)
+                              classify, record_gang)
 from cue_plugin.frame_member import run_member
 from cue_plugin.layer_failure import fail_layer, gang_incomplete
 from cue_plugin.spec import RENDEZVOUS_MODES
@@ -302,7 +302,7 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
     if ns.rendezvous == "cuebot":
         notice.clear()  # a failure notice of an earlier attempt
     host = rendezvous.main_address(farm.main_host, farm.cuebot_hosts)  # an IP, never the host name
-    record = GangRecord.read(paths, farm.job_id)
+    record = runrecord.read_gang(paths, farm.job_id)
     again = record.generation > 0  # a Cuebot retry of frame 0 within this job: a restart
     counted = again  # the next generation counts against the restart budget (a regroup does not)
     reason = "frame 0 started again (farm retry)" if again else "first gang of the job"
@@ -314,7 +314,7 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
             return EXIT_GANG
         world = len(members) * ns.ranks_per_frame if members else ns.world_size
         record = record.next(reason, members, world, restart=counted)
-        record.write(paths)
+        record_gang(paths, record)
         code, result, pub, failure = _host_generation(ns, paths, train_args, cue, trainer_command, out, source, host,
                                                       token, record.generation, members)
         action = classify(code, terminated=result.terminated)

@@ -229,8 +229,8 @@ class RunsController(QObject):
 
     def _apply_one(self, run: Run, update: PollUpdate) -> None:
         res, changed = update.result, False
-        if res.info is not None:
-            if run.adopt_info(res.info):
+        if res.record is not None:
+            if run.adopt_record(res.record):
                 self.save()  # a new farm job (submitted or resumed elsewhere) is remembered
             changed = True
         if res.error != run.read_error:

@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trainer.rundir import MetricsReader, RunDirError, RunPaths, read_json
+from trainer.rundir import MetricsReader, RunDirError, RunPaths
+from trainer.runrecord import RunRecord, read_record
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ class PollResult:
             empty arrays when nothing new arrived.
         reset: ``metrics.jsonl`` started again from the beginning (restarted run); drop old rows.
         new_sheets: contact sheets not reported before, as ``(step, path)`` sorted by step.
-        info: the ``run.json`` record when it changed since the last poll, else ``None``.
+        record: the typed ``run.json`` record (:mod:`trainer.runrecord`) when it changed since the last
+            poll, else ``None``.
         error: why ``run.json`` could not be read (missing while the run starts, bad JSON), else "".
     """
 
@@ -49,7 +51,7 @@ class PollResult:
     metrics: Columns = field(default_factory=lambda: empty_columns())
     reset: bool = False
     new_sheets: list[tuple[int, str]] = field(default_factory=list)
-    info: dict[str, Any] | None = None
+    record: RunRecord | None = None
     error: str = ""
 
     @property
@@ -60,7 +62,7 @@ class PollResult:
     @property
     def changed(self) -> bool:
         """True when anything new arrived."""
-        return bool(self.new_rows or self.reset or self.new_sheets or self.info is not None)
+        return bool(self.new_rows or self.reset or self.new_sheets or self.record is not None)
 
 
 def empty_columns() -> Columns:
@@ -120,7 +122,7 @@ class RunPoller:
         self._sheet_steps: set[int] = set()
         self._sheets_key: tuple[int, int] | None = None
         self._info_key: tuple[int, int] | None = None
-        self._info: dict[str, Any] | None = None
+        self._record: RunRecord | None = None
 
     def poll(self) -> PollResult:
         """Read what changed since the previous call (the first call reads everything)."""
@@ -162,12 +164,12 @@ class RunPoller:
         if key == self._info_key:
             return
         try:
-            info = read_json(self.paths.run_json)
+            record = read_record(self.paths)
         except RunDirError as exc:
             result.error = str(exc)
             return
         self._info_key = _settled(key)
-        if info == self._info:
+        if record == self._record:
             return
-        self._info = info
-        result.info = info
+        self._record = record
+        result.record = record

@@ -103,7 +103,7 @@ class Run:
             so that a resume can be submitted again; empty for runs added by folder.
         show_graph: plot this run in the Graph area.
         show_sheet: list this run in the Contact Sheet dropdown.
-        info: the latest ``run.json`` record ({} until read).
+        record: the latest ``run.json`` record, typed (:mod:`trainer.runrecord`; empty until read).
         status: the latest farm status, if the farm was asked.
         farm_error: why the farm could not be asked ("" when it answered).
         read_error: why ``run.json`` could not be read ("" when it was).
@@ -117,7 +117,7 @@ class Run:
     job: dict[str, Any] = field(default_factory=dict)
     show_graph: bool = True
     show_sheet: bool = True
-    info: dict[str, Any] = field(default_factory=dict)
+    record: RunRecord = field(default_factory=RunRecord)
     status: JobStatus | None = None
     farm_error: str = ""
     read_error: str = ""
@@ -129,11 +129,6 @@ class Run:
     def name(self) -> str:
         """Display name: the run directory's folder name."""
         return os.path.basename(os.path.normpath(self.run_dir)) or self.run_dir
-
-    @property
-    def record(self) -> RunRecord:
-        """:attr:`info` as the typed ``run.json`` record (any version; trainer.runrecord)."""
-        return RunRecord.from_dict(self.info)
 
     @property
     def total_steps(self) -> int:
@@ -172,13 +167,13 @@ class Run:
 
     def gang_note(self) -> str:
         """``, 2 restarts`` and ``, elastic: 2 of 3 ranks`` from ``run.json`` ``gang`` (cue_plugin.agent), or ""."""
-        gang = self.record.gang
-        if not gang or gang.get("job_id") != self.record.farm.get("job_id"):
+        gang = self.record.gang_record
+        if not gang.job_id or gang.job_id != self.record.farm_record.job_id:
             return ""
-        restarts, world = gang.get("restarts"), gang.get("world_size")
+        restarts, world = gang.restarts, gang.world_size
         full = self.job_record().get("world_size")
-        note = f", {restarts} restart{'s' if restarts != 1 else ''}" if isinstance(restarts, int) and restarts else ""
-        if gang.get("members") and isinstance(world, int) and isinstance(full, int) and world < full:
+        note = f", {restarts} restart{'s' if restarts != 1 else ''}" if restarts else ""
+        if gang.members and isinstance(full, int) and world < full:
             note += f", elastic: {world} of {full} ranks"
         return note
 
@@ -201,7 +196,7 @@ class Run:
     @property
     def ran_here(self) -> bool:
         """True when the latest attempt in ``run.json`` ran on this machine (its rank processes can be counted)."""
-        return ran_here(self.info)
+        return ran_here(self.record)
 
     def eta_s(self) -> float:
         """Seconds left, from the wall time of the last :data:`ETA_WINDOW` rows (NaN when unknown)."""
@@ -215,10 +210,10 @@ class Run:
             return math.nan
         return max(0.0, (self.total_steps - steps[-1]) * dwall / dstep)
 
-    def adopt_info(self, info: Mapping[str, Any]) -> bool:
+    def adopt_record(self, record: RunRecord) -> bool:
         """Take a new ``run.json`` record. Its ``farm`` field (written by the farm backend at each submit)
         names the current job: adopt it when it differs from :attr:`handle`. Returns True when it did."""
-        self.info = dict(info)
+        self.record = record
         farm = self.record.farm_record
         if not farm.submitted:
             return False
@@ -237,11 +232,10 @@ class Run:
         return {k: v for k, v in recorded.items() if k != "extra_env" or isinstance(v, Mapping)}
 
 
-def ran_here(info: Mapping[str, Any]) -> bool:
+def ran_here(record: RunRecord) -> bool:
     """True when the latest attempt of a ``run.json`` record ran on this machine."""
-    attempts = info.get("attempts")
-    last = attempts[-1] if isinstance(attempts, list) and attempts else None
-    return isinstance(last, Mapping) and last.get("host") == socket.gethostname()
+    last = record.attempts[-1] if record.attempts else None
+    return last is not None and last.get("host") == socket.gethostname()
 
 
 def format_duration(seconds: float) -> str:

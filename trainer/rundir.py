@@ -217,18 +217,6 @@ def read_json(path: Path) -> dict[str, Any]:
     return obj
 
 
-def update_run_json(paths: RunPaths, **fields: Any) -> dict[str, Any]:
-    """Merge ``fields`` into ``run.json``: :func:`trainer.runrecord.update_record` (the one owner of
-    ``run.json``), returned as the JSON object written.
-
-    Raises:
-        RunDirError: an unknown field, or the write failed.
-    """
-    from trainer.runrecord import update_record  # runrecord builds on this module
-
-    return update_record(paths, **fields).to_dict()
-
-
 def append_metrics(paths: RunPaths, rows: list[dict[str, Any]]) -> None:
     """Append rows to ``metrics.jsonl``, one JSON object per line, each line written whole.
 

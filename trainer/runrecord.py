@@ -39,10 +39,10 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from trainer.recordparts import FarmRecord, GangRecord, now_iso  # noqa: F401 - typed sections, re-exported
 from trainer.rundir import FILE_MODE, RunDirError, RunPaths, atomic_write_json, read_json
 
 RECORD_VERSION = 1
@@ -89,55 +89,6 @@ STATES: dict[str, StateRow] = {
 TERMINAL_STATES = tuple(name for name, row in STATES.items() if row.terminal)
 
 
-def now_iso() -> str:
-    """Current UTC time, ISO 8601 to the second."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-@dataclass(frozen=True)
-class FarmRecord:
-    """``run.json`` ``farm``, typed: the farm job of the latest submit (written by the farm backend).
-
-    Parsed in one place (:meth:`from_mapping`, through :attr:`RunRecord.farm_record`); every reader (the
-    CLI, the GUI, frames, the farm backend) uses it instead of digging in the raw mapping.
-
-    Attributes:
-        job_id: Cuebot's job id ("" when never submitted).
-        job_name: the job's name.
-        submitted_at: ISO time of the submit.
-        attempts_at_submit: training attempts recorded before this submit [count].
-        job: the submitted job's fields (``TrainingJob``; e.g. ``ranks_per_frame``, ``world_size``).
-    """
-
-    job_id: str = ""
-    job_name: str = ""
-    submitted_at: str = ""
-    attempts_at_submit: int = 0
-    job: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> "FarmRecord":
-        """Parse ``run.json`` ``farm``; a missing or wrong-typed value falls back to its default."""
-        data = data if isinstance(data, Mapping) else {}
-        at = data.get("attempts_at_submit", 0)
-        job = data.get("job")
-        return cls(job_id=str(data.get("job_id") or ""), job_name=str(data.get("job_name") or ""),
-                   submitted_at=str(data.get("submitted_at") or ""),
-                   attempts_at_submit=at if isinstance(at, int) and not isinstance(at, bool) and at >= 0 else 0,
-                   job=dict(job) if isinstance(job, Mapping) else {})
-
-    @property
-    def submitted(self) -> bool:
-        """True when a farm job is recorded (an id or a name)."""
-        return bool(self.job_id or self.job_name)
-
-    @property
-    def ranks_per_frame(self) -> int:
-        """``job.ranks_per_frame`` [ranks]; 1 when unknown or not a positive integer."""
-        per = self.job.get("ranks_per_frame", 1)
-        return per if isinstance(per, int) and not isinstance(per, bool) and per > 0 else 1
-
-
 @dataclass(frozen=True)
 class RunRecord:
     """The content of ``run.json``.
@@ -163,7 +114,7 @@ class RunRecord:
         stopped_step: step of the checkpoint written on SIGTERM/SIGINT or a SIGUSR1 regroup [steps], or None.
         farm: the farm job of the latest submit: job_id, job_name, submitted_at, attempts_at_submit, job.
         gang_failure: frame 0's record when it failed the whole layer (reason, at, attempt, layer, job, cuebot).
-        gang: frame 0's node agent's record of the gang (``cue_plugin.agent.GangRecord``): job_id, generation,
+        gang: frame 0's node agent's record of the gang (:class:`GangRecord`, :attr:`gang_record`): job_id, generation,
             restarts [count], members [frame numbers], world_size [ranks], events.
         precision: the latest attempt's forward-pass precision: precision, requested, device, reason
             (``trainer.precision.Precision.to_dict``).
@@ -223,6 +174,11 @@ class RunRecord:
         return FarmRecord.from_mapping(self.farm)
 
     @property
+    def gang_record(self) -> GangRecord:
+        """:attr:`gang`, typed (:class:`GangRecord`; check its ``job_id`` against :attr:`farm_record`'s)."""
+        return GangRecord.from_mapping(self.gang)
+
+    @property
     def is_terminal(self) -> bool:
         """True when :attr:`state` is terminal in :data:`STATES`."""
         return self.state in TERMINAL_STATES
@@ -270,6 +226,21 @@ def read_record(paths: RunPaths) -> RunRecord:
         RunDirError: missing or unreadable file (the message names it).
     """
     return RunRecord.from_dict(read_json(paths.run_json))
+
+
+def read_gang(paths: RunPaths, job_id: str) -> GangRecord:
+    """The gang record of farm job ``job_id`` (an empty one for that job when ``run.json`` holds another
+    job's, none, or cannot be read)."""
+    return read_record_or_empty(paths).gang_record.of_job(job_id)
+
+
+def write_gang(paths: RunPaths, gang: GangRecord) -> RunRecord:
+    """Replace ``run.json`` ``gang`` with ``gang`` (under the lock, other fields kept).
+
+    Raises:
+        RunDirError: the run directory cannot be written (the message names the file).
+    """
+    return update_record(paths, gang=gang.to_dict())
 
 
 def read_record_or_empty(paths: RunPaths) -> RunRecord:

@@ -7,10 +7,10 @@ import time
 import pytest
 
 from cue_plugin import membership
-from cue_plugin.agent import Action, AgentPolicy, GangRecord, classify
+from cue_plugin.agent import Action, AgentPolicy, classify, record_gang
 from trainer.exitcodes import ExitCode
 from trainer.rundir import RunPaths, atomic_write_json
-from trainer.runrecord import read_record, update_record
+from trainer.runrecord import read_gang, read_record, update_record
 
 
 @pytest.mark.parametrize("code,terminated,action", [
@@ -54,14 +54,14 @@ def test_elastic_only_below_the_world_size():
 def test_gang_record_counts_restarts_not_regroups_and_belongs_to_one_job(tmp_path):
     paths = RunPaths.of(tmp_path / "run")
     paths.create()
-    record = GangRecord.read(paths, "job-a")
+    record = read_gang(paths, "job-a")
     for reason, restart in (("first", False), ("restart 1", True), ("regroup", False), ("restart 2", True)):
         record = record.next(reason, (0, 1) if "regroup" in reason else (), 4, restart=restart)
-        record.write(paths)
-    again = GangRecord.read(paths, "job-a")  # a Cuebot retry of frame 0 continues the count
+        record_gang(paths, record)
+    again = read_gang(paths, "job-a")  # a Cuebot retry of frame 0 continues the count
     assert (again.generation, again.restarts, again.members) == (4, 2, ())
     assert [e["reason"] for e in again.events] == ["first", "restart 1", "regroup", "restart 2"]
-    assert GangRecord.read(paths, "job-b").generation == 0  # a new submit starts again
+    assert read_gang(paths, "job-b").generation == 0  # a new submit starts again
     update_record(paths, state="running")  # other writers keep the record
     assert read_record(paths).gang["generation"] == 4
 

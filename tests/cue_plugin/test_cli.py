@@ -5,7 +5,8 @@ from xml.etree import ElementTree
 
 from cue_plugin import cli
 from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
-from trainer.rundir import RunPaths, append_metrics, update_run_json
+from trainer.rundir import RunPaths, append_metrics
+from trainer.runrecord import update_record
 
 
 @dataclasses.dataclass
@@ -89,7 +90,7 @@ def test_list_templates(capsys):
 def test_status_of_a_run_dir_shows_run_and_farm(tmp_path, capsys):
     paths = RunPaths.of(tmp_path / "run")
     paths.create()
-    update_run_json(paths, state="running", config={"steps": 100}, farm={"job_id": "id-1", "job_name": "j"})
+    update_record(paths, state="running", config={"steps": 100}, farm={"job_id": "id-1", "job_name": "j"})
     append_metrics(paths, [{"step": 10, "loss": 0.5}, {"step": 20, "loss": 0.25}])
     assert cli.main(["status", str(paths.root)], farm=FakeFarm()) == 0
     out = capsys.readouterr().out

@@ -7,7 +7,8 @@ from gui.controller import RunsController
 from gui.synthetic import add_sheet, metrics_rows, write_run
 from tests.gui.conftest import RetryFarm
 from trainer.config import TrainConfig
-from trainer.rundir import append_metrics, update_run_json
+from trainer.rundir import append_metrics
+from trainer.runrecord import update_record
 
 
 def _job(tmp_path, **kw) -> TrainingJob:
@@ -124,7 +125,7 @@ def test_cancel_and_retry(controller, farm, qtbot, tmp_path):
     assert farm.submitted[-1].train.resume and farm.submitted[-1].world_size == 4
     assert controller.run(str(paths.root)).handle.job_id == "id-1"
     # A job submitted elsewhere (cuetrain submit --resume) is learnt from run.json's farm record.
-    update_run_json(paths, farm={"job_id": "j9", "job_name": "cli-job"})
+    update_record(paths, farm={"job_id": "j9", "job_name": "cli-job"})
     controller.poll_now()
     assert controller.run(str(paths.root)).handle.job_id == "j9"
 

@@ -12,7 +12,8 @@ from cue_plugin.spec import JobStatus, RunState
 from gui.poller import RunPoller, rows_to_columns
 from gui.records import MetricSeries, Run, decimate, format_duration, retry_plan
 from gui.synthetic import add_sheet, metrics_rows, write_run
-from trainer.rundir import append_metrics, update_run_json
+from trainer.rundir import append_metrics
+from trainer.runrecord import update_record
 
 
 def test_first_poll_reads_everything_then_only_new(tmp_path):
@@ -21,14 +22,14 @@ def test_first_poll_reads_everything_then_only_new(tmp_path):
     first = poller.poll()
     assert first.new_rows == 50 and first.metrics["step"][-1] == 500
     assert [s for s, _ in first.new_sheets] == [250, 500]
-    assert first.info["config"]["steps"] == 1000 and first.error == ""
+    assert first.record.config["steps"] == 1000 and first.error == ""
     again = poller.poll()
     assert not again.changed
     append_metrics(paths, metrics_rows(510, 600))
     add_sheet(paths, 750)
     third = poller.poll()
     assert list(third.metrics["step"]) == list(range(510, 601, 10))
-    assert [s for s, _ in third.new_sheets] == [750] and third.info is None
+    assert [s for s, _ in third.new_sheets] == [750] and third.record is None
 
 
 def test_partial_last_line_waits_for_its_newline(tmp_path):
@@ -60,9 +61,9 @@ def test_missing_run_dir_and_changed_run_json(tmp_path):
     res = poller.poll()
     assert not res.changed and "does not exist yet" in res.error
     paths = write_run(tmp_path / "not-yet", steps=100, logged_to=10)
-    assert poller.poll().info["state"] == "running"
-    update_run_json(paths, state="succeeded")
-    assert poller.poll().info["state"] == "succeeded"
+    assert poller.poll().record.state == "running"
+    update_record(paths, state="succeeded")
+    assert poller.poll().record.state == "succeeded"
 
 
 def test_rows_to_columns_tolerates_missing_and_bad_values():
@@ -87,7 +88,7 @@ def test_run_record_state_eta_and_retry_plan(tmp_path):
     run = Run(str(tmp_path / "r"))
     poller = RunPoller(write_run(run.run_dir, steps=1000, logged_to=500).root)
     res = poller.poll()
-    run.adopt_info(res.info)
+    run.adopt_record(res.record)
     run.metrics.extend(res.metrics)
     assert (run.step, run.total_steps, run.state, run.ranks_text) == (500, 1000, "running", "-/4")
     assert math.isclose(run.eta_s(), 500 * 0.066, rel_tol=1e-6) and format_duration(run.eta_s()) == "33s"

@@ -1,11 +1,14 @@
 """Ranks per frame in the GUI: the submit dialog's field (template default, validation, job, advisor
 request) and the Runs panel's ranks column (frames x ranks)."""
 
+from dataclasses import replace
+
 from cue_plugin.spec import JobStatus, RunState
 from gui.records import Run
 from gui.runs_panel import row_texts
 from gui.submit_dialog import SubmitDialog
 from tests.gui.test_widgets import _fill
+from trainer.runrecord import RunRecord
 
 
 def test_dialog_takes_ranks_per_frame_from_the_template_and_submits_it(qtbot, controller, farm, tmp_path):
@@ -26,21 +29,22 @@ def test_dialog_takes_ranks_per_frame_from_the_template_and_submits_it(qtbot, co
 
 
 def test_runs_panel_shows_frames_and_ranks():
-    run = Run("/runs/a", job={"ranks_per_frame": 2}, info={"world_size": 4})
+    run = Run("/runs/a", job={"ranks_per_frame": 2}, record=RunRecord(world_size=4))
     assert run.ranks_text == "-/4 (2 frames x 2 ranks)"
     run.status = JobStatus(RunState.RUNNING, ranks_running=1, ranks_total=2)  # the farm counts frames
     assert row_texts(run)[3] == "2/4 (2 frames x 2 ranks)"
-    one = Run("/runs/b", info={"world_size": 2, "farm": {"job_id": "j", "job": {"ranks_per_frame": 1}}})
+    one = Run("/runs/b", record=RunRecord(world_size=2, farm={"job_id": "j", "job": {"ranks_per_frame": 1}}))
     one.status = JobStatus(RunState.RUNNING, ranks_running=2, ranks_total=2)
     assert one.ranks_text == "2/2"  # one rank per frame: as before
 
 
 def test_runs_panel_shows_gang_restarts_and_an_elastic_gang_that_shrank():
     farm = {"job_id": "j", "job": {"world_size": 3, "ranks_per_frame": 1}}
-    run = Run("/runs/c", info={"world_size": 2, "farm": farm, "gang": {
-        "job_id": "j", "generation": 2, "restarts": 1, "members": [0, 1], "world_size": 2}})
+    run = Run("/runs/c", record=RunRecord(world_size=2, farm=farm, gang={
+        "job_id": "j", "generation": 2, "restarts": 1, "members": [0, 1], "world_size": 2}))
     assert run.ranks_text == "-/2, 1 restart, elastic: 2 of 3 ranks"
-    run.info["gang"] = {"job_id": "j", "generation": 4, "restarts": 2, "members": [], "world_size": 3}
+    run.record = replace(run.record, gang={"job_id": "j", "generation": 4, "restarts": 2, "members": [],
+                                           "world_size": 3})
     assert run.ranks_text == "-/2, 2 restarts"  # grown back: every frame
-    run.info["gang"] = {"job_id": "older-job", "restarts": 5}
+    run.record = replace(run.record, gang={"job_id": "older-job", "restarts": 5})
     assert run.ranks_text == "-/2"  # another submit's count

@@ -21,10 +21,10 @@ def test_panel_picks_up_new_metrics_and_sheets_from_the_real_trainer(controller,
     run = controller.run(run_dir)
     assert list(run.metrics.view("step")) == [2, 4, 6, 8]
     assert [s for s, _ in run.sheets] == [4, 8]
-    assert run.info["state"] == "succeeded"
+    assert run.record.state == "succeeded"
 
     train(TrainConfig(steps=12, resume=True, **cfg), env)  # the run goes on: more rows, one more sheet
     controller.poll_now(include_farm=False)
     assert list(run.metrics.view("step")) == [2, 4, 6, 8, 10, 12]
     assert [s for s, _ in run.sheets] == [4, 8, 12]
-    assert run.metrics.last("loss") > 0 and run.info["config"]["steps"] == 12
+    assert run.metrics.last("loss") > 0 and run.record.config["steps"] == 12

@@ -6,7 +6,8 @@ import stat
 
 import pytest
 
-from trainer.rundir import MetricsReader, RunDirError, RunPaths, append_metrics, atomic_write_bytes, update_run_json
+from trainer.rundir import MetricsReader, RunDirError, RunPaths, append_metrics, atomic_write_bytes
+from trainer.runrecord import update_record
 
 
 def test_layout_and_listing(tmp_path):
@@ -37,10 +38,10 @@ def test_atomic_write_keeps_old_content_when_the_rename_fails(tmp_path, monkeypa
     assert sorted(os.listdir(tmp_path)) == ["run.json"]
 
 
-def test_update_run_json_merges(tmp_path):
+def test_update_record_merges_into_run_json(tmp_path):
     p = RunPaths.of(tmp_path)
-    update_run_json(p, state="running", world_size=2)
-    update_run_json(p, state="succeeded")
+    update_record(p, state="running", world_size=2)
+    update_record(p, state="succeeded")
     written = json.loads(p.run_json.read_text())
     assert (written["state"], written["world_size"], written["version"]) == ("succeeded", 2, 1)
 

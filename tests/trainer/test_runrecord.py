@@ -81,3 +81,21 @@ def test_farm_record_is_typed_with_defaults_for_bad_values() -> None:
     bad = FarmRecord.from_mapping({"attempts_at_submit": "x", "job": {"ranks_per_frame": 0}})
     assert (bad.attempts_at_submit, bad.ranks_per_frame, bad.submitted) == (0, 1, False)
     assert FarmRecord.from_mapping(None) == FarmRecord()
+
+
+def test_gang_record_is_typed_belongs_to_one_job_and_round_trips(tmp_path) -> None:
+    from trainer.runrecord import GangRecord, RunRecord
+
+    data = {"job_id": "j1", "generation": 3, "restarts": 1, "members": [0, 2], "world_size": 4,
+            "events": [{"generation": 3, "reason": "regroup"}, "junk"]}
+    gang = RunRecord.from_dict({"gang": data}).gang_record
+    assert (gang.job_id, gang.generation, gang.restarts, gang.members, gang.world_size) == ("j1", 3, 1, (0, 2), 4)
+    assert [e["reason"] for e in gang.events] == ["regroup"]  # a non-object event is dropped
+    bad = GangRecord.from_mapping({"job_id": "j1", "generation": "3", "restarts": -1, "members": [0, "x"]})
+    assert (bad.generation, bad.restarts, bad.members) == (0, 0, ())
+    assert gang.of_job("j2") == GangRecord(job_id="j2")  # another submit's gang counts nothing
+    paths = RunPaths.of(tmp_path)
+    runrecord.write_gang(paths, gang.next("restart", (), 4, restart=True))
+    again = runrecord.read_gang(paths, "j1")
+    assert (again.generation, again.restarts, again.members, len(again.events)) == (4, 2, (), 2)
+    assert runrecord.read_gang(paths, "other").generation == 0
