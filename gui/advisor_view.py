@@ -49,9 +49,11 @@ class AdviseRequest:
     max_world_size: int = 8
     bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS
     ranks_per_frame: int = 1  # ranks sharing one host: the advisor predicts multiples of it
+    noise_scale: float | None = None  # crops, measured by an earlier run of this run directory (time to quality)
 
     def arguments(self) -> list[str]:
         per_frame = ["--ranks-per-frame", str(self.ranks_per_frame)] if self.ranks_per_frame > 1 else []
+        per_frame += ["--noise-scale", f"{self.noise_scale:.4g}"] if self.noise_scale is not None else []
         return ["--input", self.input_dir, "--target", self.target_dir, "--model-size", self.model_size,
                 "--crop-size", str(self.crop_size), "--batch-size", str(self.batch_size), "--steps", str(self.steps),
                 "--max-world-size", str(self.max_world_size), "--bandwidth-gbps", f"{self.bandwidth_gbps:g}",

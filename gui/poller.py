@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trainer.rundir import MetricsReader, RunDirError, RunPaths
+from trainer.rundir import MetricsReader, RunDirError, RunPaths, read_metrics
 from trainer.runrecord import RunRecord, read_record
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,24 @@ def rows_to_columns(rows: Sequence[Mapping[str, Any]]) -> Columns:
 #: A file changed this recently may change again within the file system's time resolution (1-2 s on
 #: some network file systems) without its modification time moving, so it is not remembered as seen.
 _SETTLE_NS = 2_000_000_000
+
+
+def measured_noise_scale(run_dir: str) -> float | None:
+    """The latest gradient noise scale a run measured [crops]: the last finite, positive ``noise_scale`` in
+    ``RUN_DIR/metrics.jsonl`` (already smoothed by the trainer, ``trainer.noise_scale``); None when the
+    folder has no metrics or none with a noise scale (a new run, or a run from before it was measured)."""
+    paths = RunPaths.of(os.path.expanduser(run_dir.strip())) if run_dir.strip() else None
+    if paths is None or not paths.metrics.is_file():
+        return None
+    try:
+        rows = read_metrics(paths)
+    except (OSError, RunDirError):
+        return None
+    for row in reversed(rows):
+        value = _number(row.get("noise_scale"))
+        if math.isfinite(value) and value > 0:
+            return value
+    return None
 
 
 def _stat_key(path: Path) -> tuple[int, int] | None:

@@ -27,8 +27,11 @@ def _application() -> QApplication:
     return app
 
 
-def save_panel_screenshot(run_dirs: Sequence[str], path: str, size: tuple[int, int] = (1280, 820)) -> None:
-    """Build the Runs panel with ``run_dirs``, poll once, show graph + latest sheet, save a PNG to ``path``.
+def save_panel_screenshot(run_dirs: Sequence[str], path: str, size: tuple[int, int] = (1280, 820),
+                          selected: int = 0) -> None:
+    """Build the Runs panel with ``run_dirs``, poll once, select ``run_dirs[selected]`` (its latest contact
+    sheet and model files), save a PNG to ``path``. A run still training on this machine shows its live rank
+    processes in the Ranks column.
 
     The farm is not asked (no backend is made); settings are not touched.
 
@@ -44,8 +47,9 @@ def save_panel_screenshot(run_dirs: Sequence[str], path: str, size: tuple[int, i
     panel.resize(*size)
     panel.show()
     if run_dirs:
-        panel.select_run(controller.runs()[0].run_dir)
-        panel.sheet.choose(controller.runs()[0].run_dir)
+        chosen = controller.runs()[selected].run_dir
+        panel.select_run(chosen)
+        panel.sheet.choose(chosen)
     app.processEvents()
     panel.sheet.wait_for_image()
     panel.graph.plot.enableAutoRange()

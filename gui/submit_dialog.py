@@ -24,6 +24,7 @@ from cue_plugin.spec import FarmError, JobHandle, TrainingJob
 from cue_plugin.templates import list_templates, load_template, make_job
 from gui.advisor_view import AdviseRequest, AdvisorView
 from gui.controller import RunsController
+from gui.poller import measured_noise_scale
 from trainer.config import MODEL_SIZES, ConfigError, TrainConfig
 from trainer.rundir import RunPaths
 
@@ -220,7 +221,9 @@ class SubmitDialog(QDialog):
 
     # -------------------------------------------------------------- advisor
     def advise_request(self) -> AdviseRequest:
-        """The advisor's view of the form: data, model, crop, batch, steps; world sizes up to max(8, ours).
+        """The advisor's view of the form: data, model, crop, batch, steps; world sizes up to max(8, ours);
+        the gradient noise scale an earlier run in the run directory measured (:func:`gui.poller.measured_noise_scale`),
+        so the advisor also answers in time to quality.
 
         Raises:
             ValueError: the input or ground truth folder is missing (the advisor reads a few frames).
@@ -231,7 +234,8 @@ class SubmitDialog(QDialog):
         return AdviseRequest(input_dir=_abs(self.input_edit.text()), target_dir=_abs(self.target_edit.text()),
                              model_size=self.model_box.currentText(), crop_size=self.crop_spin.value(),
                              batch_size=self.batch_spin.value(), steps=self.steps_spin.value(),
-                             max_world_size=max(8, self.world_spin.value()), ranks_per_frame=self.frame_spin.value())
+                             max_world_size=max(8, self.world_spin.value()), ranks_per_frame=self.frame_spin.value(),
+                             noise_scale=measured_noise_scale(self.run_dir_edit.text()))
 
     def use_recommendation(self, world_size: int, sync_interval: int) -> None:
         """Set the world size and sync interval fields (e.g. from the advisor's recommendation)."""

@@ -7,9 +7,11 @@ Usage (from the repository root, after ``bash scripts/setup.sh``; a few minutes 
 What it does, each step in its own process where torch is involved (the GUI never imports torch):
 
 1. Two real training runs of ``cuetrain demo`` on the carphone clip (2 ranks, local launch): a short
-   one (``--steps`` / 3) and the main one (``--steps``), in a temporary folder.
-2. ``docs/gui_runs_panel.png``: the Runs panel following both runs (labelled contact sheets, the Ranks
-   column, the model files line and "Open Model Folder"), offscreen (:func:`gui.screenshots.save_panel_screenshot`).
+   one (``--steps`` / 3), then the main one (``--steps``), in a temporary folder.
+2. ``docs/gui_runs_panel.png``, grabbed while the main run trains (past half its steps): the Runs panel
+   following both runs, the main run's live rank processes in the Ranks column (``2/2``), the finished
+   short run selected (labelled contact sheet, the model files line and "Open Model Folder"), offscreen
+   (:func:`gui.screenshots.save_panel_screenshot`). Then the main run is waited for.
 3. ``docs/gui_submit_dialog_advisor.png``: the submit dialog filled in with the demo's folders, with the
    advisor's table from a real ``cuetrain advise`` probe.
 4. ``docs/cuegui_job.png``, ``docs/cuegui_frames.png``, ``docs/cuegui_training_runs.png``: real CueGUI
@@ -42,11 +44,37 @@ def train(run_dir: Path, steps: int) -> None:
                    cwd=ROOT, check=True)
 
 
-def runs_panel(run_dirs: list[Path], out: Path) -> None:
-    """The Runs panel following ``run_dirs`` (the first one selected), saved as ``out`` (PNG)."""
-    from gui.screenshots import save_panel_screenshot
+def runs_panel_while_training(main_run: Path, short_run: Path, steps: int, out: Path,
+                              timeout_s: float = 1800.0) -> None:
+    """Start the main demo run (``steps``), grab the Runs panel (``out``, PNG) once it is past half its steps and
+    still training (both runs listed, the finished ``short_run`` selected), then wait for the run to finish.
 
-    save_panel_screenshot([str(d) for d in run_dirs], str(out))
+    Raises:
+        CalledProcessError: the main run failed.
+        RuntimeError: it did not reach half its steps within ``timeout_s`` seconds, or finished before.
+    """
+    from gui.screenshots import save_panel_screenshot
+    from trainer.rundir import RunPaths, read_metrics
+
+    cmd = [sys.executable, "-m", "trainer.cli", "demo", "--run-dir", str(main_run), "--steps", str(steps)]
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            rows = read_metrics(RunPaths.of(main_run)) if (main_run / "metrics.jsonl").exists() else []
+            if rows and rows[-1].get("step", 0) >= steps // 2:
+                break
+            time.sleep(1.0)
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            if proc.poll() is None:
+                proc.terminate()  # the trainer checkpoints and exits 75 within its grace
+            raise RuntimeError(f"the main run did not train past step {steps // 2} while it could be grabbed "
+                               f"(exit {proc.poll()}); raise --steps")
+        save_panel_screenshot([str(main_run), str(short_run)], str(out), selected=1)
+    finally:
+        code = proc.wait()
+    if code:
+        raise subprocess.CalledProcessError(code, cmd)
 
 
 def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 300.0) -> None:
@@ -117,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         main_run, short_run = work / "runs" / "demo", work / "runs" / "demo_short"
         steps = [("short training run", lambda: train(short_run, args.steps // 3)),
-                 ("main training run", lambda: train(main_run, args.steps)),
-                 ("Runs panel", lambda: runs_panel([main_run, short_run], args.out / "gui_runs_panel.png")),
+                 ("main training run and the Runs panel while it trains",
+                  lambda: runs_panel_while_training(main_run, short_run, args.steps, args.out / "gui_runs_panel.png")),
                  ("submit dialog", lambda: submit_dialog(main_run / "data", work / "runs" / "next",
                                                          args.out / "gui_submit_dialog_advisor.png"))]
         if not args.skip_cuegui:

@@ -4,10 +4,12 @@ request) and the Runs panel's ranks column (frames x ranks)."""
 from dataclasses import replace
 
 from cue_plugin.spec import JobStatus, RunState
+from gui.poller import measured_noise_scale
 from gui.records import Run
 from gui.runs_panel import row_texts
 from gui.submit_dialog import SubmitDialog
 from tests.gui.test_widgets import _fill
+from trainer.rundir import RunPaths, append_metrics
 from trainer.runrecord import RunRecord
 
 
@@ -48,3 +50,19 @@ def test_runs_panel_shows_gang_restarts_and_an_elastic_gang_that_shrank():
     assert run.ranks_text == "-/2, 2 restarts"  # grown back: every frame
     run.record = replace(run.record, gang={"job_id": "older-job", "restarts": 5})
     assert run.ranks_text == "-/2"  # another submit's count
+
+
+def test_advisor_request_carries_the_noise_scale_an_earlier_run_measured(qtbot, controller, tmp_path):
+    """Issue 18: the submit dialog asks the advisor in time to quality when the run directory already
+    measured a gradient noise scale (a resume, or training again into the same folder)."""
+    dialog = SubmitDialog(controller)
+    qtbot.addWidget(dialog)
+    _fill(dialog, tmp_path)
+    assert "--noise-scale" not in dialog.advise_request().arguments()  # a new run directory: nothing measured
+    paths = RunPaths.of(tmp_path / "run")
+    paths.create()
+    append_metrics(paths, [{"step": 100, "loss": 0.1, "noise_scale": 41.25}, {"step": 200, "loss": 0.09},
+                           {"step": 300, "loss": 0.08, "noise_scale": float("nan")}])
+    args = dialog.advise_request().arguments()
+    assert args[args.index("--noise-scale") + 1] == "41.25"  # the latest finite value
+    assert measured_noise_scale(str(tmp_path / "nowhere")) is None
