@@ -21,7 +21,6 @@ import logging
 import os
 import secrets
 import socket
-import sys
 
 from trainer.config import ConfigError
 from trainer.envvars import copycat_env, environ_with
@@ -29,12 +28,11 @@ from trainer.exitcodes import describe
 from trainer.rundir import RunPaths
 from trainer.grace import GRACE
 from trainer.restarts import Action, classify
-from trainer.supervise import GangExit, RankLogs, rank_envs, run_ranks
+from trainer.supervise import TRAINER_COMMAND, GangExit, RankLogs, rank_envs, run_ranks  # tests patch launch's name
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the default --stop-grace-s
-TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
