@@ -82,7 +82,7 @@ def main() -> None:
         report += ["  for comparison, 2-rank runs predicted from a 1-process probe (one rank per host, farm-style):"]
         report += [f"  {f'2 rank(s), sync {k}':<36} {predicted(probes[1], loop, 2, k):>10.1f} "
                    f"{statistics.median(measured[(2, k)]):>10.1f}" for k in (1, 4)]
-        why = None if a.no_netns else netns.available()
+        why = None if a.no_netns else netns.unavailable()
         if a.no_netns or why:
             report += ["", f"(b) network namespaces: skipped ({why or '--no-netns'})"]
         else:

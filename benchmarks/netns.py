@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,12 @@ from pathlib import Path
 from typing import Iterator
 
 from common import ROOT, images_per_s, read_rows
+
+# The namespace probe lives with the tests' multi-host bed, its stdlib-only and more careful copy (the
+# benchmarks are scripts run from benchmarks/ that import ``common`` as a top-level module, so the tests
+# could not import this file without putting benchmarks/ on sys.path); ``common`` has put the repository
+# root on sys.path, which is how every benchmark imports trainer too.
+from tests.multihost.bed import run_ip, unavailable as _probe
 
 ADDRS = ("10.77.231.1", "10.77.231.2")
 PORT = 29731  # inside the namespaces: no other process can hold it
@@ -36,23 +41,9 @@ class Pair:
     rate_mbit: float
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
-
-
-def available() -> str | None:
-    """None when namespaces, veth and tc can be used here, else the reason they cannot."""
-    if os.name != "posix" or not shutil.which("ip") or not shutil.which("tc"):
-        return "the ip and tc commands are not installed"
-    if os.geteuid() != 0:
-        return "creating network namespaces needs root"
-    name = f"ctn-check-{secrets.token_hex(3)}"
-    try:
-        _ip("netns", "add", name)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        return f"'ip netns add' is not permitted here: {getattr(exc, 'stderr', '') or exc}"
-    _ip("netns", "del", name)
-    return None
+def unavailable() -> str | None:
+    """None when namespaces, veth and tc can be used here, else the reason they cannot (the bed's probe)."""
+    return _probe(tools=("ip", "tc"))
 
 
 @contextlib.contextmanager
@@ -64,14 +55,14 @@ def veth_pair(rate_mbit: float, burst_kb: int = 32, latency_ms: int = 100) -> It
     created: list[str] = []
     try:
         for n in names:
-            _ip("netns", "add", n)
+            run_ip("netns", "add", n)
             created.append(n)
-        _ip("link", "add", devs[0], "type", "veth", "peer", "name", devs[1])
+        run_ip("link", "add", devs[0], "type", "veth", "peer", "name", devs[1])
         for n, dev, addr in zip(names, devs, ADDRS):
-            _ip("link", "set", dev, "netns", n)
-            _ip("-n", n, "addr", "add", f"{addr}/24", "dev", dev)
-            _ip("-n", n, "link", "set", dev, "up")
-            _ip("-n", n, "link", "set", "lo", "up")
+            run_ip("link", "set", dev, "netns", n)
+            run_ip("-n", n, "addr", "add", f"{addr}/24", "dev", dev)
+            run_ip("-n", n, "link", "set", dev, "up")
+            run_ip("-n", n, "link", "set", "lo", "up")
             subprocess.run(["ip", "netns", "exec", n, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
                             f"{rate_mbit:g}mbit", "burst", f"{burst_kb}kb", "latency", f"{latency_ms}ms"],
                            check=True, capture_output=True, timeout=30)

@@ -24,7 +24,7 @@ import sys
 from typing import Any, Sequence
 
 from cue_plugin import jsonout, templates
-from cue_plugin.spec import RENDEZVOUS_MODES, Farm, FarmError, JobHandle, JobStatus
+from cue_plugin.spec import RENDEZVOUS_MODES, Farm, FarmError, JobHandle, JobStatus, env_from_pairs
 from trainer import runrecord
 from trainer.config import ConfigError, add_train_arguments, config_from_args
 from trainer.envvars import read_farm_env
@@ -94,16 +94,6 @@ def _default_farm(ns: argparse.Namespace) -> Farm:
     return OpenCueFarm(hosts=ns.cuebot)
 
 
-def _extra_env(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise FarmError(f"--env {pair!r} is not KEY=VALUE")
-        out[name] = value
-    return out
-
-
 def _submit(ns: argparse.Namespace, farm: Farm) -> int:
     if ns.list_templates and ns.json:
         return jsonout.emit({"templates": templates.list_templates()})
@@ -117,7 +107,7 @@ def _submit(ns: argparse.Namespace, farm: Farm) -> int:
     explicit.update(show=ns.show or farm_env.show or None, shot=ns.shot or farm_env.shot or None,
                     user=ns.user or getpass.getuser(), rendezvous=ns.rendezvous,
                     tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()) if ns.tags else None,
-                    extra_env=_extra_env(ns.env) or None)
+                    extra_env=env_from_pairs(ns.env) or None)
     from cue_plugin.infer_layer import layer_from_args
 
     if ns.job_json:

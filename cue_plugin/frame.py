@@ -80,12 +80,10 @@ from trainer import runrecord
 from trainer.exitcodes import ExitCode, describe
 from trainer.grace import GRACE
 from trainer.rundir import RunDirError, RunPaths
-from trainer.supervise import device_envs, rank_envs
+from trainer.supervise import TRAINER_COMMAND, device_envs, rank_envs
 
 log = logging.getLogger("cue_plugin.frame")  # not __name__: run as ``-m``, that is "__main__", outside RankLog's tree
 
-#: The trainer command (train arguments are appended).
-TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
 EXIT_USAGE = ExitCode.USAGE
 EXIT_GANG = ExitCode.GANG  # rendezvous timeout, gang incomplete or failed (trainer.gang.GangTimeout)
 EXIT_REJECTED = ExitCode.REJECTED  # trainer.gang.GangRejected: rank already claimed in that gang, or wrong job token

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from cue_plugin.spec import FarmError, JobHandle
+from cue_plugin.spec import FarmError, JobHandle, env_from_pairs
 
 if TYPE_CHECKING:
     import outline
@@ -269,7 +269,7 @@ def job_from_args(ns: argparse.Namespace) -> InferenceJob:
     """The InferenceJob of ``cuetrain submit-infer`` (template values for resources and retries).
 
     Raises:
-        FarmError: missing model, show or shot; a bad template or input folder.
+        FarmError: missing model, show or shot; a bad template, input folder or ``--env`` pair.
     """
     from cue_plugin import templates
     from trainer.envvars import read_farm_env
@@ -283,7 +283,7 @@ def job_from_args(ns: argparse.Namespace) -> InferenceJob:
     values = dict(templates.load_template(ns.template).values) if ns.template else {}
     keep = {k: v for k, v in values.items() if k in ("service", "tags", "cores", "memory_mb", "gpus",
                                                        "gpu_memory_mb", "max_retries", "priority")}
-    env = dict(pair.split("=", 1) for pair in ns.env if "=" in pair)
+    env = env_from_pairs(ns.env)
     name = ns.name or templates.default_name(str(Path(ns.output))).replace("cuetrain_", "cuetrain_infer_", 1)
     return InferenceJob(infer=make_layer(ns.model, ns.input, ns.output, ns.chunk), show=show, shot=shot,
                         user=ns.user or getpass.getuser(), name=name, extra_env=env, **keep)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import logging
 import os
 import secrets
@@ -68,10 +67,6 @@ def frame_summary(frame_states: Iterable[str]) -> str:
 def run_state(job_state: str, frame_states: Iterable[str]) -> RunState:
     """The run state of a job from its OpenCue state names (see :data:`STATES`)."""
     return STATES.get((job_state, frame_summary(frame_states)), RunState.UNKNOWN)
-
-
-def _now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 class OpenCueFarm:
@@ -202,7 +197,7 @@ class OpenCueFarm:
         handle = JobHandle(job_id=cue_job.id(), job_name=cue_job.name(), run_dir=str(job.train.run_dir))
         try:
             runrecord.update_record(paths, farm={"job_id": handle.job_id, "job_name": handle.job_name,
-                                         "submitted_at": _now_iso(), "attempts_at_submit": attempts,
+                                         "submitted_at": runrecord.now_iso(), "attempts_at_submit": attempts,
                                          "job": _job_record(job)})
         except RunDirError as exc:
             log.warning("job %s launched, but run.json was not updated: %s", handle.job_name, exc)

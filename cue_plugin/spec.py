@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from cue_plugin.agent import DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS
 from trainer.config import TrainConfig
@@ -22,6 +22,23 @@ RENDEZVOUS_MODES = ("file", "cuebot")
 
 class FarmError(RuntimeError):
     """Any failure talking to the farm; the message says what happened and what to do."""
+
+
+def env_from_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    """The ``extra_env`` of repeated ``--env KEY=VALUE`` flags (``cuetrain submit`` and ``submit-infer``).
+
+    The value may contain ``=`` (split at the first one) or be empty; a later pair overrides an earlier one.
+
+    Raises:
+        FarmError: a pair with no ``=`` or an empty name (the CLI turns it into exit 2).
+    """
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise FarmError(f"--env {pair!r} is not KEY=VALUE")
+        out[name] = value
+    return out
 
 
 class RunState(enum.Enum):

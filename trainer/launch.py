@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import sys
 
 from trainer.config import ConfigError
 from trainer.envvars import copycat_env, environ_with
@@ -30,12 +29,11 @@ from trainer.rundir import RunPaths
 from trainer.grace import GRACE
 from trainer.ports import PortReservation
 from trainer.restarts import Action, classify
-from trainer.supervise import GangExit, RankLogs, rank_envs, run_ranks
+from trainer.supervise import TRAINER_COMMAND, GangExit, RankLogs, rank_envs, run_ranks  # tests patch launch's name
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the default --stop-grace-s
-TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
 
 
 def _run_gang(train_argv: list[str], world_size: int, sync_interval: int, logs: RankLogs, threads: int) -> GangExit:

@@ -16,7 +16,6 @@ import platform
 import socket
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -29,11 +28,6 @@ from trainer.rundir import RunPaths, append_metrics, atomic_write_bytes, atomic_
 log = logging.getLogger(__name__)
 
 SHEET_GAP = 2  # pixels between contact-sheet cells
-
-
-def now_iso() -> str:
-    """Current UTC time, ISO 8601."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def versions() -> dict[str, str]:
@@ -182,7 +176,7 @@ class RunWriter:
         try:
             self.flush()
         finally:
-            runrecord.update_record(self.paths, state=state, finished_at=now_iso(), **fields)
+            runrecord.update_record(self.paths, state=state, finished_at=runrecord.now_iso(), **fields)
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
 
@@ -217,7 +211,8 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
 
     onnx_opset = {"onnx_opset": exports["model.onnx"]["opset"]} if "model.onnx" in exports else {}
     atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "min_libtorch": MIN_LIBTORCH, **onnx_opset,
-                                         "exports": exports, "versions": versions(), "exported_at": now_iso()})
+                                         "exports": exports, "versions": versions(),
+                                         "exported_at": runrecord.now_iso()})
 
 
 def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:

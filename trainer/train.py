@@ -41,7 +41,7 @@ from trainer.model import build_model, count_parameters, model_config
 from trainer.noise_scale import GradNoise, parameter_grads, squared_norm
 from trainer.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
-from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, now_iso, wall_clock
+from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, wall_clock
 from trainer.rundir import RunPaths
 from trainer import runrecord
 
@@ -98,7 +98,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
     def record(exc: GangError) -> None:
         if env.is_main:
             runrecord.update_record(paths, state="failed", error=str(exc), failure_kind=exc.kind.value,
-                                    exit_code=exc.exit_code, failed_rank=env.rank, failed_at=now_iso())
+                                    exit_code=exc.exit_code, failed_rank=env.rank, failed_at=runrecord.now_iso())
 
     with StopSignal(cfg.stop_grace_s, on_timeout=record_stop_timeout(paths) if env.is_main else None) as sig:
         try:

@@ -103,6 +103,25 @@ def test_submit_infer_needs_an_existing_model(tmp_path, capsys):
     assert (layer.get("name"), layer.findtext("range"), layer.findtext("chunk")) == ("infer", "1001-1004", "4")
 
 
+@pytest.mark.parametrize("json", [False, True])
+def test_submit_infer_refuses_a_bad_env_pair_as_submit_does(tmp_path, capsys, json):
+    """``--env BADPAIR`` was silently dropped by submit-infer; both commands now refuse it alike (issue 20)."""
+    inp, tgt = make_pairs(tmp_path / "data")
+    (tmp_path / "model.pt").write_bytes(b"x")
+    flags = ["--dry-run", "--show", "demo", "--shot", "sh010", "--env", "OK=1", "--env", "BADPAIR"]
+    flags += ["--json"] if json else []
+    infer = ["submit-infer", "--model", str(tmp_path / "model.pt"), "--input", str(inp), "--output",
+             str(tmp_path / "o"), *flags]
+    train = ["submit", "--template", "cpu-test", "--input", str(inp), "--target", str(tgt), "--run-dir",
+             str(tmp_path / "run"), *flags]
+    for argv in (infer, train):
+        assert cli.main(argv) == 2
+        out, err = capsys.readouterr()
+        assert f"cuetrain {argv[0]}: error: --env 'BADPAIR' is not KEY=VALUE" in err
+        if json:
+            assert '"error": "--env \'BADPAIR\' is not KEY=VALUE"' in out
+
+
 # -- the double's layer-on-layer depend ---------------------------------------------------------
 
 

@@ -34,19 +34,34 @@ SUBNET_PREFIX = "10.77"  # this bed's subnet (10.77.0.0/16); one /24 per bed
 IFNAME = "eth0"  # the host's interface inside its namespace
 
 
-def _ip(*args: str) -> None:
+#: What each command the probe can ask for is, for the skip message.
+_TOOL_NAMES = {"ip": "ip (iproute2)", "unshare": "unshare (util-linux)", "tc": "tc (iproute2)"}
+
+
+def run_ip(*args: str) -> None:
+    """``ip ARGS``, checked (also ``benchmarks/netns.py``'s).
+
+    Raises:
+        subprocess.CalledProcessError: ip failed (its stderr is on the exception).
+        subprocess.TimeoutExpired: ip took over 30 s.
+    """
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
 
 
-def unavailable() -> str | None:
-    """None when network namespaces can be made here, else why not (for a skip message)."""
-    if not os.path.exists("/proc/self/ns/net") or not shutil.which("ip") or not shutil.which("unshare"):
-        return "needs Linux with the ip (iproute2) and unshare (util-linux) commands"
+def unavailable(tools: tuple[str, ...] = ("ip", "unshare")) -> str | None:
+    """None when network namespaces can be made here, else why not (for a skip message).
+
+    The one probe of the tests' bed and the benchmarks' veth pair (``benchmarks/netns.py``): Linux, the
+    commands in ``tools`` on PATH (the bed runs ``unshare``, the benchmark ``tc``), root, and a namespace
+    actually created and deleted.
+    """
+    if not os.path.exists("/proc/self/ns/net") or not all(shutil.which(t) for t in tools):
+        return f"needs Linux with the {' and '.join(_TOOL_NAMES.get(t, t) for t in tools)} commands"
     if os.geteuid() != 0:
         return "creating network namespaces needs root"
     name = f"ctn-check-{secrets.token_hex(3)}"
     try:
-        _ip("netns", "add", name)
+        run_ip("netns", "add", name)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         return f"'ip netns add' is not permitted here: {(getattr(exc, 'stderr', '') or str(exc)).strip()}"
     subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
@@ -90,20 +105,20 @@ class NetnsBed:
 
     def create(self) -> None:
         """Make the bridge, the namespaces, the veth pairs and each host's /etc/hosts."""
-        _ip("link", "add", self.bridge, "type", "bridge")
+        run_ip("link", "add", self.bridge, "type", "bridge")
         self._bridge_made = True
-        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
-        _ip("link", "set", self.bridge, "up")
+        run_ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        run_ip("link", "set", self.bridge, "up")
         for host in self.hosts:
-            _ip("netns", "add", host.netns)
+            run_ip("netns", "add", host.netns)
             self._netns.append(host.netns)
-            _ip("link", "add", host.veth, "type", "veth", "peer", "name", IFNAME, "netns", host.netns)
-            _ip("link", "set", host.veth, "master", self.bridge)
-            _ip("link", "set", host.veth, "up")
-            _ip("-n", host.netns, "addr", "add", f"{host.ip}/24", "dev", IFNAME)
-            _ip("-n", host.netns, "link", "set", IFNAME, "up")
-            _ip("-n", host.netns, "link", "set", "lo", "up")
-            _ip("-n", host.netns, "route", "add", "default", "via", self.gateway)
+            run_ip("link", "add", host.veth, "type", "veth", "peer", "name", IFNAME, "netns", host.netns)
+            run_ip("link", "set", host.veth, "master", self.bridge)
+            run_ip("link", "set", host.veth, "up")
+            run_ip("-n", host.netns, "addr", "add", f"{host.ip}/24", "dev", IFNAME)
+            run_ip("-n", host.netns, "link", "set", IFNAME, "up")
+            run_ip("-n", host.netns, "link", "set", "lo", "up")
+            run_ip("-n", host.netns, "route", "add", "default", "via", self.gateway)
             path = self.etc / f"hosts.{host.name}"
             path.write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{host.name}\n")
             path.chmod(0o644)
@@ -132,8 +147,8 @@ class NetnsBed:
 
     def link_down(self, index: int) -> None:
         """Pull host ``index``'s cable: its bridge port goes down (``ip link set VETH down``)."""
-        _ip("link", "set", self.hosts[index].veth, "down")
+        run_ip("link", "set", self.hosts[index].veth, "down")
 
     def link_up(self, index: int) -> None:
         """Plug host ``index``'s cable back in."""
-        _ip("link", "set", self.hosts[index].veth, "up")
+        run_ip("link", "set", self.hosts[index].veth, "up")
