@@ -314,13 +314,21 @@ def submit_infer(ns: argparse.Namespace, farm: Any) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Frame entry point: RQD's reservation -> CUDA_VISIBLE_DEVICES/OMP_NUM_THREADS, then ``cuetrain infer``."""
+    """Frame entry point: RQD's reservation -> ``CUDA_VISIBLE_DEVICES``/``OMP_NUM_THREADS``, then this process
+    becomes ``python -u -m trainer.cli infer ARGS`` (``os.execve``: the same process for RQD, which tracks and
+    kills it; the front door's parsing, errors and exit codes; and no import of ``trainer.cli`` from here, so
+    the CLI has no import circle back into it).
+
+    Raises:
+        OSError: the interpreter cannot be executed (Python then exits 1 with the traceback).
+    """
     from cue_plugin.frame import device_env
-    from trainer.cli import main as cuetrain_main
     from trainer.envvars import read_cue_env, read_farm_env
 
-    os.environ.update(device_env(read_cue_env(), read_farm_env().omp_num_threads))  # before torch is imported
-    return cuetrain_main(["infer", *(sys.argv[1:] if argv is None else argv)])
+    env = {**os.environ, **device_env(read_cue_env(), read_farm_env().omp_num_threads)}  # before torch starts
+    args = list(sys.argv[1:] if argv is None else argv)
+    os.execve(sys.executable, [sys.executable, "-u", "-m", "trainer.cli", "infer", *args], env)
+    return 1  # not reached: execve returns only by raising
 
 
 if __name__ == "__main__":
