@@ -36,7 +36,6 @@ Needs matplotlib for the plot (``pip install -e '.[bench]'``). Run (under the he
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import os
@@ -53,6 +52,7 @@ import torch.nn.functional as F
 
 from trainer.data import CropSampler
 from trainer.demo import HOLDOUT_EVERY, _decode, clip_path
+from trainer.ema import WeightEMA
 from trainer.infer import psnr
 from trainer.model import build_model, count_parameters
 from trainer.precision import resolve_precision
@@ -132,14 +132,7 @@ def _degrade(frames: np.ndarray, blur_sigma: float = 1.2, noise_sigma: float = 0
 
 def lr_for(r: Recipe, update: int, total: int, warmup: int) -> float:
     """Learning rate of update ``update`` of ``total`` under recipe ``r``'s schedule."""
-    if r.schedule == "cosine":
-        return lr_at(update, total, r.lr, warmup)
-    rise = max(1, int(0.3 * total))
-    if update < rise:
-        return r.lr * (1 / 25 + (1 - 1 / 25) * update / rise)
-    progress = min(1.0, (update - rise) / max(1, total - rise))
-    low = r.lr / 1e4
-    return low + (r.lr - low) * 0.5 * (1 + math.cos(math.pi * progress))
+    return lr_at(update, total, r.lr, warmup, r.schedule)  # the trainer's schedules (--lr-schedule)
 
 
 def per_crop_loss(r: Recipe, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -166,7 +159,7 @@ def train_recipe(r: Recipe, train: list, held: list, scale: float, evals: int, p
     """Train ``r`` on ``train`` and return its curve: [(training seconds, step, held-out PSNR dB)], step 0 first."""
     torch.manual_seed(0)
     net = build_model(r.size, r.architecture).to(memory_format=torch.channels_last)
-    ema = copy.deepcopy(net) if r.ema else None
+    ema = WeightEMA(net, r.ema) if r.ema else None  # the trainer's EMA (--ema-decay)
     opt = torch.optim.Adam(net.parameters(), lr=r.lr)
     prec = resolve_precision(precision, torch.device("cpu"))
     steps, warmup = max(1, round(r.steps * scale)), round(r.warmup * scale)
@@ -184,13 +177,10 @@ def train_recipe(r: Recipe, train: list, held: list, scale: float, evals: int, p
         opt.step()
         opt.zero_grad(set_to_none=True)
         if ema is not None:
-            with torch.no_grad():
-                decay = min(r.ema, (1 + step) / (10 + step))  # the usual EMA warm-up (TF ExponentialMovingAverage)
-                for pe, p in zip(ema.parameters(), net.parameters()):
-                    pe.lerp_(p, 1 - decay)
+            ema.update(net)
         clock += time.perf_counter() - t0
         if (step + 1) % every == 0 or step + 1 == steps:
-            curve.append((clock, step + 1, heldout_psnr(ema if ema is not None else net, held)))
+            curve.append((clock, step + 1, heldout_psnr(ema.module if ema is not None else net, held)))
             print(f"    step {step + 1}/{steps}  {clock:6.1f} s  {curve[-1][2]:.2f} dB", flush=True)
     return curve
 

@@ -22,6 +22,7 @@ ARCHITECTURES = ("v1", "v2")  # see trainer.model; v1 (the default) is the netwo
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
+LR_SCHEDULES = ("cosine", "onecycle")  # see trainer.train.lr_at
 #: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md).
 DEFAULT_DATA_CACHE_MB = 512
 
@@ -49,6 +50,11 @@ class TrainConfig:
             this (linear scaling rule, Goyal et al. 2017) [crops].
         lr_scaling: ``linear`` (the rule above) or ``none``.
         warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
+        lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to lr/10) or ``onecycle``
+            (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
+            ``warmup_steps`` is not used) (see ``trainer.train.lr_at``).
+        ema_decay: export (and show in contact sheets) an exponential moving average of the weights with
+            this decay per update, e.g. 0.999; 0 = the last weights (the default) (see ``trainer.ema``) [1].
         checkpoint_interval: write a checkpoint every N steps [steps].
         contact_sheet_interval: write a contact sheet every N steps [steps].
         log_interval: print ``[Step:N/M]`` and append to metrics.jsonl every N steps [steps].
@@ -88,6 +94,8 @@ class TrainConfig:
     lr_reference_batch: int = 8
     lr_scaling: str = "linear"
     warmup_steps: int = 50
+    lr_schedule: str = "cosine"
+    ema_decay: float = 0.0
     checkpoint_interval: int = 250
     contact_sheet_interval: int = 100
     log_interval: int = 10
@@ -113,6 +121,8 @@ class TrainConfig:
             raise ConfigError(f"data_cache_mb={self.data_cache_mb!r} must be a whole number of MiB >= 0 (e.g. 512)")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ConfigError(f"ema_decay={self.ema_decay} must be 0 (off) or between 0 and 1 (e.g. 0.999)")
         if not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
         for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s", "shot_check_s"):
@@ -121,6 +131,7 @@ class TrainConfig:
         _check_choice("model_size", self.model_size, MODEL_SIZES)
         _check_choice("architecture", self.architecture, ARCHITECTURES)
         _check_choice("lr_scaling", self.lr_scaling, ("linear", "none"))
+        _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         _check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSION)
         if bool(self.colorspace) != bool(self.working_space):
             raise ConfigError("--colorspace and --working-space go together: give both (e.g. --colorspace "
@@ -187,6 +198,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
     g.add_argument("--lr-scaling", choices=("linear", "none"), help="LR scaling rule (default linear)")
     g.add_argument("--warmup-steps", type=int, help=f"LR warmup in updates (default {d['warmup_steps']})")
+    g.add_argument("--lr-schedule", choices=LR_SCHEDULES,
+                   help="cosine (default: warmup, then cosine to lr/10) or onecycle (30%% rise from lr/25, cosine "
+                        "to lr/1e4)")
+    g.add_argument("--ema-decay", type=float,
+                   help="export an exponential moving average of the weights with this decay per update, e.g. "
+                        "0.999 (default 0: the last weights)")
     g.add_argument("--checkpoint-interval", type=int, help=f"steps between checkpoints (default {d['checkpoint_interval']})")
     g.add_argument("--contact-sheet-interval", type=int,
                    help=f"steps between contact sheets (default {d['contact_sheet_interval']})")

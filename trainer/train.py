@@ -34,6 +34,7 @@ from trainer.colour import ColourSpec
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import CropBatch, CropSampler, rank_loss_weight, rank_slice
 from trainer.dataphase import open_data
+from trainer.ema import WeightEMA
 from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
 from trainer.stop import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
@@ -72,8 +73,20 @@ def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
     return cfg.lr * cfg.batch_size * sync_interval / cfg.lr_reference_batch
 
 
-def lr_at(update: int, total_updates: int, peak: float, warmup: int) -> float:
-    """LR for optimizer update ``update`` (0-based): linear warmup from peak/10, cosine decay to peak/10."""
+def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: str = "cosine") -> float:
+    """LR for optimizer update ``update`` (0-based) of ``total_updates``.
+
+    ``cosine``: linear warmup over ``warmup`` updates from peak/10, then cosine decay to peak/10.
+    ``onecycle`` (Smith & Topin 2019, "Super-Convergence"): linear rise from peak/25 over the first 30% of the
+    updates, then cosine decay to peak/1e4 (``warmup`` is not used), as ``benchmarks/bench_time_to_quality.py``
+    measures it.
+    """
+    if schedule == "onecycle":
+        rise = max(1, int(0.3 * total_updates))
+        if update < rise:
+            return peak * (1 / 25 + (1 - 1 / 25) * update / rise)
+        low, progress = peak / 1e4, min(1.0, (update - rise) / max(1, total_updates - rise))
+        return low + (peak - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
     if update < warmup:
         return peak * (0.1 + 0.9 * update / warmup)
     span = max(1, total_updates - warmup)
@@ -142,6 +155,7 @@ class _Loop:
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
         self.noise = GradNoise(rt.device)  # the gradient noise scale (trainer.noise_scale)
+        self.ema = WeightEMA(self.net, cfg.ema_decay) if self.master and cfg.ema_decay > 0 else None  # trainer.ema
         self._micro, self._logged_updates = 0, 0  # steps accumulated into the pending update; updates at the last log
 
     def run(self) -> TrainResult:
@@ -162,7 +176,7 @@ class _Loop:
             self.stop.close()
             if self.master:
                 self.writer.flush()
-                export_model(self.paths, float32_contiguous(self.net), self._model_meta())
+                export_model(self.paths, float32_contiguous(self._shipped()), self._model_meta())
         except StopTraining:
             raise
         except BaseException as exc:
@@ -284,13 +298,19 @@ class _Loop:
 
     def _update(self) -> None:
         self._measure_noise()
-        lr = lr_at(self.updates, self.total_updates, self.peak_lr, self.cfg.warmup_steps)
+        lr = lr_at(self.updates, self.total_updates, self.peak_lr, self.cfg.warmup_steps, self.cfg.lr_schedule)
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.scaler.step(self.opt)  # opt.step(), skipped by fp16's scaler when gradients overflowed
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
         self.updates += 1
+        if self.ema is not None:
+            self.ema.update(self.net)
+
+    def _shipped(self) -> torch.nn.Module:
+        """The weights an artist gets (model.pt, contact sheets): the EMA with ``--ema-decay``, else the last."""
+        return self.ema.module if self.ema is not None else self.net
 
     def _log(self, step: int, loss_acc: torch.Tensor, n_local: int, dt: float, wall: float) -> float:
         # one all-reduce: the loss sums and the noise-scale sums of the window (trainer.noise_scale)
@@ -323,7 +343,7 @@ class _Loop:
         if step % cfg.contact_sheet_interval == 0 or step == cfg.steps:
             prev = self.sampler.preview(step)
             with torch.no_grad(), self.precision.autocast():
-                out = self.net(prev.input)
+                out = self._shipped()(prev.input)
             self.writer.contact_sheet(step, prev.input, out, prev.target)
         if due:
             self.writer.checkpoint(step, self._state())
@@ -336,7 +356,8 @@ class _Loop:
                          "torch_rng": torch.get_rng_state(), "grad_scaler": self.scaler.state_dict(),
                          "precision": self.precision.name, "architecture": self.cfg.architecture,
                          "model_config": dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture)),
-                         "noise_scale": self.noise.state_dict()})
+                         "noise_scale": self.noise.state_dict(),
+                         "ema": self.ema.state_dict() if self.ema is not None else None})
 
     def _resume(self) -> None:
         """Load the latest checkpoint when rank 0 runs with ``--resume``; the other ranks load the step rank 0
@@ -363,6 +384,8 @@ class _Loop:
             self.scaler.load_state_dict(ckpt["grad_scaler"])
         torch.set_rng_state(ckpt["torch_rng"])
         self.noise.load_state_dict(ckpt.get("noise_scale"))
+        if self.ema is not None:
+            self.ema.load_state_dict(ckpt.get("ema"), self.net)
         self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
         self._logged_updates = self.updates
         log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)

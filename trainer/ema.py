@@ -1,0 +1,66 @@
+"""Exponential moving average (EMA) of the weights, the model rank 0 exports when ``--ema-decay`` is set.
+
+Averaging the iterates (Polyak & Juditsky 1992) gives a smoother model than the last one; restoration
+networks are usually evaluated and shipped with an EMA of their weights (e.g. NAFNet, Chen et al. 2022).
+The decay warms up as TensorFlow's ``tf.train.ExponentialMovingAverage`` with ``num_updates`` does,
+``min(decay, (1 + n) / (10 + n))`` after ``n`` updates, so the first updates are not an average dominated by
+the random initial weights. ``benchmarks/bench_time_to_quality.py`` measured it (docs/time_to_quality.md).
+
+Only rank 0 keeps one (DDP keeps every rank's weights identical); it is saved in the checkpoint, so a resumed
+or restarted gang continues the same average.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+import torch
+
+
+class WeightEMA:
+    """An EMA copy of ``net``'s parameters (buffers are copied as they are).
+
+    Args:
+        net: the training network (float32 master weights; the copy keeps its device and memory format).
+        decay: the long-run decay per optimizer update, in (0, 1) [1] (e.g. 0.999: ~1000 updates of memory).
+
+    Raises:
+        ValueError: ``decay`` is not in (0, 1).
+    """
+
+    def __init__(self, net: torch.nn.Module, decay: float) -> None:
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"EMA decay {decay} must be between 0 and 1 (e.g. 0.999)")
+        self.decay = decay
+        self.updates = 0  # optimizer updates averaged so far [updates]
+        self.module = copy.deepcopy(net).eval()
+        self.module.requires_grad_(False)
+
+    def current_decay(self) -> float:
+        """The decay the next update uses: ``min(decay, (1 + n) / (10 + n))`` after ``n`` updates."""
+        return min(self.decay, (1 + self.updates) / (10 + self.updates))
+
+    @torch.no_grad()
+    def update(self, net: torch.nn.Module) -> None:
+        """Average ``net``'s parameters (after an optimizer update) into the copy."""
+        weight = 1.0 - self.current_decay()
+        for ema_p, p in zip(self.module.parameters(), net.parameters()):
+            ema_p.lerp_(p.detach(), weight)
+        for ema_b, b in zip(self.module.buffers(), net.buffers()):
+            ema_b.copy_(b)
+        self.updates += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: decay, updates and the averaged weights."""
+        return {"decay": self.decay, "updates": self.updates, "model": self.module.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any] | None, net: torch.nn.Module) -> None:
+        """Continue the average of a checkpoint; without one (a checkpoint written with no EMA) the average
+        starts again from ``net``'s weights."""
+        if state:
+            self.module.load_state_dict(state["model"])
+            self.updates = int(state.get("updates", 0))
+        else:
+            self.module.load_state_dict(net.state_dict())
+            self.updates = 0
