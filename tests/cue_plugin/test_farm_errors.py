@@ -9,7 +9,8 @@ import pytest
 from cue_plugin.opencue_farm import OpenCueFarm, handle_from_run_dir
 from cue_plugin.spec import FarmError, JobHandle
 from tests.cue_plugin.conftest import make_config, make_job
-from trainer.rundir import RunPaths, update_run_json
+from trainer.rundir import RunPaths
+from trainer.runrecord import update_record
 
 
 @pytest.fixture
@@ -89,8 +90,8 @@ def test_handle_from_run_dir(tmp_path):
     paths = RunPaths.of(tmp_path)
     with pytest.raises(FarmError, match="does not exist"):
         handle_from_run_dir(str(tmp_path))
-    update_run_json(paths, state="running")
+    update_record(paths, state="running")
     with pytest.raises(FarmError, match="records no farm job"):
         handle_from_run_dir(str(tmp_path))
-    update_run_json(paths, farm={"job_id": "abc", "job_name": "demo-sh010-artist_x"})
+    update_record(paths, farm={"job_id": "abc", "job_name": "demo-sh010-artist_x"})
     assert handle_from_run_dir(str(tmp_path)) == JobHandle("abc", "demo-sh010-artist_x", str(tmp_path))

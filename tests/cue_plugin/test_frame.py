@@ -13,7 +13,8 @@ import pytest
 
 from cue_plugin import frame, rendezvous
 from trainer.envvars import CueFrameEnv
-from trainer.rundir import RunPaths, atomic_write_json, read_json, update_run_json
+from trainer.rundir import RunPaths, atomic_write_json, read_json
+from trainer.runrecord import update_record
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_PYTHONPATH = os.pathsep.join([str(ROOT / "tests" / "cpu_bf16"), str(ROOT)])  # as tests.conftest
@@ -168,9 +169,9 @@ def test_a_retry_of_the_same_job_resumes(tmp_path):
     paths = RunPaths.of(tmp_path)
     args = ["--run-dir", str(tmp_path)]
     assert frame.resume_args(args, paths, "job-1") == args  # no run.json
-    update_run_json(paths, farm={"job_id": "job-1", "attempts_at_submit": 1}, attempts=[{"attempt": 1}])
+    update_record(paths, farm={"job_id": "job-1", "attempts_at_submit": 1}, attempts=[{"attempt": 1}])
     assert frame.resume_args(args, paths, "job-1") == args  # the attempt predates this job
-    update_run_json(paths, attempts=[{"attempt": 1}, {"attempt": 2}])
+    update_record(paths, attempts=[{"attempt": 1}, {"attempt": 2}])
     assert frame.resume_args(args, paths, "job-1") == [*args, "--resume"]
     assert frame.resume_args(args, paths, "job-2") == args  # another job's run.json
 
