@@ -83,8 +83,7 @@ def poll_runs(jobs: Sequence[PollJob], describe: Callable[[JobHandle], JobStatus
                 update.farm_error = error_text(exc)
         updates.append(update)
     fresh = [u for u, (_, _, handle) in zip(updates, jobs) if handle is None and u.result.record is not None]
-    if count_local or any(u.result.record is not None and ran_here(u.result.record) and u.result.record.state == "running"
-                           for u in fresh):
+    if count_local or any(ran_here(u.result.record) and u.result.record.state == "running" for u in fresh):
         local = count_local_ranks()
         for update, (_, _, handle) in zip(updates, jobs):
             if handle is None and local is not None:

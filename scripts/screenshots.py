@@ -37,11 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("screenshots")
 
 
+def demo_command(run_dir: Path, steps: int) -> list[str]:
+    """``cuetrain demo`` (2 ranks) into ``run_dir`` (its frames under ``run_dir/data``) for ``steps`` steps."""
+    return [sys.executable, "-m", "trainer.cli", "demo", "--run-dir", str(run_dir), "--steps", str(steps)]
+
+
 def train(run_dir: Path, steps: int) -> None:
-    """One real ``cuetrain demo`` run (2 ranks) into ``run_dir`` (its frames under ``run_dir/data``); raises
-    CalledProcessError when it fails."""
-    subprocess.run([sys.executable, "-m", "trainer.cli", "demo", "--run-dir", str(run_dir), "--steps", str(steps)],
-                   cwd=ROOT, check=True)
+    """One real :func:`demo_command` run; raises CalledProcessError when it fails."""
+    subprocess.run(demo_command(run_dir, steps), cwd=ROOT, check=True)
 
 
 def runs_panel_while_training(main_run: Path, short_run: Path, steps: int, out: Path,
@@ -56,7 +59,7 @@ def runs_panel_while_training(main_run: Path, short_run: Path, steps: int, out: 
     from gui.screenshots import save_panel_screenshot
     from trainer.rundir import RunPaths, read_metrics
 
-    cmd = [sys.executable, "-m", "trainer.cli", "demo", "--run-dir", str(main_run), "--steps", str(steps)]
+    cmd = demo_command(main_run, steps)
     proc = subprocess.Popen(cmd, cwd=ROOT)
     try:
         deadline = time.monotonic() + timeout_s
