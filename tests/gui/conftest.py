@@ -6,13 +6,32 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before any Qt import
 
+import gc  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
 import pytest  # noqa: E402
-from qtpy.QtCore import QSettings  # noqa: E402
+from qtpy.QtCore import QCoreApplication, QEvent, QSettings  # noqa: E402
 
 from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob  # noqa: E402
 from gui.controller import RunsController  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _qt_objects_die_on_the_gui_thread(qapp):
+    """After each GUI test, delete the Qt objects it left, here, on the GUI thread.
+
+    Why: a test's windows, dialogs and controllers sit in reference cycles (signal connections to bound
+    methods), so Python's cyclic GC frees them later, on whichever thread happens to allocate at that
+    moment. In the suite that is a gRPC worker or the Cuebot double's dispatcher thread of the next
+    (multihost) test, and a ``QWidget``/``QTimer`` deleted off the GUI thread is a segfault: the CI crash
+    of stop 25 (exit 139 in ``tests/multihost/test_booking.py``), and the "unexplained segfault in a
+    worker thread of the multihost fixture" of issue 20. ``test_gui_tests_leave_no_qt_object_for_another_thread``
+    (test_widgets.py) reproduces it: without this fixture it segfaults every time.
+    """
+    yield
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # the tests' deleteLater() calls
+    gc.collect()  # cycles holding Qt wrappers die now, on this thread
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 @dataclass

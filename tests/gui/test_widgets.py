@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -274,3 +276,21 @@ def test_graph_dropdown_plots_the_gradient_noise_scale(qtbot, panel, controller,
     assert panel.graph.log_box.isChecked()  # log axis by default: pyqtgraph hands back log10 values
     assert list(x) == [r["step"] for r in rows]
     assert list(y) == pytest.approx([math.log10(r["noise_scale"]) for r in rows])
+
+
+def test_gui_tests_leave_no_qt_object_for_another_thread(tmp_path):
+    """The GUI tests' windows, dialogs and controllers die on the GUI thread (conftest's autouse fixture).
+
+    Without it they wait in reference cycles for the cyclic GC, which may next run on any thread; the CI of
+    stop 25 segfaulted that way in the first multihost test after the GUI tests (exit 139). Here the GUI tests
+    of this file and of test_controller.py run in a child pytest, and a plugin then runs the GC on a worker
+    thread: measured without the fixture, that segfaults every time (3 of 3)."""
+    here = Path(__file__).resolve().parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.gui.gc_in_thread",
+         "-k", "not test_gui_tests_leave_no_qt_object", str(here / "test_widgets.py"), str(here / "test_controller.py")],
+        cwd=here.parents[1], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0, tail
+    assert "collected on a worker thread:" in proc.stdout, tail
