@@ -69,6 +69,7 @@ from typing import Callable, Sequence
 from cue_plugin import membership, rendezvous, rendezvous_cuebot
 from cue_plugin.agent import (DEFAULT_BACKOFF_S, DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, Action, AgentPolicy,
                               classify, record_gang)
+from cue_plugin.frame_context import FrameContext
 from cue_plugin.frame_member import run_member
 from cue_plugin.layer_failure import fail_layer, gang_incomplete
 from cue_plugin.spec import RENDEZVOUS_MODES
@@ -191,61 +192,57 @@ def resume_args(train_args: list[str], paths: RunPaths, job_id: str) -> list[str
 _Source = rendezvous.FileSource | rendezvous_cuebot.CuebotSource
 
 
-def _source(mode: str, paths: RunPaths, cue: CueFrameEnv, job_id: str) -> _Source:
-    if mode == "cuebot":
-        return rendezvous_cuebot.CuebotSource(cue.job, cue.layer, job_id or cue.job)
-    return rendezvous.FileSource(paths.rendezvous)
+def _source(ctx: FrameContext) -> _Source:
+    if ctx.rendezvous == "cuebot":
+        return rendezvous_cuebot.CuebotSource(ctx.cue.job, ctx.cue.layer, ctx.farm.job_id or ctx.cue.job)
+    return rendezvous.FileSource(ctx.paths.rendezvous)
 
 
-def _trainer_env(pub: rendezvous.Publication, rank: int, world_size: int, cue: CueFrameEnv) -> dict[str, str]:
+def _trainer_env(ctx: FrameContext, pub: rendezvous.Publication, rank: int, world_size: int) -> dict[str, str]:
     """The environment every trainer of this frame shares (``COPYCAT_RANK`` and devices are set per rank)."""
-    dist = read_dist_env()
-    env = copycat_env(pub.host, pub.port, rank, world_size, dist.sync_interval, dist.local_addr, dist.token)
+    env = copycat_env(pub.host, pub.port, rank, world_size, ctx.dist.sync_interval, ctx.dist.local_addr, ctx.token)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def _start_trainer(ns: argparse.Namespace, frame: int, pub: rendezvous.Publication, paths: RunPaths,
-                   train_args: list[str], cue: CueFrameEnv, trainer_command: Sequence[str], out: RankLog, *,
-                   resume: bool, watch: Callable[[], str | int | None] | None = None) -> GangExit:
+def _start_trainer(ctx: FrameContext, pub: rendezvous.Publication, *, resume: bool,
+                   watch: Callable[[], str | int | None] | None = None) -> GangExit:
     """Run this frame's trainers for generation ``pub`` until they end.
 
     The frame's ranks in the gang come from the publication (its position among the members); the
     log files keep the frame's own rank numbers (``frame*L + l``) whatever the generation.
     """
-    L = ns.ranks_per_frame
-    gang_ranks = pub.ranks_of(frame, L)
-    world = pub.world_size(ns.world_size, L)
-    envs = rank_envs(environ_with(_trainer_env(pub, gang_ranks[0], world, cue)), gang_ranks[0], L,
-                     frame_devices(cue, read_farm_env().omp_num_threads))
+    L = ctx.ranks_per_frame
+    gang_ranks = pub.ranks_of(ctx.frame, L)
+    world = pub.world_size(ctx.world_size, L)
+    envs = rank_envs(environ_with(_trainer_env(ctx, pub, gang_ranks[0], world)), gang_ranks[0], L,
+                     frame_devices(ctx.cue, ctx.farm.omp_num_threads))
+    train_args = list(ctx.train_args)
     args = [*train_args, "--resume"] if resume and "--resume" not in train_args else \
-        resume_args(train_args, paths, read_farm_env().job_id)
-    own = frame_ranks(frame, L)
+        resume_args(train_args, ctx.paths, ctx.farm.job_id)
+    own = frame_ranks(ctx.frame, L)
     for env in envs:
         gpus = f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else ""
         log.info("rank %s/%d starting the trainer (main %s, attempt %s, generation %s%s)", env["COPYCAT_RANK"], world,
                  pub.address, pub.attempt, pub.generation or "-", gpus)
-    result = run_ranks([*trainer_command, *args], list(zip(own, envs)), out.logs, watch=watch, watch_s=WATCH_S,
-                       stop_grace_s=GRACE.kill_after_for(args))
+    result = run_ranks([*ctx.trainer_command, *args], list(zip(own, envs)), ctx.out.logs, watch=watch,
+                       watch_s=WATCH_S, stop_grace_s=GRACE.kill_after_for(args))
     for r in own:
         log.info("rank %d: trainer exited with code %s (%s)", r, result.codes.get(r, "- (not started)"),
                  describe(result.codes[r]) if r in result.codes else "not started")
     return result
 
 
-def _run(ns: argparse.Namespace, rank: int, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
-         trainer_command: Sequence[str], out: RankLog) -> int:
-    token = read_dist_env().token
-    source = _source(ns.rendezvous, paths, cue, read_farm_env().job_id)
-    notice = rendezvous.FileSource(paths.rendezvous)  # frame 0's failure notice, in both modes
-    if rank == 0:
-        return _run_main(ns, paths, train_args, cue, trainer_command, out, source, notice, token)
+def _run(ctx: FrameContext) -> int:
+    source = _source(ctx)
+    notice = rendezvous.FileSource(ctx.paths.rendezvous)  # frame 0's failure notice, in both modes
+    if ctx.frame == 0:
+        return _run_main(ctx, source, notice)
 
     def start(pub: rendezvous.Publication, resume: bool, watch: Callable[[], str | int | None]) -> GangExit:
-        return _start_trainer(ns, rank // ns.ranks_per_frame, pub, paths, train_args, cue, trainer_command, out,
-                              resume=resume, watch=watch)
+        return _start_trainer(ctx, pub, resume=resume, watch=watch)
 
-    return run_member(ns, rank // ns.ranks_per_frame, paths, source, notice, token, policy_of(ns), start)
+    return run_member(ctx, source, notice, start)
 
 
 def policy_of(ns: argparse.Namespace) -> AgentPolicy:
@@ -254,33 +251,33 @@ def policy_of(ns: argparse.Namespace) -> AgentPolicy:
                        min_world_size=ns.min_world_size or ns.world_size, elastic_window_s=ns.elastic_window_s)
 
 
-def _members(ns: argparse.Namespace, policy: AgentPolicy, paths: RunPaths, regroup: bool) -> tuple[int, ...]:
+def _members(ctx: FrameContext, regroup: bool) -> tuple[int, ...]:
     """Frames of frame 0's next generation: every frame (empty tuple), or after a failure or a regroup of an
     elastic gang those that came back (``cue_plugin.membership.gather``).
 
     Raises:
         TimeoutError: an elastic gang has too few frames after the rendezvous timeout.
     """
-    frames = frames_of(ns.world_size, ns.ranks_per_frame)
-    if not regroup or not policy.elastic(ns.world_size):
+    policy, frames = ctx.policy, ctx.frames
+    if not regroup or not ctx.elastic:
         return ()
-    members = membership.gather(paths, frames, policy.min_world_size // ns.ranks_per_frame, policy.elastic_window_s,
-                                ns.rendezvous_timeout)
+    members = membership.gather(ctx.paths, frames, policy.min_world_size // ctx.ranks_per_frame,
+                                policy.elastic_window_s, ctx.rendezvous_timeout_s)
     if len(members) < frames:
         log.warning("elastic gang: continuing with frames %s (%d of %d ranks, --min-world-size %d); frames %s did "
-                    "not come back within %.0f s", list(members), len(members) * ns.ranks_per_frame, ns.world_size,
+                    "not come back within %.0f s", list(members), len(members) * ctx.ranks_per_frame, ctx.world_size,
                     policy.min_world_size, sorted(set(range(frames)) - set(members)), policy.elastic_window_s)
     return () if len(members) == frames else members
 
 
-def _grow_watch(ns: argparse.Namespace, paths: RunPaths, members: tuple[int, ...]) -> Callable[[], int | None] | None:
+def _grow_watch(ctx: FrameContext, members: tuple[int, ...]) -> Callable[[], int | None] | None:
     """While a shrunk generation trains: SIGUSR1 to frame 0's trainers (once) when a missing frame is back."""
     if not members:
         return None
     asked: list[int] = []
 
     def watch() -> int | None:
-        back = membership.returned(paths, frames_of(ns.world_size, ns.ranks_per_frame), members)
+        back = membership.returned(ctx.paths, ctx.frames, members)
         if not back or asked:
             return None
         asked.extend(back)
@@ -290,41 +287,37 @@ def _grow_watch(ns: argparse.Namespace, paths: RunPaths, members: tuple[int, ...
     return watch
 
 
-def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
-              trainer_command: Sequence[str], out: RankLog, source: _Source, notice: rendezvous.FileSource,
-              token: str | None) -> int:
+def _run_main(ctx: FrameContext, source: _Source, notice: rendezvous.FileSource) -> int:
     """Frame 0, the node agent that hosts every generation (cue_plugin.agent): host, run rank 0, retract;
     on a gang failure host the next generation (budget, backoff); fail the layer on a gang timeout."""
-    farm = read_farm_env()
-    policy = policy_of(ns)
-    if ns.rendezvous == "cuebot":
+    policy = ctx.policy
+    if ctx.rendezvous == "cuebot":
         notice.clear()  # a failure notice of an earlier attempt
-    host = rendezvous.main_address(farm.main_host, farm.cuebot_hosts)  # an IP, never the host name
-    record = runrecord.read_gang(paths, farm.job_id)
+    host = rendezvous.main_address(ctx.farm.main_host, ctx.farm.cuebot_hosts)  # an IP, never the host name
+    record = runrecord.read_gang(ctx.paths, ctx.farm.job_id)
     again = record.generation > 0  # a Cuebot retry of frame 0 within this job: a restart
     counted = again  # the next generation counts against the restart budget (a regroup does not)
     reason = "frame 0 started again (farm retry)" if again else "first gang of the job"
     while True:
         try:
-            members = _members(ns, policy, paths, again)
+            members = _members(ctx, again)
         except TimeoutError as exc:
             log.error("%s", exc)
             return EXIT_GANG
-        world = len(members) * ns.ranks_per_frame if members else ns.world_size
+        world = len(members) * ctx.ranks_per_frame if members else ctx.world_size
         record = record.next(reason, members, world, restart=counted)
-        record_gang(paths, record)
-        code, result, pub, failure = _host_generation(ns, paths, train_args, cue, trainer_command, out, source, host,
-                                                      token, record.generation, members)
+        record_gang(ctx.paths, record)
+        code, result, pub, failure = _host_generation(ctx, source, host, record.generation, members)
         action = classify(code, terminated=result.terminated)
         if action is Action.FINISH:
             return code
         if action is Action.EXIT:
-            return _main_exit(paths, pub, code, failure, cue, token, notice, result)
+            return _main_exit(ctx, pub, code, failure, notice, result)
         if action is Action.RESTART and record.restarts >= policy.max_restarts:
             why = (f"the gang failed (rank {result.rank}: exit {code}, {describe(code)}) and the job's restart budget "
                    f"is spent ({record.restarts} of --max-restarts {policy.max_restarts})")
             log.error("%s; frame 0 stops and tells the other frames", why)
-            _notify(notice, pub, why, token)
+            _notify(ctx, notice, pub, why)
             return code
         if action is Action.RESTART:
             delay = policy.backoff(record.restarts + 1)
@@ -337,22 +330,20 @@ def _run_main(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cu
         again, counted = True, action is Action.RESTART
 
 
-def _host_generation(ns: argparse.Namespace, paths: RunPaths, train_args: list[str], cue: CueFrameEnv,
-                     trainer_command: Sequence[str], out: RankLog, source: _Source, host: str, token: str | None,
-                     generation: int, members: tuple[int, ...]) -> tuple[int, GangExit, rendezvous.Publication, str]:
+def _host_generation(ctx: FrameContext, source: _Source, host: str, generation: int,
+                     members: tuple[int, ...]) -> tuple[int, GangExit, rendezvous.Publication, str]:
     """Reserve, publish and run rank 0 for one generation; retract the publication unless the gang was
     incomplete. Returns the exit code, how the ranks ended, the publication and the gang-incomplete
     reason (:func:`~cue_plugin.layer_failure.gang_incomplete`; "" otherwise)."""
-    reservation, pub = source.host(host, token, generation, members)
+    reservation, pub = source.host(host, ctx.token, generation, members)
     log.info("frame 0 (attempt %s) hosts the main address %s for generation %d: %d rank(s)%s", pub.attempt,
-             pub.address, generation, pub.world_size(ns.world_size, ns.ranks_per_frame),
+             pub.address, generation, pub.world_size(ctx.world_size, ctx.ranks_per_frame),
              f" (frames {list(members)})" if members else "")
     failure = ""
     try:
-        result = _start_trainer(ns, 0, pub, paths, train_args, cue, trainer_command, out, resume=generation > 1,
-                                watch=_grow_watch(ns, paths, members))
+        result = _start_trainer(ctx, pub, resume=generation > 1, watch=_grow_watch(ctx, members))
         code = result.code
-        failure = gang_incomplete(paths) if EXIT_GANG in (code, result.codes.get(0)) else ""
+        failure = gang_incomplete(ctx.paths) if EXIT_GANG in (code, result.codes.get(0)) else ""
     finally:
         reservation.close()
         if not failure:
@@ -360,22 +351,35 @@ def _host_generation(ns: argparse.Namespace, paths: RunPaths, train_args: list[s
     return code, result, pub, failure
 
 
-def _main_exit(paths: RunPaths, pub: rendezvous.Publication, code: int, failure: str, cue: CueFrameEnv,
-               token: str | None, notice: rendezvous.FileSource, result: GangExit) -> int:
+def _main_exit(ctx: FrameContext, pub: rendezvous.Publication, code: int, failure: str,
+               notice: rendezvous.FileSource, result: GangExit) -> int:
     """Frame 0 ends with ``code``: fail the layer on an incomplete gang (``failure``, its reason), tell waiting
     ranks about bad settings (the message from the failed rank's failure record, ``result.failure``)."""
     if failure:
-        fail_layer(paths, pub, failure, cue, token, notice)
+        fail_layer(ctx.paths, pub, failure, ctx.cue, ctx.token, notice)
     elif code == EXIT_USAGE:  # bad settings: a retry cannot help, so the waiting ranks stop now
-        rendezvous.notify_bad_setting(notice, pub, result.failure.message if result.failure else "", token)
+        rendezvous.notify_bad_setting(notice, pub, result.failure.message if result.failure else "", ctx.token)
     return code
 
 
-def _notify(notice: rendezvous.FileSource, pub: rendezvous.Publication, reason: str, token: str | None) -> None:
+def _notify(ctx: FrameContext, notice: rendezvous.FileSource, pub: rendezvous.Publication, reason: str) -> None:
     try:
-        notice.fail(pub, reason, token)
+        notice.fail(pub, reason, ctx.token)
     except rendezvous.RendezvousError as exc:
         log.error("%s; waiting ranks will wait out the rendezvous timeout", exc)
+
+
+def _context(ns: argparse.Namespace, train_args: list[str], frame: int, paths: RunPaths, cue: CueFrameEnv,
+             out: RankLog, trainer_command: Sequence[str]) -> FrameContext:
+    """The frame's context: its arguments and every variable it reads, read here, once.
+
+    Raises:
+        EnvError: a ``COPYCAT_*`` variable the trainers would inherit holds a bad value.
+    """
+    return FrameContext(frame=frame, world_size=ns.world_size, paths=paths, ranks_per_frame=ns.ranks_per_frame,
+                        rendezvous=ns.rendezvous, rendezvous_timeout_s=ns.rendezvous_timeout, policy=policy_of(ns),
+                        train_args=tuple(train_args), trainer_command=tuple(trainer_command), cue=cue,
+                        farm=read_farm_env(), dist=read_dist_env(), out=out)
 
 
 def main(argv: Sequence[str] | None = None, *, trainer_command: Sequence[str] | None = None) -> int:
@@ -389,7 +393,7 @@ def main(argv: Sequence[str] | None = None, *, trainer_command: Sequence[str] | 
     ns, train_args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cue = read_cue_env()
-        rank = frame_rank(ns.frame, cue, frames_of(ns.world_size, ns.ranks_per_frame)) * ns.ranks_per_frame
+        frame = frame_rank(ns.frame, cue, frames_of(ns.world_size, ns.ranks_per_frame))
         policy = policy_of(ns)
         policy.check(ns.world_size, ns.ranks_per_frame)
         if policy.elastic(ns.world_size) and ns.rendezvous != "file":
@@ -397,16 +401,17 @@ def main(argv: Sequence[str] | None = None, *, trainer_command: Sequence[str] | 
                              "Cuebot's frame state cannot name the frames of a smaller gang")
         paths = RunPaths.of(train_config(train_args).run_dir)
         paths.create()
-        out = RankLog(paths, rank, prefix=ns.ranks_per_frame > 1)
+        out = RankLog(paths, frame * ns.ranks_per_frame, prefix=ns.ranks_per_frame > 1)
     except (ValueError, EnvError, ConfigError, RunDirError, OSError) as exc:
         print(f"cue_plugin.frame: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     out.attach()
     try:
-        log.info("frame %d of %d on %s (pid %d), rendezvous %s, rank(s) %d-%d of %d", rank // ns.ranks_per_frame,
+        rank = frame * ns.ranks_per_frame
+        log.info("frame %d of %d on %s (pid %d), rendezvous %s, rank(s) %d-%d of %d", frame,
                  ns.world_size // ns.ranks_per_frame, socket.gethostname(), os.getpid(), ns.rendezvous, rank,
                  rank + ns.ranks_per_frame - 1, ns.world_size)
-        return _run(ns, rank, paths, train_args, cue, trainer_command or TRAINER_COMMAND, out)
+        return _run(_context(ns, train_args, frame, paths, cue, out, trainer_command or TRAINER_COMMAND))
     except rendezvous.RendezvousError as exc:
         log.error("%s", exc)
         return exc.exit_code

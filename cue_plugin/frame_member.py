@@ -8,17 +8,16 @@ marked down while the original still trained).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import time
 from typing import Callable
 
 from cue_plugin import membership, rendezvous
-from cue_plugin.agent import Action, AgentPolicy, classify
+from cue_plugin.agent import Action, classify
+from cue_plugin.frame_context import FrameContext
 from cue_plugin.rendezvous import GangFinished
 from trainer import runrecord
-from trainer.envvars import read_farm_env
 from trainer.exitcodes import ExitCode, describe
 from trainer.rundir import RunPaths
 from trainer.supervise import GangExit
@@ -55,8 +54,7 @@ def _member_vet(frame: int, paths: RunPaths, job_id: str, ran: Callable[[], bool
     return vet
 
 
-def run_member(ns: argparse.Namespace, frame: int, paths: RunPaths, source: rendezvous.Source,
-               notice: rendezvous.FileSource, token: str | None, policy: AgentPolicy, start: Start) -> int:
+def run_member(ctx: FrameContext, source: rendezvous.Source, notice: rendezvous.FileSource, start: Start) -> int:
     """Frames > 0, node agents: wait for frame 0's generation, run the trainers (``start``); when the gang fails
     or regroups (or was stale, see ``cue_plugin.frame``) wait for frame 0's next generation instead of exiting.
 
@@ -66,19 +64,19 @@ def run_member(ns: argparse.Namespace, frame: int, paths: RunPaths, source: rend
     Raises:
         RendezvousError: no usable publication within the rendezvous timeout (exit code 3).
     """
-    rank = frame * ns.ranks_per_frame
-    job_id = read_farm_env().job_id
+    frame, rank, paths, token = ctx.frame, ctx.rank, ctx.paths, ctx.token
+    job_id = ctx.farm.job_id
     stale: set[str] = set()
     last_generation, ran = 0, [False]
     reuse = getattr(source, "restarts_reuse_attempt", False)  # cuebot mode: one attempt per Cuebot retry
     vet = _member_vet(frame, paths, job_id, lambda: ran[0])
     while True:
-        present = membership.present(paths, frame, last_generation) if policy.elastic(ns.world_size) \
+        present = membership.present(paths, frame, last_generation) if ctx.elastic \
             else contextlib.nullcontext()
         try:
             with present:
                 pub = rendezvous.wait_for_main(source, rank=rank, token=token, stale=stale, notice=notice,
-                                               timeout_s=ns.rendezvous_timeout, vet=vet)
+                                               timeout_s=ctx.rendezvous_timeout_s, vet=vet)
         except GangFinished as done:
             log.info("frame %d exits 0: %s", frame, done)
             return 0
@@ -107,7 +105,7 @@ def run_member(ns: argparse.Namespace, frame: int, paths: RunPaths, source: rend
                    f"the gang failed (rank {result.rank}: exit {result.code}, {describe(result.code)})")
         if reuse:
             log.warning("rank %d: %s; waiting for frame 0 to host attempt %s again", rank, why, pub.attempt)
-            time.sleep(policy.backoff_s)
+            time.sleep(ctx.policy.backoff_s)
         else:
             stale.add(pub.attempt)
             log.warning("rank %d: frame 0 attempt %s is stale: %s; waiting for frame 0's next generation (node "

@@ -3,7 +3,6 @@ for frame 0's next generation after a gang failure instead of exiting, in both r
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import time
@@ -12,7 +11,9 @@ import pytest
 
 from cue_plugin import rendezvous
 from cue_plugin.agent import AgentPolicy
+from cue_plugin.frame_context import FrameContext
 from cue_plugin.frame_member import run_member
+from trainer.envvars import DistEnv, FarmEnv
 from trainer.rundir import RunPaths
 from trainer.runrecord import update_record
 from trainer.supervise import GangExit
@@ -20,8 +21,11 @@ from trainer.supervise import GangExit
 TOKEN = "0a1b2c3d" * 4
 
 
-def ns(timeout: float = 5.0) -> argparse.Namespace:
-    return argparse.Namespace(ranks_per_frame=1, world_size=2, rendezvous_timeout=timeout)
+def ctx(frame: int, paths: RunPaths, token: str | None, policy: AgentPolicy, timeout: float = 5.0,
+        job_id: str = "") -> FrameContext:
+    """Frame ``frame`` of a two-rank gang, one rank per frame, as ``cue_plugin.frame.main`` builds it."""
+    return FrameContext(frame=frame, world_size=2, paths=paths, rendezvous_timeout_s=timeout, policy=policy,
+                        farm=FarmEnv(job_id=job_id), dist=DistEnv(distributed=False, token=token))
 
 
 @pytest.fixture
@@ -47,8 +51,7 @@ def publish(source: rendezvous.FileSource, port: int, attempt: str, generation: 
     source.path.write_text(json.dumps(pub.to_json()))
 
 
-def test_file_mode_a_failed_gang_waits_for_the_next_generation_and_resumes(tmp_path, listening, monkeypatch):
-    monkeypatch.delenv("CUE_JOB_ID", raising=False)
+def test_file_mode_a_failed_gang_waits_for_the_next_generation_and_resumes(tmp_path, listening):
     paths = RunPaths.of(tmp_path)
     source = rendezvous.FileSource(paths.rendezvous)
     publish(source, listening[0], "h:1:a", 1)
@@ -61,13 +64,12 @@ def test_file_mode_a_failed_gang_waits_for_the_next_generation_and_resumes(tmp_p
             return GangExit(4, 0, {1: 4})
         return GangExit(0, None, {1: 0})
 
-    assert run_member(ns(), 1, paths, source, source, TOKEN, AgentPolicy(backoff_s=0.0), start) == 0
+    assert run_member(ctx(1, paths, TOKEN, AgentPolicy(backoff_s=0.0)), source, source, start) == 0
     assert calls == [("h:1:a", 1, False), ("h:1:b", 2, True)]
 
 
-def test_cuebot_mode_retries_the_same_attempt_after_a_failure(tmp_path, listening, monkeypatch):
+def test_cuebot_mode_retries_the_same_attempt_after_a_failure(tmp_path, listening):
     """Cuebot's frame state carries no generation: frame 0 re-hosts retry-N on the same port."""
-    monkeypatch.delenv("CUE_JOB_ID", raising=False)
 
     class SameAttempt:
         restarts_reuse_attempt = True
@@ -88,13 +90,11 @@ def test_cuebot_mode_retries_the_same_attempt_after_a_failure(tmp_path, listenin
         return GangExit(code, None if code == 0 else 1, {1: code})
 
     notice = rendezvous.FileSource(paths.rendezvous)
-    assert run_member(ns(), 1, paths, SameAttempt(), notice, None, AgentPolicy(backoff_s=0.0), start) == 0
+    assert run_member(ctx(1, paths, None, AgentPolicy(backoff_s=0.0)), SameAttempt(), notice, start) == 0
     assert calls == [False, True, True]
 
 
-def test_a_frame_left_out_of_a_smaller_generation_waits_and_a_finished_run_lets_it_exit_0(tmp_path, listening,
-                                                                                         monkeypatch):
-    monkeypatch.setenv("CUE_JOB_ID", "job-1")
+def test_a_frame_left_out_of_a_smaller_generation_waits_and_a_finished_run_lets_it_exit_0(tmp_path, listening):
     paths = RunPaths.of(tmp_path)
     source = rendezvous.FileSource(paths.rendezvous)
     publish(source, listening[0], "h:1:a", 2, members=(0, 1))  # an elastic gang of frames 0 and 1
@@ -104,13 +104,12 @@ def test_a_frame_left_out_of_a_smaller_generation_waits_and_a_finished_run_lets_
 
     update_record(paths, state="running", farm={"job_id": "job-1"})
     with pytest.raises(rendezvous.RendezvousTimeout, match="trains without frame 2"):
-        run_member(ns(timeout=1.5), 2, paths, source, source, TOKEN, AgentPolicy(), never)
+        run_member(ctx(2, paths, TOKEN, AgentPolicy(), timeout=1.5, job_id="job-1"), source, source, never)
     update_record(paths, state="succeeded", final_step=100)
-    assert run_member(ns(), 2, paths, source, source, TOKEN, AgentPolicy(), never) == 0
+    assert run_member(ctx(2, paths, TOKEN, AgentPolicy(), job_id="job-1"), source, source, never) == 0
 
 
-def test_frame_0s_failure_notice_stops_a_member_whose_gang_failed(tmp_path, listening, monkeypatch):
-    monkeypatch.delenv("CUE_JOB_ID", raising=False)
+def test_frame_0s_failure_notice_stops_a_member_whose_gang_failed(tmp_path, listening):
     paths = RunPaths.of(tmp_path)
     source = rendezvous.FileSource(paths.rendezvous)
     publish(source, listening[0], "h:1:a", 1)
@@ -119,4 +118,4 @@ def test_frame_0s_failure_notice_stops_a_member_whose_gang_failed(tmp_path, list
         source.fail(pub, "the job's restart budget is spent", TOKEN)
         return GangExit(4, 0, {1: 4})
 
-    assert run_member(ns(), 1, paths, source, source, TOKEN, AgentPolicy(), start) == 3
+    assert run_member(ctx(1, paths, TOKEN, AgentPolicy()), source, source, start) == 3
