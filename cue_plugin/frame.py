@@ -369,15 +369,16 @@ def _notify(ctx: FrameContext, notice: rendezvous.FileSource, pub: rendezvous.Pu
         log.error("%s; waiting ranks will wait out the rendezvous timeout", exc)
 
 
-def _context(ns: argparse.Namespace, train_args: list[str], frame: int, paths: RunPaths, cue: CueFrameEnv,
-             out: RankLog, trainer_command: Sequence[str]) -> FrameContext:
-    """The frame's context: its arguments and every variable it reads, read here, once.
+def _context(ns: argparse.Namespace, train_args: list[str], frame: int, policy: AgentPolicy, paths: RunPaths,
+             cue: CueFrameEnv, out: RankLog, trainer_command: Sequence[str]) -> FrameContext:
+    """The frame's context: its arguments, the agent policy :func:`main` checked, and every variable it reads,
+    read here, once.
 
     Raises:
         EnvError: a ``COPYCAT_*`` variable the trainers would inherit holds a bad value.
     """
     return FrameContext(frame=frame, world_size=ns.world_size, paths=paths, ranks_per_frame=ns.ranks_per_frame,
-                        rendezvous=ns.rendezvous, rendezvous_timeout_s=ns.rendezvous_timeout, policy=policy_of(ns),
+                        rendezvous=ns.rendezvous, rendezvous_timeout_s=ns.rendezvous_timeout, policy=policy,
                         train_args=tuple(train_args), trainer_command=tuple(trainer_command), cue=cue,
                         farm=read_farm_env(), dist=read_dist_env(), out=out)
 
@@ -411,7 +412,7 @@ def main(argv: Sequence[str] | None = None, *, trainer_command: Sequence[str] | 
         log.info("frame %d of %d on %s (pid %d), rendezvous %s, rank(s) %d-%d of %d", frame,
                  ns.world_size // ns.ranks_per_frame, socket.gethostname(), os.getpid(), ns.rendezvous, rank,
                  rank + ns.ranks_per_frame - 1, ns.world_size)
-        return _run(_context(ns, train_args, frame, paths, cue, out, trainer_command or TRAINER_COMMAND))
+        return _run(_context(ns, train_args, frame, policy, paths, cue, out, trainer_command or TRAINER_COMMAND))
     except rendezvous.RendezvousError as exc:
         log.error("%s", exc)
         return exc.exit_code
