@@ -1,4 +1,7 @@
-"""The node agent's rules: what a frame does when its trainers exit, and the job's restart budget.
+"""The frame's node agent policy: the job's restart budget, backoff and elastic window, and its gang record.
+
+The loop itself and the exit-code table are :mod:`trainer.nodeagent` (shared with ``cuetrain local``);
+frame 0's role is ``cue_plugin.frame_host.HostGang``, the other frames' ``cue_plugin.frame_member.MemberGang``.
 
 Every frame of a training layer is a node agent (``cue_plugin.frame``), like torchrun's elastic
 agent (``torch.distributed.elastic.agent.server.SimpleElasticAgent``: a worker group that failed is
@@ -27,7 +30,6 @@ from dataclasses import dataclass
 
 from trainer import runrecord
 from trainer.recordparts import GangRecord
-from trainer.restarts import NO_RESTART, Action, classify  # noqa: F401 - the one table, re-exported
 from trainer.rundir import RunDirError, RunPaths
 
 log = logging.getLogger("cue_plugin.agent")

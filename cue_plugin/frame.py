@@ -60,18 +60,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
-import time
 from typing import Callable, Sequence
 
-from cue_plugin import membership, rendezvous, rendezvous_cuebot
-from cue_plugin.agent import (DEFAULT_BACKOFF_S, DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, Action, AgentPolicy,
-                              classify, record_gang)
+from cue_plugin import rendezvous, rendezvous_cuebot
+from cue_plugin.agent import DEFAULT_BACKOFF_S, DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, AgentPolicy
 from cue_plugin.frame_context import FrameContext
-from cue_plugin.frame_member import run_member
-from cue_plugin.layer_failure import fail_layer, gang_incomplete
+from cue_plugin.frame_host import HostGang
+from cue_plugin.frame_member import MemberGang
 from cue_plugin.spec import RENDEZVOUS_MODES
 from cue_plugin.supervise import GangExit, RankLog, frame_devices, frame_ranks, run_ranks
 from trainer.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
@@ -80,6 +77,7 @@ from trainer.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, r
 from trainer import runrecord
 from trainer.exitcodes import ExitCode, describe
 from trainer.grace import GRACE
+from trainer.nodeagent import NodeAgent
 from trainer.rundir import RunDirError, RunPaths
 from trainer.supervise import TRAINER_COMMAND, device_envs, rank_envs
 
@@ -234,139 +232,22 @@ def _start_trainer(ctx: FrameContext, pub: rendezvous.Publication, *, resume: bo
 
 
 def _run(ctx: FrameContext) -> int:
+    """The frame's node agent (:class:`trainer.nodeagent.NodeAgent`): frame 0 hosts every generation
+    (:class:`~cue_plugin.frame_host.HostGang`), the other frames join them (``cue_plugin.frame_member``)."""
     source = _source(ctx)
     notice = rendezvous.FileSource(ctx.paths.rendezvous)  # frame 0's failure notice, in both modes
-    if ctx.frame == 0:
-        return _run_main(ctx, source, notice)
 
-    def start(pub: rendezvous.Publication, resume: bool, watch: Callable[[], str | int | None]) -> GangExit:
+    def start(pub: rendezvous.Publication, resume: bool, watch: Callable[[], str | int | None] | None) -> GangExit:
         return _start_trainer(ctx, pub, resume=resume, watch=watch)
 
-    return run_member(ctx, source, notice, start)
+    role = HostGang(ctx, source, notice, start) if ctx.frame == 0 else MemberGang(ctx, source, notice, start)
+    return NodeAgent(role, ctx.policy.max_restarts).run()
 
 
 def policy_of(ns: argparse.Namespace) -> AgentPolicy:
     """The node agent's policy from the frame arguments."""
     return AgentPolicy(max_restarts=ns.max_restarts, backoff_s=ns.restart_backoff_s,
                        min_world_size=ns.min_world_size or ns.world_size, elastic_window_s=ns.elastic_window_s)
-
-
-def _members(ctx: FrameContext, regroup: bool) -> tuple[int, ...]:
-    """Frames of frame 0's next generation: every frame (empty tuple), or after a failure or a regroup of an
-    elastic gang those that came back (``cue_plugin.membership.gather``).
-
-    Raises:
-        TimeoutError: an elastic gang has too few frames after the rendezvous timeout.
-    """
-    policy, frames = ctx.policy, ctx.frames
-    if not regroup or not ctx.elastic:
-        return ()
-    members = membership.gather(ctx.paths, frames, policy.min_world_size // ctx.ranks_per_frame,
-                                policy.elastic_window_s, ctx.rendezvous_timeout_s)
-    if len(members) < frames:
-        log.warning("elastic gang: continuing with frames %s (%d of %d ranks, --min-world-size %d); frames %s did "
-                    "not come back within %.0f s", list(members), len(members) * ctx.ranks_per_frame, ctx.world_size,
-                    policy.min_world_size, sorted(set(range(frames)) - set(members)), policy.elastic_window_s)
-    return () if len(members) == frames else members
-
-
-def _grow_watch(ctx: FrameContext, members: tuple[int, ...]) -> Callable[[], int | None] | None:
-    """While a shrunk generation trains: SIGUSR1 to frame 0's trainers (once) when a missing frame is back."""
-    if not members:
-        return None
-    asked: list[int] = []
-
-    def watch() -> int | None:
-        back = membership.returned(ctx.paths, ctx.frames, members)
-        if not back or asked:
-            return None
-        asked.extend(back)
-        log.info("frames %s are back: the gang grows at its next checkpoint (regroup)", back)
-        return int(signal.SIGUSR1)
-
-    return watch
-
-
-def _run_main(ctx: FrameContext, source: _Source, notice: rendezvous.FileSource) -> int:
-    """Frame 0, the node agent that hosts every generation (cue_plugin.agent): host, run rank 0, retract;
-    on a gang failure host the next generation (budget, backoff); fail the layer on a gang timeout."""
-    policy = ctx.policy
-    if ctx.rendezvous == "cuebot":
-        notice.clear()  # a failure notice of an earlier attempt
-    host = rendezvous.main_address(ctx.farm.main_host, ctx.farm.cuebot_hosts)  # an IP, never the host name
-    record = runrecord.read_gang(ctx.paths, ctx.farm.job_id)
-    again = record.generation > 0  # a Cuebot retry of frame 0 within this job: a restart
-    counted = again  # the next generation counts against the restart budget (a regroup does not)
-    reason = "frame 0 started again (farm retry)" if again else "first gang of the job"
-    while True:
-        try:
-            members = _members(ctx, again)
-        except TimeoutError as exc:
-            log.error("%s", exc)
-            return EXIT_GANG
-        world = len(members) * ctx.ranks_per_frame if members else ctx.world_size
-        record = record.next(reason, members, world, restart=counted)
-        record_gang(ctx.paths, record)
-        code, result, pub, failure = _host_generation(ctx, source, host, record.generation, members)
-        action = classify(code, terminated=result.terminated)
-        if action is Action.FINISH:
-            return code
-        if action is Action.EXIT:
-            return _main_exit(ctx, pub, code, failure, notice, result)
-        if action is Action.RESTART and record.restarts >= policy.max_restarts:
-            why = (f"the gang failed (rank {result.rank}: exit {code}, {describe(code)}) and the job's restart budget "
-                   f"is spent ({record.restarts} of --max-restarts {policy.max_restarts})")
-            log.error("%s; frame 0 stops and tells the other frames", why)
-            _notify(ctx, notice, pub, why)
-            return code
-        if action is Action.RESTART:
-            delay = policy.backoff(record.restarts + 1)
-            reason = f"restart {record.restarts + 1}: rank {result.rank} exited {code} ({describe(code)})"
-            log.warning("%s; frame 0 hosts the next generation in %.0f s (restart %d of %d)", reason, delay,
-                        record.restarts + 1, policy.max_restarts)
-            time.sleep(delay)
-        else:
-            reason = "regroup: the gang stopped at a checkpoint to change size"
-        again, counted = True, action is Action.RESTART
-
-
-def _host_generation(ctx: FrameContext, source: _Source, host: str, generation: int,
-                     members: tuple[int, ...]) -> tuple[int, GangExit, rendezvous.Publication, str]:
-    """Reserve, publish and run rank 0 for one generation; retract the publication unless the gang was
-    incomplete. Returns the exit code, how the ranks ended, the publication and the gang-incomplete
-    reason (:func:`~cue_plugin.layer_failure.gang_incomplete`; "" otherwise)."""
-    reservation, pub = source.host(host, ctx.token, generation, members)
-    log.info("frame 0 (attempt %s) hosts the main address %s for generation %d: %d rank(s)%s", pub.attempt,
-             pub.address, generation, pub.world_size(ctx.world_size, ctx.ranks_per_frame),
-             f" (frames {list(members)})" if members else "")
-    failure = ""
-    try:
-        result = _start_trainer(ctx, pub, resume=generation > 1, watch=_grow_watch(ctx, members))
-        code = result.code
-        failure = gang_incomplete(ctx.paths) if EXIT_GANG in (code, result.codes.get(0)) else ""
-    finally:
-        reservation.close()
-        if not failure:
-            source.retract(pub)
-    return code, result, pub, failure
-
-
-def _main_exit(ctx: FrameContext, pub: rendezvous.Publication, code: int, failure: str,
-               notice: rendezvous.FileSource, result: GangExit) -> int:
-    """Frame 0 ends with ``code``: fail the layer on an incomplete gang (``failure``, its reason), tell waiting
-    ranks about bad settings (the message from the failed rank's failure record, ``result.failure``)."""
-    if failure:
-        fail_layer(ctx.paths, pub, failure, ctx.cue, ctx.token, notice)
-    elif code == EXIT_USAGE:  # bad settings: a retry cannot help, so the waiting ranks stop now
-        rendezvous.notify_bad_setting(notice, pub, result.failure.message if result.failure else "", ctx.token)
-    return code
-
-
-def _notify(ctx: FrameContext, notice: rendezvous.FileSource, pub: rendezvous.Publication, reason: str) -> None:
-    try:
-        notice.fail(pub, reason, ctx.token)
-    except rendezvous.RendezvousError as exc:
-        log.error("%s; waiting ranks will wait out the rendezvous timeout", exc)
 
 
 def _context(ns: argparse.Namespace, train_args: list[str], frame: int, policy: AgentPolicy, paths: RunPaths,

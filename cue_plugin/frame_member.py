@@ -14,11 +14,11 @@ import time
 from typing import Callable
 
 from cue_plugin import membership, rendezvous
-from cue_plugin.agent import Action, classify
 from cue_plugin.frame_context import FrameContext
 from cue_plugin.rendezvous import GangFinished
 from trainer import runrecord
 from trainer.exitcodes import ExitCode, describe
+from trainer.nodeagent import Ended, Generation, NodeAgent, WorkerState, classify
 from trainer.rundir import RunPaths
 from trainer.supervise import GangExit
 
@@ -28,7 +28,7 @@ NOTICE_WAIT_S = 2.0  # seconds a rank whose trainer failed looks for frame 0's f
 EXIT_GANG = ExitCode.GANG
 EXIT_REJECTED = ExitCode.REJECTED
 #: runs this frame's trainers for a publication: (publication, resume, watch) -> how they ended
-Start = Callable[[rendezvous.Publication, bool, Callable[[], "str | int | None"]], GangExit]
+Start = Callable[[rendezvous.Publication, bool, "Callable[[], str | int | None] | None"], GangExit]
 
 
 def finished_without_me(paths: RunPaths, job_id: str, ran: bool) -> str:
@@ -54,62 +54,96 @@ def _member_vet(frame: int, paths: RunPaths, job_id: str, ran: Callable[[], bool
     return vet
 
 
-def run_member(ctx: FrameContext, source: rendezvous.Source, notice: rendezvous.FileSource, start: Start) -> int:
-    """Frames > 0, node agents: wait for frame 0's generation, run the trainers (``start``); when the gang fails
-    or regroups (or was stale, see ``cue_plugin.frame``) wait for frame 0's next generation instead of exiting.
+class MemberGang:
+    """The :class:`~trainer.nodeagent.GangRole` of frames > 0: wait for frame 0's generation, run this frame's
+    trainers (``start``); when the gang fails, regroups or went stale (see ``cue_plugin.frame``) wait for frame
+    0's next generation instead of exiting. Frame 0 spends the job's restart budget, so this role counts none.
 
-    Returns the frame's exit code: 0 when training finished (with or without this frame), else the code of
-    a failure a restart cannot help (trainer.exitcodes; 3 when frame 0 failed the gang).
+    The agent exits 0 when training finished (with or without this frame), else with the code of a failure a
+    restart cannot help (trainer.exitcodes; 3 when frame 0 failed the gang).
 
-    Raises:
+    Raises (from ``form``):
         RendezvousError: no usable publication within the rendezvous timeout (exit code 3).
     """
-    frame, rank, paths, token = ctx.frame, ctx.rank, ctx.paths, ctx.token
-    job_id = ctx.farm.job_id
-    stale: set[str] = set()
-    last_generation, ran = 0, [False]
-    reuse = getattr(source, "restarts_reuse_attempt", False)  # cuebot mode: one attempt per Cuebot retry
-    vet = _member_vet(frame, paths, job_id, lambda: ran[0])
-    while True:
-        present = membership.present(paths, frame, last_generation) if ctx.elastic \
+
+    counts_restarts = False
+
+    def __init__(self, ctx: FrameContext, source: rendezvous.Source, notice: rendezvous.FileSource,
+                 start: Start) -> None:
+        self.ctx, self.source, self.notice, self.start = ctx, source, notice, start
+        self.stale: set[str] = set()
+        self.last_generation, self.ran = 0, False
+        self.reuse = getattr(source, "restarts_reuse_attempt", False)  # cuebot mode: one attempt per Cuebot retry
+        self.vet = _member_vet(ctx.frame, ctx.paths, ctx.farm.job_id, lambda: self.ran)
+        self.why = ""
+
+    def form(self, previous: Ended | None) -> Generation | int:
+        """Wait for a publication that invites this frame; 0 when the run finished meanwhile."""
+        ctx = self.ctx
+        present = membership.present(ctx.paths, ctx.frame, self.last_generation) if ctx.elastic \
             else contextlib.nullcontext()
         try:
             with present:
-                pub = rendezvous.wait_for_main(source, rank=rank, token=token, stale=stale, notice=notice,
-                                               timeout_s=ctx.rendezvous_timeout_s, vet=vet)
+                pub = rendezvous.wait_for_main(self.source, rank=ctx.rank, token=ctx.token, stale=self.stale,
+                                               notice=self.notice, timeout_s=ctx.rendezvous_timeout_s, vet=self.vet)
         except GangFinished as done:
-            log.info("frame %d exits 0: %s", frame, done)
+            log.info("frame %d exits 0: %s", ctx.frame, done)
             return 0
+        return Generation(pub.generation, resume=self.ran or pub.generation > 1, detail=pub)
 
-        def newer(current: rendezvous.Publication = pub) -> str | None:
-            other = rendezvous.superseded(source, current, token)
-            return f"frame 0 started again (attempt {other.attempt}); the gang of attempt {current.attempt} is gone" \
+    def run(self, generation: Generation) -> GangExit:
+        pub = generation.detail
+
+        def newer() -> str | None:
+            other = rendezvous.superseded(self.source, pub, self.ctx.token)
+            return f"frame 0 started again (attempt {other.attempt}); the gang of attempt {pub.attempt} is gone" \
                 if other is not None else None
 
-        result = start(pub, ran[0] or pub.generation > 1, newer)
-        ran[0], last_generation = True, max(last_generation, pub.generation)
+        result = self.start(pub, generation.resume, newer)
+        self.ran, self.last_generation = True, max(self.last_generation, pub.generation)
+        return result
+
+    def judge(self, generation: Generation, result: GangExit) -> tuple[WorkerState, int]:
+        """STALE when the gang refused this rank or was stopped for a newer one; STOPPED with 3 when frame 0
+        failed the gang (its failure notice); else the exit-code table."""
+        pub = generation.detail
         if EXIT_REJECTED in result.codes.values() or result.stopped:
-            why = result.stopped or "its gang refused this rank (rank already claimed: a stale gang of an old frame 0)"
-        else:
-            action = classify(result.code, terminated=result.terminated)
-            if action is Action.FINISH:
-                return 0
-            failed = await_notice(notice, token, pub)
-            if failed is not None:
-                log.error("rank %d stops: frame 0 (attempt %s) failed the gang: %s", rank, failed.attempt,
-                          failed.failed)
-                return EXIT_GANG
-            if action is Action.EXIT:
-                return result.code
-            why = ("the gang stopped at a checkpoint to change size" if action is Action.REGROUP else
-                   f"the gang failed (rank {result.rank}: exit {result.code}, {describe(result.code)})")
-        if reuse:
-            log.warning("rank %d: %s; waiting for frame 0 to host attempt %s again", rank, why, pub.attempt)
-            time.sleep(ctx.policy.backoff_s)
-        else:
-            stale.add(pub.attempt)
-            log.warning("rank %d: frame 0 attempt %s is stale: %s; waiting for frame 0's next generation (node "
-                        "agent: this frame does not exit)", rank, pub.attempt, why)
+            self.why = result.stopped or "its gang refused this rank (rank already claimed: a stale gang of an old " \
+                                         "frame 0)"
+            return WorkerState.STALE, result.code
+        state = classify(result.code, terminated=result.terminated)
+        if state is WorkerState.SUCCEEDED:
+            return state, 0
+        failed = await_notice(self.notice, self.ctx.token, pub)
+        if failed is not None:
+            log.error("rank %d stops: frame 0 (attempt %s) failed the gang: %s", self.ctx.rank, failed.attempt,
+                      failed.failed)
+            return WorkerState.STOPPED, EXIT_GANG
+        self.why = ("the gang stopped at a checkpoint to change size" if state is WorkerState.REGROUP else
+                    f"the gang failed (rank {result.rank}: exit {result.code}, {describe(result.code)})")
+        return state, result.code
+
+    def stopped(self, ended: Ended) -> int:
+        return ended.code
+
+    def budget_spent(self, ended: Ended, max_restarts: int) -> int:  # not reached: counts_restarts is False
+        return ended.code
+
+    def pause(self, ended: Ended) -> float:
+        pub, rank = ended.generation.detail, self.ctx.rank
+        if self.reuse:
+            log.warning("rank %d: %s; waiting for frame 0 to host attempt %s again", rank, self.why, pub.attempt)
+            return self.ctx.policy.backoff_s
+        self.stale.add(pub.attempt)
+        log.warning("rank %d: frame 0 attempt %s is stale: %s; waiting for frame 0's next generation (node "
+                    "agent: this frame does not exit)", rank, pub.attempt, self.why)
+        return 0.0
+
+
+def run_member(ctx: FrameContext, source: rendezvous.Source, notice: rendezvous.FileSource, start: Start) -> int:
+    """Frames > 0: :class:`MemberGang` in the node agent (frame 0 keeps the restart budget); returns the frame's
+    exit code (see :class:`MemberGang`)."""
+    return NodeAgent(MemberGang(ctx, source, notice, start), ctx.policy.max_restarts).run()
 
 
 def await_notice(notice: rendezvous.FileSource, token: str | None,

@@ -9,7 +9,7 @@ same contract a farm frame gives its ranks. Output lines are relayed with a ``[r
 also written to ``RUN_DIR/logs/rank_N.log``.
 
 If a rank fails, the others are stopped (SIGTERM, then SIGKILL strictly after the trainer's checkpoint
-grace, :mod:`trainer.grace`) and, by the farm frame's own rules (:func:`trainer.restarts.classify`) and up
+grace, :mod:`trainer.grace`) and, by the farm frame's own rules and loop (:class:`trainer.nodeagent.NodeAgent`, :class:`LocalGang`) and up
 to ``max_restarts`` times, the whole gang is started again with ``--resume`` so it continues from the
 latest complete checkpoint (OpenCue retries frames one by one; the gang restarts whole). A gang that
 exits with a code a restart cannot help (2: bad input, ...) or that was stopped by SIGTERM/Ctrl-C is not
@@ -28,7 +28,7 @@ from trainer.exitcodes import describe
 from trainer.rundir import RunPaths
 from trainer.grace import GRACE
 from trainer.ports import PortReservation
-from trainer.restarts import Action, classify
+from trainer.nodeagent import Ended, Generation, NodeAgent, WorkerState, classify
 from trainer.supervise import TRAINER_COMMAND, GangExit, RankLogs, rank_envs, run_ranks  # tests patch launch's name
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,53 @@ def _run_gang(train_argv: list[str], world_size: int, sync_interval: int, logs: 
         log.info("starting %d ranks (main address 127.0.0.1:%d, %d thread(s) each)", world_size, port, threads)
         return run_ranks([*TRAINER_COMMAND, *train_argv], list(enumerate(envs)), logs,
                          stop_grace_s=GRACE.kill_after_for(train_argv), new_session=True)
+
+
+class LocalGang:
+    """The node agent's role for ``cuetrain local`` (:class:`trainer.nodeagent.GangRole`): one generation =
+    every rank started here once; each restart adds ``--resume``; no backoff (nothing shared to spare)."""
+
+    counts_restarts = True
+
+    def __init__(self, train_argv: list[str], world_size: int, sync_interval: int, logs: RankLogs,
+                 threads: int, max_restarts: int) -> None:
+        self.argv, self.world_size, self.sync_interval = list(train_argv), world_size, sync_interval
+        self.logs, self.threads, self.max_restarts = logs, threads, max_restarts
+        self.restarts = 0
+
+    def form(self, previous: Ended | None) -> Generation:
+        if previous is not None:
+            self.restarts += previous.state is WorkerState.FAILED
+            if "--resume" not in self.argv:
+                self.argv.append("--resume")
+        number = 1 if previous is None else previous.generation.number + 1
+        return Generation(number, resume="--resume" in self.argv, restarts=self.restarts)
+
+    def run(self, generation: Generation) -> GangExit:
+        return _run_gang(self.argv, self.world_size, self.sync_interval, self.logs, self.threads)
+
+    def judge(self, generation: Generation, result: GangExit) -> tuple[WorkerState, int]:
+        return classify(result.code, terminated=result.terminated), result.code
+
+    def stopped(self, ended: Ended) -> int:
+        result = ended.result
+        said = f": rank {result.failure.rank}: {result.failure.message}" if result.failure else ""
+        log.error("the gang exited with code %d (%s)%s%s; not restarting", result.code, describe(result.code),
+                  " after SIGTERM" if result.terminated else "", said)
+        return result.code
+
+    def budget_spent(self, ended: Ended, max_restarts: int) -> int:
+        log.error("the gang exited with code %d (%s) and --max-restarts %d is spent", ended.code,
+                  describe(ended.code), max_restarts)
+        return ended.code
+
+    def pause(self, ended: Ended) -> float:
+        if ended.state is WorkerState.FAILED:
+            log.warning("restarting the gang from the latest checkpoint (restart %d of %d)", self.restarts + 1,
+                        self.max_restarts)
+        else:
+            log.info("the gang stopped at a checkpoint to change size; starting it again")
+        return 0.0
 
 
 def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_interval: int = 1,
@@ -74,24 +121,9 @@ def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_i
     paths = RunPaths.of(run_dir)
     paths.create()
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
-    argv = list(train_argv)
     logs = RankLogs(paths, prefix=True)
     try:
-        for attempt in range(max_restarts + 1):
-            result = _run_gang(argv, world_size, sync_interval, logs, threads)
-            action = classify(result.code, terminated=result.terminated)
-            if action is Action.FINISH:
-                return 0
-            if action is Action.EXIT:
-                said = f": rank {result.failure.rank}: {result.failure.message}" if result.failure else ""
-                log.error("the gang exited with code %d (%s)%s%s; not restarting", result.code, describe(result.code),
-                          " after SIGTERM" if result.terminated else "", said)
-                return result.code
-            if attempt < max_restarts:
-                log.warning("restarting the gang from the latest checkpoint (restart %d of %d)", attempt + 1,
-                            max_restarts)
-                if "--resume" not in argv:
-                    argv.append("--resume")
-        return result.code
+        role = LocalGang(train_argv, world_size, sync_interval, logs, threads, max_restarts)
+        return NodeAgent(role, max_restarts).run()
     finally:
         logs.close()

@@ -7,28 +7,29 @@ import time
 import pytest
 
 from cue_plugin import membership
-from cue_plugin.agent import Action, AgentPolicy, classify, record_gang
+from cue_plugin.agent import AgentPolicy, record_gang
+from trainer.nodeagent import WorkerState, classify
 from trainer.exitcodes import ExitCode
 from trainer.rundir import RunPaths, atomic_write_json
 from trainer.runrecord import read_gang, read_record, update_record
 
 
-@pytest.mark.parametrize("code,terminated,action", [
-    (0, False, Action.FINISH),
-    (ExitCode.RANK_LOST, False, Action.RESTART),  # a peer died: the gang restarts inside the frames
-    (ExitCode.REJECTED, False, Action.RESTART),
-    (ExitCode.STOPPED, False, Action.RESTART),  # a PEER got SIGTERM and checkpointed: wait for its retry
-    (ExitCode.STOPPED, True, Action.EXIT),  # this frame got SIGTERM: it exits, the farm decides
-    (ExitCode.REGROUP, False, Action.REGROUP),
-    (137, False, Action.RESTART),  # a trainer SIGKILLed (OOM killer, a wrangler)
-    (1, False, Action.RESTART),  # a crash: the budget bounds a deterministic one
-    (ExitCode.USAGE, False, Action.EXIT),  # bad settings: no retry helps
-    (ExitCode.GANG, False, Action.EXIT),  # gang incomplete / unreachable: frame 0 fails the layer
-    (ExitCode.PORT_UNAVAILABLE, False, Action.EXIT),
-    (ExitCode.NO_TRAINER, False, Action.EXIT),
+@pytest.mark.parametrize("code,terminated,state", [
+    (0, False, WorkerState.SUCCEEDED),
+    (ExitCode.RANK_LOST, False, WorkerState.FAILED),  # a peer died: the gang restarts inside the frames
+    (ExitCode.REJECTED, False, WorkerState.FAILED),
+    (ExitCode.STOPPED, False, WorkerState.FAILED),  # a PEER got SIGTERM and checkpointed: wait for its retry
+    (ExitCode.STOPPED, True, WorkerState.STOPPED),  # this frame got SIGTERM: it exits, the farm decides
+    (ExitCode.REGROUP, False, WorkerState.REGROUP),
+    (137, False, WorkerState.FAILED),  # a trainer SIGKILLed (OOM killer, a wrangler)
+    (1, False, WorkerState.FAILED),  # a crash: the budget bounds a deterministic one
+    (ExitCode.USAGE, False, WorkerState.STOPPED),  # bad settings: no retry helps
+    (ExitCode.GANG, False, WorkerState.STOPPED),  # gang incomplete / unreachable: frame 0 fails the layer
+    (ExitCode.PORT_UNAVAILABLE, False, WorkerState.STOPPED),
+    (ExitCode.NO_TRAINER, False, WorkerState.STOPPED),
 ])
-def test_what_the_agent_does_after_each_exit(code, terminated, action):
-    assert classify(int(code), terminated=terminated) is action
+def test_what_the_agent_does_after_each_exit(code, terminated, state):
+    assert classify(int(code), terminated=terminated) is state
 
 
 def test_backoff_doubles_up_to_its_cap():
