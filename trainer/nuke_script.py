@@ -16,9 +16,11 @@ node's Model File) and its Appendix (the channel names ``rgba.red`` ...):
 https://learn.foundry.com/nuke/developers/15.0/catfilecreationreferenceguide/ and
 https://learn.foundry.com/nuke/developers/14.0/catfilecreationreferenceguide/appendix.html . The
 knobs' script names (``torchScriptFile``, ``catFile``, ``channelsIn``, ``channelsOut``, ``modelId``,
-``modelFile``) are those Nuke saves in .nk files (seen in public scripts that generate them);
-``outputScale`` follows the same naming and has not been checked in a running Nuke here (no Nuke
-on this machine).
+``modelFile``) are those Nuke 14.0v5 saved in a public .nk (``pedroCabrera/CatteryNodes``,
+``CatFileCreators.nk``); ``outputScale`` is the script name public Nuke Python scripts set and then
+press ``createCatFile`` with (``cat_file_creator['outputScale'].setValue(...)``, the same repository's
+``*/…NukeCatCreator.py`` for five models); a .nk saves it only when it is not its default, 1. Not checked
+in a running Nuke here (no Nuke on this machine).
 
 .nk syntax: a node is ``Class {`` + one ``knob value`` per line + ``}``; a value with spaces or
 TCL specials is double-quoted, with ``\\``, ``"``, ``$``, ``[`` and ``]`` backslash-escaped (Nuke's
