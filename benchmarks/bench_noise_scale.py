@@ -45,7 +45,7 @@ from trainer.noise_scale import GradNoise, parameter_grads, squared_norm
 MICRO = 8  # crops per micro-batch: the demo's global batch
 BATCHES = (8, 32, 128)
 BASE_LR = 2e-3  # v1's peak lr at batch 8 (trainer.demo.DEMO_TRAIN_ARGS)
-WARMUP = 20  # updates, linear from lr/10 (trainer.train.lr_at's warmup)
+WARMUP = 20  # updates, linear from lr/10 (trainer.schedule.lr_at's warmup)
 CROP = 64
 
 

@@ -8,7 +8,7 @@ training clock. The output is a table (stdout and ``docs/time_to_quality.md``) a
 
 Recipes:
 - ``v1``: the recipe as it landed at c47904a, frozen: ``--architecture v1 --model-size small``, Adam,
-  L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.train.lr_at``),
+  L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.schedule.lr_at``),
   3000 steps (``trainer.demo.DEMO_TRAIN_ARGS``). Every other figure is a ratio against it.
 - the candidates listed in issue 18 (PixelUnshuffle stem = ``v2``, Charbonnier loss, one-cycle schedule,
   EMA of the weights for evaluation/export, larger crops with fewer steps).
@@ -56,7 +56,7 @@ from trainer.ema import WeightEMA
 from trainer.infer import psnr
 from trainer.model import build_model, count_parameters
 from trainer.precision import resolve_precision
-from trainer.train import lr_at
+from trainer.schedule import lr_at
 
 DOCS = common.ROOT / "docs"
 
@@ -70,7 +70,7 @@ class Recipe:
         steps: training steps at --scale 1 [steps].
         batch: crops per step [crops]; crop: crop side [pixels].
         lr: peak Adam learning rate [1]; warmup: warmup updates at --scale 1 (cosine only) [updates].
-        schedule: ``cosine`` (v1: ``trainer.train.lr_at``) or ``onecycle`` (Smith & Topin 2019: 30% linear
+        schedule: ``cosine`` (v1: ``trainer.schedule.lr_at``) or ``onecycle`` (Smith & Topin 2019: 30% linear
             rise from lr/25, cosine fall to lr/1e4).
         loss: ``l1`` (v1) or ``charbonnier`` (sqrt(d^2 + 1e-6), Charbonnier et al. 1994; as in NAFNet's tables).
         ema: decay of the exponential moving average of the weights used for evaluation, 0 = none [1].

@@ -22,7 +22,7 @@ ARCHITECTURES = ("v1", "v2")  # see trainer.model; v1 (the default) is the netwo
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
-LR_SCHEDULES = ("cosine", "onecycle")  # see trainer.train.lr_at
+LR_SCHEDULES = ("cosine", "onecycle")  # see trainer.schedule.lr_at
 #: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md).
 DEFAULT_DATA_CACHE_MB = 512
 
@@ -52,7 +52,7 @@ class TrainConfig:
         warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
         lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to lr/10) or ``onecycle``
             (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
-            ``warmup_steps`` is not used) (see ``trainer.train.lr_at``).
+            ``warmup_steps`` is not used) (see ``trainer.schedule.lr_at``).
         ema_decay: export (and show in contact sheets) an exponential moving average of the weights with
             this decay per update, e.g. 0.999; 0 = the last weights (the default) (see ``trainer.ema``) [1].
         checkpoint_interval: write a checkpoint every N steps [steps].

@@ -238,3 +238,20 @@ class CropSampler:
         idx = (f[:, None, None], ys[:, :, None], xs[:, None, :])  # broadcast to (b, c, c)
         inputs, targets = self.on_device
         return CropBatch(self._finish(inputs[idx]), self._finish(targets[idx]))
+
+
+def warn_identity(input_dir: str, target_dir: str) -> None:
+    """Log a WARNING when Input and Ground Truth are the same folder or every pair of files is byte-identical
+    (issue 21; ``trainer.images.identity_warning``). Compares files, not decoded frames, so a long 4K shot is not
+    decoded for it; stops at the first pair that differs (usually the first)."""
+    import filecmp
+
+    from trainer.images import identity_warning, pair_frames
+
+    message = identity_warning(input_dir, target_dir, [])
+    if message is None:
+        pairs = pair_frames(input_dir, target_dir)
+        if pairs and all(filecmp.cmp(p.input, p.target, shallow=False) for p in pairs):
+            message = identity_warning(input_dir, target_dir, [(np.zeros(1), np.zeros(1))])
+    if message:
+        log.warning(message)

@@ -9,9 +9,7 @@ Loss: L1 (mean absolute error). It is the usual choice for image restoration (Zh
 Functions for Image Restoration with Neural Networks", 2017): robust to outliers in ground truth,
 sharper results than L2, and scale-independent enough for scene-linear EXR values.
 
-Learning rate (``lr_at``): linear scaling rule and gradual warmup of Goyal et al., "Accurate,
-Large Minibatch SGD", 2017: ``lr x effective_batch / lr_reference_batch``, warmed up linearly from
-1/10 over ``warmup_steps`` updates, then cosine decay to 1/10 at the last update.
+Learning rate: :mod:`trainer.schedule` (``effective_lr``, ``lr_at``).
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -32,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from trainer import distributed
 from trainer.colour import ColourSpec
 from trainer.config import ConfigError, TrainConfig
-from trainer.data import CropBatch, CropSampler, rank_loss_weight, rank_slice
+from trainer.data import CropBatch, CropSampler, rank_loss_weight, rank_slice, warn_identity
 from trainer.dataphase import open_data
 from trainer.ema import WeightEMA
 from trainer.envvars import DistEnv, read_dist_env
@@ -44,6 +41,7 @@ from trainer.precision import (configure_backends, float32_contiguous, maybe_com
                                resolve_precision)
 from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, wall_clock
 from trainer.rundir import RunPaths
+from trainer.schedule import effective_lr, lr_at
 from trainer import runrecord
 
 log = logging.getLogger(__name__)
@@ -64,34 +62,6 @@ class TrainResult:
     start_step: int
     loss: float
     model: torch.nn.Module
-
-
-def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
-    """Peak LR after the linear scaling rule (Goyal et al. 2017): ``lr * batch * sync / reference``."""
-    if cfg.lr_scaling == "none":
-        return cfg.lr
-    return cfg.lr * cfg.batch_size * sync_interval / cfg.lr_reference_batch
-
-
-def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: str = "cosine") -> float:
-    """LR for optimizer update ``update`` (0-based) of ``total_updates``.
-
-    ``cosine``: linear warmup over ``warmup`` updates from peak/10, then cosine decay to peak/10.
-    ``onecycle`` (Smith & Topin 2019, "Super-Convergence"): linear rise from peak/25 over the first 30% of the
-    updates, then cosine decay to peak/1e4 (``warmup`` is not used), as ``benchmarks/bench_time_to_quality.py``
-    measures it.
-    """
-    if schedule == "onecycle":
-        rise = max(1, int(0.3 * total_updates))
-        if update < rise:
-            return peak * (1 / 25 + (1 - 1 / 25) * update / rise)
-        low, progress = peak / 1e4, min(1.0, (update - rise) / max(1, total_updates - rise))
-        return low + (peak - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    if update < warmup:
-        return peak * (0.1 + 0.9 * update / warmup)
-    span = max(1, total_updates - warmup)
-    progress = min(1.0, (update - warmup) / span)
-    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
@@ -423,20 +393,3 @@ def _print_progress(line: str) -> None:
         tqdm.write(line, file=sys.stdout)
     else:
         print(line, flush=True)
-
-
-def warn_identity(input_dir: str, target_dir: str) -> None:
-    """Log a WARNING when Input and Ground Truth are the same folder or every pair of files is byte-identical
-    (issue 21; ``trainer.images.identity_warning``). Compares files, not decoded frames, so a long 4K shot is not
-    decoded for it; stops at the first pair that differs (usually the first)."""
-    import filecmp
-
-    from trainer.images import identity_warning, pair_frames
-
-    message = identity_warning(input_dir, target_dir, [])
-    if message is None:
-        pairs = pair_frames(input_dir, target_dir)
-        if pairs and all(filecmp.cmp(p.input, p.target, shallow=False) for p in pairs):
-            message = identity_warning(input_dir, target_dir, [(np.zeros(1), np.zeros(1))])
-    if message:
-        log.warning(message)

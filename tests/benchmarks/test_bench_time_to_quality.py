@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from trainer.infer import psnr
-from trainer.train import lr_at
+from trainer.schedule import lr_at
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_time_to_quality as ttq  # noqa: E402

@@ -13,7 +13,7 @@ from trainer.config import ConfigError
 from trainer.ema import WeightEMA
 from trainer.outputs import load_latest_checkpoint
 from trainer.rundir import RunPaths
-from trainer.train import lr_at
+from trainer.schedule import lr_at
 
 
 def test_onecycle_rises_from_a_25th_to_the_peak_at_30_percent_and_falls_to_a_10000th() -> None:

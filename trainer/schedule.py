@@ -1,0 +1,40 @@
+"""The learning-rate schedule of every rank (``--lr-scaling``, ``--lr-schedule``, ``--warmup-steps``).
+
+Linear scaling rule and gradual warmup of Goyal et al., "Accurate, Large Minibatch SGD", 2017:
+``lr x effective_batch / lr_reference_batch``, warmed up linearly from 1/10 over ``warmup_steps``
+updates, then cosine decay to 1/10 at the last update; or one-cycle (Smith & Topin 2019).
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainer.config import TrainConfig
+
+
+def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
+    """Peak LR after the linear scaling rule (Goyal et al. 2017): ``lr * batch * sync / reference``."""
+    if cfg.lr_scaling == "none":
+        return cfg.lr
+    return cfg.lr * cfg.batch_size * sync_interval / cfg.lr_reference_batch
+
+
+def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: str = "cosine") -> float:
+    """LR for optimizer update ``update`` (0-based) of ``total_updates``.
+
+    ``cosine``: linear warmup over ``warmup`` updates from peak/10, then cosine decay to peak/10.
+    ``onecycle`` (Smith & Topin 2019, "Super-Convergence"): linear rise from peak/25 over the first 30% of the
+    updates, then cosine decay to peak/1e4 (``warmup`` is not used), as ``benchmarks/bench_time_to_quality.py``
+    measures it.
+    """
+    if schedule == "onecycle":
+        rise = max(1, int(0.3 * total_updates))
+        if update < rise:
+            return peak * (1 / 25 + (1 - 1 / 25) * update / rise)
+        low, progress = peak / 1e4, min(1.0, (update - rise) / max(1, total_updates - rise))
+        return low + (peak - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if update < warmup:
+        return peak * (0.1 + 0.9 * update / warmup)
+    span = max(1, total_updates - warmup)
+    progress = min(1.0, (update - warmup) / span)
+    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
