@@ -1,7 +1,7 @@
 """What a node agent does when its ranks exit: the one exit-code -> action table.
 
-Read by every supervisor that can restart a gang: a farm frame's node agent (``cue_plugin.frame``,
-``cue_plugin.frame_member``) and ``cuetrain local`` (:mod:`trainer.launch`), so a local run and a farm
+Read by every supervisor that can restart a gang: a farm frame's node agent (``cue_plugin.node.frame``,
+``cue_plugin.node.frame_member``) and ``cuetrain local`` (:mod:`trainer.launch`), so a local run and a farm
 frame follow the same rules (after torchelastic's ``SimpleElasticAgent._invoke_run``: a failed worker
 group restarts, a stopped one does not). Exit codes are those of :mod:`trainer.exitcodes`.
 

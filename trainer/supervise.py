@@ -3,7 +3,7 @@ stop them all together.
 
 It serves both launchers, which differ only in where the ranks and devices come from:
 
-- a farm frame (``cue_plugin.frame``): ranks ``f*L .. f*L+L-1`` of frame f (L = ranks per frame),
+- a farm frame (``cue_plugin.node.frame``): ranks ``f*L .. f*L+L-1`` of frame f (L = ranks per frame),
   the main address from the rendezvous, GPUs and threads from RQD's reservation (``CUE_GPU_CORES``,
   ``CUE_THREADS``), processes in the frame's process group (RQD's kill reaches them);
 - ``cuetrain local`` (``trainer.launch``): one "frame" holding every rank, main address 127.0.0.1,

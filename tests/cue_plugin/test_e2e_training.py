@@ -34,9 +34,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cue_plugin import frame, layer_failure, rendezvous, templates
-from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import JobHandle, RunState
+from cue_plugin.node import frame, layer_failure, rendezvous
+
+from cue_plugin.submit import templates
+from cue_plugin.submit.opencue_farm import OpenCueFarm
+from cue_plugin.submit.spec import JobHandle, RunState
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cuebot.completion import CuebotRules
 from tests.cuebot.double import CuebotDouble

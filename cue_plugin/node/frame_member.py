@@ -1,4 +1,4 @@
-"""The node agent of a frame other than frame 0 (see ``cue_plugin.frame`` and ``cue_plugin.agent``).
+"""The node agent of a frame other than frame 0 (see ``cue_plugin.node.frame`` and ``cue_plugin.node.agent``).
 
 It waits for frame 0's publication of a gang generation that invites it, runs its trainers, and when
 the gang fails or regroups waits for the next generation instead of exiting. It exits 0 when the run
@@ -13,10 +13,10 @@ import logging
 import time
 from typing import Callable
 
-from cue_plugin import membership, rendezvous
-from cue_plugin.agent import Action, classify
-from cue_plugin.frame_context import FrameContext
-from cue_plugin.rendezvous import GangFinished
+from cue_plugin.node import membership, rendezvous
+from cue_plugin.node.agent import Action, classify
+from cue_plugin.node.frame_context import FrameContext
+from cue_plugin.node.rendezvous import GangFinished
 from trainer import runrecord
 from trainer.exitcodes import ExitCode, describe
 from trainer.rundir import RunPaths
@@ -56,7 +56,7 @@ def _member_vet(frame: int, paths: RunPaths, job_id: str, ran: Callable[[], bool
 
 def run_member(ctx: FrameContext, source: rendezvous.Source, notice: rendezvous.FileSource, start: Start) -> int:
     """Frames > 0, node agents: wait for frame 0's generation, run the trainers (``start``); when the gang fails
-    or regroups (or was stale, see ``cue_plugin.frame``) wait for frame 0's next generation instead of exiting.
+    or regroups (or was stale, see ``cue_plugin.node.frame``) wait for frame 0's next generation instead of exiting.
 
     Returns the frame's exit code: 0 when training finished (with or without this frame), else the code of
     a failure a restart cannot help (trainer.exitcodes; 3 when frame 0 failed the gang).
