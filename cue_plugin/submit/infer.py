@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from cue_plugin.names import INFER_LAYER as LAYER_NAME
 from cue_plugin.submit.command import check_argument, shell_command
-from cue_plugin.submit.spec import DEFAULT_CHUNK, FarmError, InferenceJob, InferenceLayer
+from cue_plugin.submit.spec import DEFAULT_CHUNK, FarmError, InferenceJob, InferenceLayer, JobResources
 
 if TYPE_CHECKING:
     import outline
@@ -81,14 +81,14 @@ def _env(extra_env: Mapping[str, str]) -> dict[str, str]:
     return dict(sorted({"PYTHONUNBUFFERED": "1", **extra_env}.items()))
 
 
-def add_layer(ol: "outline.Outline", infer: InferenceLayer, resources: Any, *, python: str | None = None,
+def add_layer(ol: "outline.Outline", infer: InferenceLayer, resources: JobResources, *, python: str | None = None,
               after: Any = None) -> Any:
     """Add the ``infer`` Shell layer to ``ol``; with ``after`` (a layer of ``ol``) a LAYER_ON_LAYER depend on it.
 
     Args:
         ol: the outline.
         infer: what the layer runs.
-        resources: a TrainingJob or InferenceJob: service, tags, cores, memory, GPUs and extra_env.
+        resources: the job (a TrainingJob or an InferenceJob): service, tags, cores, memory, GPUs and extra_env.
         python: interpreter path the frames run (default ``sys.executable``).
         after: the layer that must finish first (the ``train`` layer), or None.
 

@@ -98,46 +98,32 @@ def frame_range(frames: Sequence[int]) -> str:
 
 
 @dataclass(frozen=True)
-class TrainingJob:
-    """One distributed training run on the farm: ONE layer of ``world_size / ranks_per_frame`` frames.
+class JobResources:
+    """What every cuetrain job asks of the farm: where it is filed, who runs it, what its frames reserve.
 
-    Resources (``cores``, ``memory_mb``, ``gpus``, ``gpu_memory_mb``) are per RANK; the layer reserves
-    ``ranks_per_frame`` times each for every frame (:attr:`frame_resources`), so a template for a node
-    kind states what one rank needs and ``ranks_per_frame`` how many ranks share a node.
+    The one home of these fields: :class:`TrainingJob` and :class:`InferenceJob` extend it, and the layer
+    builders read them through it (``cue_plugin.submit.infer.add_layer``). In a TrainingJob the reservation
+    (``cores``, ``memory_mb``, ``gpus``, ``gpu_memory_mb``) is per RANK; in an InferenceJob per frame.
 
     Attributes:
-        train: the trainer configuration (its ``run_dir`` must be on shared storage).
-        world_size: number of ranks in the gang (``COPYCAT_WORLD_SIZE``).
-        ranks_per_frame: trainer processes per frame, L: frame f runs ranks ``f*L .. f*L+L-1`` on one host
-            (default 1: frame number = rank). ``world_size`` must be a multiple of it.
         show: OpenCue show name.
         shot: shot name.
         user: submitting user (OpenCue refuses frames as root).
-        name: job name suffix (default ``cuetrain``); OpenCue names the job ``show-shot-user_name``.
+        name: job name suffix (default ``cuetrain``; ``cuetrain_infer`` for an InferenceJob); OpenCue names
+            the job ``show-shot-user_name``.
         priority: job priority (OpenCue: higher runs first) [1].
         max_retries: retries per frame before the frame is dead [count]; Cuebot takes at most 1
-            (``JobSpec.FRAME_RETRIES_MAX``) and lowers more to 1 without a word.
+            (``JobSpec.FRAME_RETRIES_MAX``; tests/cue_plugin/test_cuebot_limits.py) and lowers more to 1
+            without a word.
         service: OpenCue service of the layer (e.g. ``cuetrain-gpu``).
         tags: host tags the layer asks for.
-        cores: cores per rank [cores].
-        memory_mb: memory per rank [MiB].
-        gpus: GPUs per rank [count].
-        gpu_memory_mb: GPU memory per rank [MiB].
-        sync_interval: ``COPYCAT_SYNC_INTERVAL`` (all-reduce every N steps) [steps].
-        rendezvous: how ranks find frame 0: ``file`` (run directory) or ``cuebot`` (pycue lookup).
-        rendezvous_timeout_s: how long ranks wait for frame 0's publication [seconds].
+        cores: cores per rank (training) or per frame (inference) [cores].
+        memory_mb: memory per rank or frame [MiB].
+        gpus: GPUs per rank or frame [count].
+        gpu_memory_mb: GPU memory per rank or frame [MiB].
         extra_env: more environment variables for every frame.
-        infer: an inference layer ``infer`` that runs after the ``train`` layer, or None
-            (``cue_plugin.submit.infer``).
-        max_restarts: gang restarts the frames' node agents make per job before giving up [count]
-            (``cue_plugin.node.agent``; independent of Cuebot's retries).
-        min_world_size: elastic gang: the smallest gang that may train when frames do not come back
-            [ranks]; 0 (default) = ``world_size``, not elastic. Needs ``rendezvous = "file"``.
-        elastic_window_s: how long frame 0 waits for every frame before an elastic gang shrinks [s].
     """
 
-    train: TrainConfig
-    world_size: int
     show: str
     shot: str
     user: str
@@ -150,10 +136,48 @@ class TrainingJob:
     memory_mb: int = 4096
     gpus: int = 0
     gpu_memory_mb: int = 0
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _TrainingHead:
+    """TrainingJob's leading fields: a dataclass puts its bases' fields first, so with this base after
+    :class:`JobResources` ``TrainingJob(train, world_size, show, shot, user, ...)`` keeps its order."""
+
+    train: TrainConfig
+    world_size: int
+
+
+@dataclass(frozen=True)
+class TrainingJob(JobResources, _TrainingHead):
+    """One distributed training run on the farm: ONE layer of ``world_size / ranks_per_frame`` frames.
+
+    Resources (``cores``, ``memory_mb``, ``gpus``, ``gpu_memory_mb``) are per RANK; the layer reserves
+    ``ranks_per_frame`` times each for every frame (:attr:`frame_resources`), so a template for a node
+    kind states what one rank needs and ``ranks_per_frame`` how many ranks share a node.
+
+    Attributes:
+        train: the trainer configuration (its ``run_dir`` must be on shared storage).
+        world_size: number of ranks in the gang (``COPYCAT_WORLD_SIZE``).
+        ranks_per_frame: trainer processes per frame, L: frame f runs ranks ``f*L .. f*L+L-1`` on one host
+            (default 1: frame number = rank). ``world_size`` must be a multiple of it.
+        show, shot, user, name, priority, max_retries, service, tags, cores, memory_mb, gpus, gpu_memory_mb,
+            extra_env: see :class:`JobResources` (``cores``, ``memory_mb``, ``gpus``, ``gpu_memory_mb`` per rank).
+        sync_interval: ``COPYCAT_SYNC_INTERVAL`` (all-reduce every N steps) [steps].
+        rendezvous: how ranks find frame 0: ``file`` (run directory) or ``cuebot`` (pycue lookup).
+        rendezvous_timeout_s: how long ranks wait for frame 0's publication [seconds].
+        infer: an inference layer ``infer`` that runs after the ``train`` layer, or None
+            (``cue_plugin.submit.infer``).
+        max_restarts: gang restarts the frames' node agents make per job before giving up [count]
+            (``cue_plugin.node.agent``; independent of Cuebot's retries).
+        min_world_size: elastic gang: the smallest gang that may train when frames do not come back
+            [ranks]; 0 (default) = ``world_size``, not elastic. Needs ``rendezvous = "file"``.
+        elastic_window_s: how long frame 0 waits for every frame before an elastic gang shrinks [s].
+    """
+
     sync_interval: int = 1
     rendezvous: str = "file"
     rendezvous_timeout_s: float = 600.0
-    extra_env: Mapping[str, str] = field(default_factory=dict)
     ranks_per_frame: int = 1
     infer: InferenceLayer | None = None
     max_restarts: int = DEFAULT_MAX_RESTARTS
@@ -210,23 +234,23 @@ class TrainingJob:
 
 
 @dataclass(frozen=True)
-class InferenceJob:
-    """A job of the ``infer`` layer alone (``cuetrain submit-infer``). Fields as in TrainingJob."""
+class _InferenceHead:
+    """InferenceJob's leading field (see :class:`_TrainingHead`): ``InferenceJob(infer, show, shot, user)``."""
 
     infer: InferenceLayer
-    show: str
-    shot: str
-    user: str
+
+
+@dataclass(frozen=True)
+class InferenceJob(JobResources, _InferenceHead):
+    """A job of the ``infer`` layer alone (``cuetrain submit-infer``): the layer and its :class:`JobResources`
+    (reserved per frame).
+
+    Attributes:
+        infer: what the layer runs.
+        name: as in JobResources, default ``cuetrain_infer``.
+    """
+
     name: str = "cuetrain_infer"
-    priority: int = 100
-    max_retries: int = 1  # Cuebot lowers more to 1 (JobSpec.FRAME_RETRIES_MAX; tests/cue_plugin/test_cuebot_limits.py)
-    service: str = "cuetrain"
-    tags: tuple[str, ...] = ()
-    cores: float = 1.0
-    memory_mb: int = 4096
-    gpus: int = 0
-    gpu_memory_mb: int = 0
-    extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
