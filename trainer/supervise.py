@@ -38,8 +38,9 @@ from trainer.rundir import FILE_MODE, RunPaths
 
 log = logging.getLogger(__name__)
 
-#: How every rank starts, on a farm frame and in ``cuetrain local`` (the train arguments are appended).
-TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
+#: How every rank starts, on a farm frame and in ``cuetrain local`` (the train arguments are appended):
+#: ``python -u -m trainer TRAIN_ARGS`` (trainer/__main__.py, which is ``cuetrain train``).
+TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer")
 EXIT_NO_TRAINER = 127  # the shell's "command not found": a rank process could not be started
 POLL_S = 0.2  # seconds between looks at the rank processes
 

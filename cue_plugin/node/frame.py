@@ -10,7 +10,7 @@
    address; the other frames wait for a usable publication (exit code 3 after the timeout).
 3. Each rank's trainer runs as a child process (L of them, through :mod:`trainer.supervise`, the
    supervisor ``cuetrain local`` uses too; one failing stops the others),
-   ``python -u -m trainer.cli train ARGS``, with
+   ``python -u -m trainer ARGS``, with
    ``COPYCAT_MAIN_ADDR/PORT/RANK/WORLD_SIZE/SYNC_INTERVAL`` and the job token
    (``CUETRAIN_GANG_TOKEN``) set; ``CUE_GPU_CORES`` (the GPUs RQD reserved; RQD does not set
    CUDA's variable) is split over the L ranks as ``CUDA_VISIBLE_DEVICES`` (one GPU each when the

@@ -1,5 +1,5 @@
 """Training on the farm end to end: real pyoutline submission, the Cuebot double, two real RQDs and
-the REAL trainer (``python -m cue_plugin.frame ... -- <train args>`` running ``trainer.cli train``).
+the REAL trainer (``python -m cue_plugin.frame ... -- <train args>`` running ``python -m trainer``).
 
 How the frames can run the trainer. The double sends every RunFrame with a non-root uid (RQD
 refuses uid 0). With ``RQD_BECOME_JOB_USER=True`` (the harness default as root) RQD would ``su`` to
@@ -364,7 +364,7 @@ def find_trainer(rank: int, run: Path, timeout: float = 30) -> psutil.Process:
     while time.monotonic() < deadline:
         for p in psutil.process_iter(["cmdline"]):
             cmd = p.info["cmdline"] or []
-            if "trainer.cli" in cmd and str(run) in cmd:
+            if "-m" in cmd and cmd[cmd.index("-m") + 1:][:1] == ["trainer"] and str(run) in cmd:  # TRAINER_COMMAND
                 with contextlib.suppress(psutil.Error):
                     if p.environ().get("COPYCAT_RANK") == str(rank):
                         return p
