@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from qtpy.QtCore import QObject, QSettings, Qt, QThreadPool, QTimer, Signal
 
-from cue_plugin.spec import Farm, FarmError, JobHandle, JobStatus, TrainingJob
+from cue_plugin.submit.spec import Farm, FarmError, JobHandle, JobStatus, TrainingJob
 from gui.poller import RunPoller
 from gui.records import TERMINAL_STATES, Run, job_fields, retry_plan
 from gui.workers import Outcome, PollJob, PollUpdate, Task, WorkerSignals, error_text, poll_runs

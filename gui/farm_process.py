@@ -4,13 +4,13 @@ A DCC's Python is not cuetrain's: Nuke 15 ships Python 3.10 (Maya 2025 and Houdi
 gRPC, so pycue cannot be imported there. OpenCue's own Nuke submitter does the same for the same reason
 (``cuesubmit/plugins/nuke/CueNukeSubmitLauncher.py`` starts a separate Python). So the GUI process
 imports only qtpy, pyqtgraph, numpy and cuetrain's pure modules; :class:`ProcessFarm` implements the
-:class:`cue_plugin.spec.Farm` surface by running
+:class:`cue_plugin.submit.spec.Farm` surface by running
 
     CUETRAIN_PYTHON -m trainer.cli submit --job-json - --json      (the job on stdin)
     CUETRAIN_PYTHON -m trainer.cli status|cancel|retry JOB --json
     CUETRAIN_PYTHON -m trainer.cli submit-infer --model RUN_DIR/model.pt --input IN --output OUT ... --json
 
-and reading one JSON object from stdout (:mod:`cue_plugin.jsonout`). Calls block, so they run on the
+and reading one JSON object from stdout (:mod:`cue_plugin.submit.jsonout`). Calls block, so they run on the
 controller's worker threads, never on the GUI thread. ``CUETRAIN_PYTHON`` is read in
 :func:`trainer.envvars.cuetrain_python`; :func:`cuetrain_command` is the one place the GUI turns it into
 a command (the advisor uses it too).
@@ -29,8 +29,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cue_plugin import jsonout
-from cue_plugin.spec import FarmError, JobHandle, JobStatus, TrainingJob
+from cue_plugin.submit import jsonout
+from cue_plugin.submit.spec import FarmError, JobHandle, JobStatus, TrainingJob
 from trainer.envvars import cuetrain_python
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def child_environment(base: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class ProcessFarm:
-    """:class:`cue_plugin.spec.Farm` through ``cuetrain --json`` subprocesses (see module doc).
+    """:class:`cue_plugin.submit.spec.Farm` through ``cuetrain --json`` subprocesses (see module doc).
 
     Args:
         cuebot: Cuebot hosts passed as ``--cuebot`` (default: the child's CUEBOT_HOSTS / opencue.yaml).

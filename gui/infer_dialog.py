@@ -10,8 +10,8 @@ import os
 
 from qtpy.QtWidgets import QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLineEdit, QSpinBox, QWidget
 
-from cue_plugin.infer_layer import DEFAULT_CHUNK
-from cue_plugin.templates import list_templates
+from cue_plugin.submit.spec import DEFAULT_CHUNK
+from cue_plugin.submit.templates import list_templates
 from gui.submit_dialog import folder_row
 
 

@@ -1,9 +1,10 @@
 """How many rank processes of a local run (``cuetrain local``) are alive on this machine.
 
 A farm run's ranks are counted by the farm (``describe``); a local run has no farm, so the Runs panel
-counts its rank processes itself: every process whose command line is ``... -m trainer.cli train ...
---run-dir DIR`` (what :mod:`trainer.launch` starts per rank) counts for ``DIR``. Linux only (``/proc``);
-elsewhere nothing is counted and the panel shows ``-/N``. Pure Python: runs on the poll worker.
+counts its rank processes itself: every process whose command line is a rank's, ``... -m trainer ...
+--run-dir DIR`` (``trainer.supervise.TRAINER_COMMAND``, what :mod:`trainer.launch` starts per rank; also
+``-m trainer.cli train`` of earlier versions), counts for ``DIR``. Linux only (``/proc``); elsewhere
+nothing is counted and the panel shows ``-/N``. Pure Python: runs on the poll worker.
 """
 
 from __future__ import annotations
@@ -14,9 +15,18 @@ from collections import Counter
 PROC = "/proc"
 
 
+def _is_rank(argv: list[str]) -> bool:
+    """True for a rank's command line: the module after the first ``-m`` is ``trainer`` (or ``trainer.cli``
+    followed by ``train``)."""
+    if "-m" not in argv:
+        return False
+    module = argv[argv.index("-m") + 1:][:2]
+    return module[:1] == ["trainer"] or module == ["trainer.cli", "train"]
+
+
 def _run_dir_of(argv: list[str], cwd: str) -> str | None:
-    """The ``--run-dir`` of a ``trainer.cli train`` command line (absolute), else None."""
-    if "trainer.cli" not in argv or "train" not in argv:
+    """The ``--run-dir`` of a rank's command line (absolute), else None."""
+    if not _is_rank(argv):
         return None
     for i, arg in enumerate(argv):
         if arg == "--run-dir" and i + 1 < len(argv):
@@ -43,7 +53,7 @@ def count_local_ranks(proc_root: str = PROC) -> Counter[str] | None:
         try:
             with open(os.path.join(proc_root, pid, "cmdline"), "rb") as f:
                 argv = f.read().decode("utf-8", "replace").split("\0")
-            if "trainer.cli" not in argv:
+            if not _is_rank(argv):
                 continue
             run_dir = _run_dir_of(argv, os.readlink(os.path.join(proc_root, pid, "cwd")))
         except OSError:

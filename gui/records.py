@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from cue_plugin.spec import JobHandle, JobStatus, TrainingJob
+from cue_plugin.submit.spec import JobHandle, JobStatus, TrainingJob
 from gui.poller import METRIC_FIELDS, Columns, empty_columns
 from trainer.config import TrainConfig
 from trainer.runrecord import TERMINAL_STATES, RunRecord
@@ -166,7 +166,7 @@ class Run:
         return self._ranks_text() + self.gang_note()
 
     def gang_note(self) -> str:
-        """``, 2 restarts`` and ``, elastic: 2 of 3 ranks`` from ``run.json`` ``gang`` (cue_plugin.agent), or ""."""
+        """``, 2 restarts`` and ``, elastic: 2 of 3 ranks`` from ``run.json`` ``gang`` (cue_plugin.node.agent), or ""."""
         gang = self.record.gang_record
         if not gang.job_id or gang.job_id != self.record.farm_record.job_id:
             return ""
@@ -275,7 +275,7 @@ def resume_job(run: Run) -> TrainingJob:
     Raises:
         ValueError: ``run.json`` holds no config, or the run was not submitted from the GUI so show and
             shot are unknown (the message says what to do).
-        trainer.config.ConfigError, cue_plugin.spec.FarmError: the recorded values are no longer valid.
+        trainer.config.ConfigError, cue_plugin.submit.spec.FarmError: the recorded values are no longer valid.
     """
     config = run.record.config
     if not config:
@@ -300,7 +300,7 @@ def retry_plan(run: Run) -> tuple[str, TrainingJob | None]:
 
     Raises:
         ValueError: the run is still going but no farm job is known, or it cannot be resumed.
-        trainer.config.ConfigError, cue_plugin.spec.FarmError: see :func:`resume_job`.
+        trainer.config.ConfigError, cue_plugin.submit.spec.FarmError: see :func:`resume_job`.
     """
     if run.handle is not None and not run.is_finished:
         return "retry", None

@@ -20,8 +20,8 @@ from qtpy.QtCore import Qt
 from qtpy.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
                             QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
-from cue_plugin.spec import FarmError, JobHandle, TrainingJob
-from cue_plugin.templates import list_templates, load_template, make_job
+from cue_plugin.submit.spec import FarmError, JobHandle, TrainingJob
+from cue_plugin.submit.templates import list_templates, load_template, make_job
 from gui.advisor_view import AdviseRequest, AdvisorView
 from gui.controller import RunsController
 from gui.poller import measured_noise_scale
@@ -64,7 +64,7 @@ class SubmitDialog(QDialog):
 
     Args:
         controller: submits the job and reports back.
-        template_folders: folders searched for farm templates (default: ``cue_plugin.templates``'s
+        template_folders: folders searched for farm templates (default: ``cue_plugin.submit.templates``'s
             ``CUETRAIN_TEMPLATE_PATH`` then ``farm_templates/``).
         parent: host window.
         advisor_command: the scaling advisor's command (default ``python -m trainer.cli advise``).
@@ -104,7 +104,7 @@ class SubmitDialog(QDialog):
         self.template_box.currentIndexChanged.connect(self._on_template_chosen)
         self.show_edit = QLineEdit(os.environ.get("SHOW", ""))
         self.shot_edit = QLineEdit(os.environ.get("SHOT", ""))
-        # optional inference layer after training (cue_plugin.infer_layer): both folders or neither
+        # optional inference layer after training (cue_plugin.submit.infer): both folders or neither
         self.infer_input_edit, self.infer_output_edit = QLineEdit(), QLineEdit()
         self.errors = QLabel("")
         self.errors.setObjectName("errors")
@@ -210,7 +210,7 @@ class SubmitDialog(QDialog):
             crop_size=self.crop_spin.value(), model_size=self.model_box.currentText(), resume=self.resume_box.isChecked())
         infer = None
         if self.infer_input_edit.text().strip() or self.infer_output_edit.text().strip():
-            from cue_plugin.infer_layer import layer_from_folders
+            from cue_plugin.submit.infer_cli import layer_from_folders
 
             infer = layer_from_folders(self.infer_input_edit.text().strip(), self.infer_output_edit.text().strip(),
                                        train.run_dir)

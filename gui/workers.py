@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 from qtpy.QtCore import QObject, QRunnable, Signal
 
-from cue_plugin.spec import FarmError, JobHandle, JobStatus
+from cue_plugin.submit.spec import FarmError, JobHandle, JobStatus
 from gui.localranks import count_local_ranks
 from gui.poller import PollResult, RunPoller
 from gui.records import ran_here

@@ -2,7 +2,7 @@
 half-written (no run.json from a rejected input, no temp files). docs/failure_handling.md lists
 EVERY bad-input case with its message and the test that covers it, here or elsewhere.
 
-Fast: most cases call ``trainer.cli.main`` / ``cue_plugin.cli.main`` / ``cue_plugin.frame.main`` in
+Fast: most cases call ``trainer.cli.main`` / ``cue_plugin.submit.cli.main`` / ``cue_plugin.node.frame.main`` in
 this process; a disk-full case trains 4 steps in-process.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cue_plugin import cli as farm_cli
-from cue_plugin import frame, layer_failure, rendezvous
+from cue_plugin.submit import cli as farm_cli
+from cue_plugin.node import frame, layer_failure, rendezvous
 from tests.conftest import CHILD_PYTHONPATH, ROOT
 from trainer import cli
 from trainer.envvars import CueFrameEnv

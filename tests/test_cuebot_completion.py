@@ -102,8 +102,8 @@ def test_a_host_that_stops_pinging_goes_down_and_its_frames_wait_again():
 
 
 def test_the_job_spec_retry_limit_is_bounded_like_cuebots_jobspec(tmp_path):
-    from cue_plugin.builder import dry_run
-    from cue_plugin.spec import TrainingJob
+    from cue_plugin.submit.builder import dry_run
+    from cue_plugin.submit.spec import TrainingJob
     from tests.cuebot.jobspec import parse_spec
     from trainer.config import TrainConfig
 
@@ -176,8 +176,8 @@ def test_the_no_retry_limit_is_8_hours_before_opencue_2169_and_12_hours_from_it(
 
 
 def test_the_retry_cap_is_a_facility_setting(tmp_path):
-    from cue_plugin.builder import dry_run
-    from cue_plugin.spec import TrainingJob
+    from cue_plugin.submit.builder import dry_run
+    from cue_plugin.submit.spec import TrainingJob
     from tests.cuebot.jobspec import parse_spec
     from trainer.config import TrainConfig
 

@@ -1,7 +1,7 @@
 """The ``cuetrain`` command line.
 
 Subcommands: ``train`` (one rank), ``local`` (a gang of ranks here), ``infer``, ``demo``,
-``advise``; ``submit``/``status``/``cancel`` are handled by ``cue_plugin.cli`` and ``gui`` by
+``advise``; ``submit``/``status``/``cancel`` are handled by ``cue_plugin.submit.cli`` and ``gui`` by
 ``gui.app`` (imported only when used, so the trainer never imports Qt or opencue).
 """
 
@@ -30,7 +30,7 @@ def _errors() -> tuple[type[BaseException], ...]:
 
     errors: list[type[BaseException]] = [ConfigError, EnvError, DataError, RunDirError]
     try:
-        from cue_plugin.spec import FarmError
+        from cue_plugin.submit.spec import FarmError
 
         errors.append(FarmError)
     except ImportError:
@@ -120,7 +120,7 @@ def _run(ns: argparse.Namespace) -> int:
 def _dispatch(argv: list[str]) -> int | None:
     """Commands owned by other packages; None when ``argv`` is a trainer command."""
     if argv and argv[0] in FARM_COMMANDS:
-        from cue_plugin.cli import main as farm_main
+        from cue_plugin.submit.cli import main as farm_main
 
         return farm_main(argv)
     if argv and argv[0] == "gui":

@@ -2,7 +2,7 @@
 
 A local run is one "frame" holding every rank: the ranks are started by the same supervisor a farm
 frame uses for its ranks-per-frame (:func:`trainer.supervise.run_ranks`). Each rank is a separate
-``python -m trainer.cli train`` process that gets the COPYCAT variables (main address 127.0.0.1, a
+``python -m trainer`` process that gets the COPYCAT variables (main address 127.0.0.1, a
 free port, its rank, the world size, the sync interval, a per-gang token; the port is
 reserved for the gang's life, :mod:`trainer.ports`) in its environment, the
 same contract a farm frame gives its ranks. Output lines are relayed with a ``[rank N]`` prefix and

@@ -5,7 +5,7 @@ can be taken by any other program (an explicit bind, or an outgoing connection's
 before the store binds it. A :class:`PortReservation` keeps a socket bound with ``SO_REUSEADDR`` but
 not listening for as long as the gang runs: other programs cannot bind the port, and the store still
 can, because it binds with ``SO_REUSEADDR`` too and Linux allows that while nobody listens (socket(7),
-``SO_REUSEADDR``). Used by every path that starts rank 0: a farm frame 0 (``cue_plugin.rendezvous``),
+``SO_REUSEADDR``). Used by every path that starts rank 0: a farm frame 0 (``cue_plugin.node.rendezvous``),
 ``cuetrain local`` (:mod:`trainer.launch`) and the advisor's local link probe.
 """
 
@@ -30,7 +30,7 @@ class PortReservation:
 
     Raises:
         PortUnavailable: the port is in use or not allowed (``error`` names the class raised; a
-            subclass may set its own, e.g. ``cue_plugin.rendezvous.PortUnavailable``).
+            subclass may set its own, e.g. ``cue_plugin.node.rendezvous.PortUnavailable``).
     """
 
     error: type[Exception] = PortUnavailable

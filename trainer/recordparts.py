@@ -2,7 +2,7 @@
 
 :mod:`trainer.runrecord` owns the file; these are the value types of two of its sections, parsed in
 one place each (``from_mapping``) so no reader digs in raw mappings: ``farm`` is written by the farm
-backend at each submit, ``gang`` by frame 0's node agent (``cue_plugin.agent``) at each generation.
+backend at each submit, ``gang`` by frame 0's node agent (``cue_plugin.node.agent``) at each generation.
 Stdlib only (the GUI reads them too).
 """
 
@@ -70,7 +70,7 @@ class FarmRecord:
 
 @dataclass(frozen=True)
 class GangRecord:
-    """``run.json`` ``gang``, typed: frame 0's node agent's record of the job's gang (``cue_plugin.agent``).
+    """``run.json`` ``gang``, typed: frame 0's node agent's record of the job's gang (``cue_plugin.node.agent``).
 
     Attributes:
         job_id: the farm job the count belongs to (a new submit starts again at 0).

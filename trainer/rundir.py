@@ -100,7 +100,7 @@ class RunPaths:
         return self.root / "rendezvous" / "main.json"
 
     def presence(self, frame: int) -> Path:
-        """Frame ``frame``'s presence record while its node agent waits to join (``cue_plugin.membership``)."""
+        """Frame ``frame``'s presence record while its node agent waits to join (``cue_plugin.node.membership``)."""
         return self.root / "rendezvous" / "frames" / f"frame_{frame}.json"
 
     def rank_log(self, rank: int) -> Path:

@@ -3,7 +3,7 @@ stop them all together.
 
 It serves both launchers, which differ only in where the ranks and devices come from:
 
-- a farm frame (``cue_plugin.frame``): ranks ``f*L .. f*L+L-1`` of frame f (L = ranks per frame),
+- a farm frame (``cue_plugin.node.frame``): ranks ``f*L .. f*L+L-1`` of frame f (L = ranks per frame),
   the main address from the rendezvous, GPUs and threads from RQD's reservation (``CUE_GPU_CORES``,
   ``CUE_THREADS``), processes in the frame's process group (RQD's kill reaches them);
 - ``cuetrain local`` (``trainer.launch``): one "frame" holding every rank, main address 127.0.0.1,
@@ -38,8 +38,9 @@ from trainer.rundir import FILE_MODE, RunPaths
 
 log = logging.getLogger(__name__)
 
-#: How every rank starts, on a farm frame and in ``cuetrain local`` (the train arguments are appended).
-TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer.cli", "train")
+#: How every rank starts, on a farm frame and in ``cuetrain local`` (the train arguments are appended):
+#: ``python -u -m trainer TRAIN_ARGS`` (trainer/__main__.py, which is ``cuetrain train``).
+TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer")
 EXIT_NO_TRAINER = 127  # the shell's "command not found": a rank process could not be started
 POLL_S = 0.2  # seconds between looks at the rank processes
 

@@ -7,12 +7,12 @@ class to instantiate, here a ``cuegui.AbstractDockWidget.AbstractDockWidget``). 
 Views/Plugins > Cuetrain > Training Runs.
 
 Selecting (single or double click) a job in the job monitor emits ``app.single_click`` /
-``app.view_object``; a cuetrain job (one layer whose command runs ``cue_plugin.frame``) is followed:
+``app.view_object``; a cuetrain job (one layer whose command runs ``-m cue_plugin.frame``) is followed:
 its run directory comes from the layer command's ``--run-dir``. The dock shows the run's live loss graph
 (:class:`gui.graph.GraphView`), its contact sheets (:class:`gui.contact_sheet.ContactSheetView`) and one
 row per rank = frame (state, host, retries, exit status), polled by a :class:`gui.controller.RunsController`
 on its worker thread. CueGUI is a pycue application, so the farm here is
-:class:`cue_plugin.opencue_farm.OpenCueFarm` in process, using CueGUI's Cuebot connection.
+:class:`cue_plugin.submit.opencue_farm.OpenCueFarm` in process, using CueGUI's Cuebot connection.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import cuegui.Utils  # noqa: E402
 from qtpy.QtCore import Qt  # noqa: E402
 from qtpy.QtWidgets import QLabel, QSplitter, QTreeWidget, QTreeWidgetItem  # noqa: E402
 
-from cue_plugin.spec import JobHandle  # noqa: E402
+from cue_plugin.submit.spec import JobHandle  # noqa: E402
 from gui.contact_sheet import ContactSheetView  # noqa: E402
 from gui.controller import RunsController  # noqa: E402
 from gui.graph import GraphView  # noqa: E402
@@ -51,7 +51,7 @@ RANK_COLUMNS = ("Rank", "State", "Host", "Retries", "Exit")
 
 
 def _in_process_farm():
-    from cue_plugin.opencue_farm import OpenCueFarm  # CueGUI already runs pycue
+    from cue_plugin.submit.opencue_farm import OpenCueFarm  # CueGUI already runs pycue
 
     return OpenCueFarm()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cue_plugin.spec import TrainingJob
+from cue_plugin.submit.spec import TrainingJob
 from trainer.config import TrainConfig
 
 

@@ -1,4 +1,4 @@
-"""A stand-in for ``python -m trainer.cli train`` in frame tests (no torch).
+"""A stand-in for ``python -m trainer`` (a rank) in frame tests (no torch).
 
 Records its arguments and COPYCAT/CUDA variables in RUN_DIR/stub_rank_N.json and prints a progress
 line. With a world of 2, rank 0 listens on COPYCAT_MAIN_PORT with SO_REUSEADDR (as TCPStore does)

@@ -1,4 +1,4 @@
-"""The node agent's rules (cue_plugin.agent) and the elastic gang's presence records (cue_plugin.membership)."""
+"""The node agent's rules (cue_plugin.node.agent) and the elastic gang's presence records (cue_plugin.node.membership)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from cue_plugin import membership
-from cue_plugin.agent import AgentPolicy, record_gang
+from cue_plugin.node import membership
+from cue_plugin.node.agent import AgentPolicy, record_gang
 from trainer.nodeagent import WorkerState, classify
 from trainer.exitcodes import ExitCode
 from trainer.rundir import RunPaths, atomic_write_json

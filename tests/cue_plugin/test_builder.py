@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cue_plugin import builder, templates
-from cue_plugin.spec import FarmError
+from cue_plugin.submit import builder, templates
+from cue_plugin.submit.command import CUEBOT_TOKENS
+from cue_plugin.submit.spec import FarmError
 from tests.cue_plugin.conftest import make_config, make_job
 from trainer.config import TrainConfig
 
@@ -199,7 +200,7 @@ _TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs"), blacklist_chara
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(inp=_TEXT, tgt=_TEXT, run=_TEXT)
 def test_fuzzed_paths_reach_the_frame_unchanged(argv_stub, tmp_path, inp, tgt, run):
-    assume(not any(t in p for p in (inp, tgt, run) for t in builder.CUEBOT_TOKENS))
+    assume(not any(t in p for p in (inp, tgt, run) for t in CUEBOT_TOKENS))
     cfg = TrainConfig(input_dir=inp, target_dir=tgt, run_dir=run)
     got, expected = _roundtrip(make_job(train=cfg), argv_stub, tmp_path)
     assert got == expected

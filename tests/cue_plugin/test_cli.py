@@ -3,8 +3,8 @@
 import dataclasses
 from xml.etree import ElementTree
 
-from cue_plugin import cli
-from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
+from cue_plugin.submit import cli
+from cue_plugin.submit.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
 from trainer.rundir import RunPaths, append_metrics
 from trainer.runrecord import update_record
 
@@ -18,7 +18,7 @@ class FakeFarm:
     down: bool = False
 
     def dry_run(self, job: TrainingJob) -> str:
-        from cue_plugin import builder
+        from cue_plugin.submit import builder
 
         return builder.dry_run(job, python="/py", token="t")
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from cue_plugin import builder, templates
+from cue_plugin.submit import builder, templates
 from tests.cue_plugin.conftest import make_config
 
 HERE = Path(__file__).parent
@@ -103,7 +103,7 @@ def test_spec_is_valid_cjsl_and_within_cuebots_limits(what, spec):
         assert layer.get("type") == "Render"
         if layer.get("name") == "train":
             assert layer.findtext("chunk") == "1"  # one frame = L ranks, never a chunk of frames
-        else:  # the infer layer (cue_plugin.infer_layer): chunks of the shot's frames per farm frame
+        else:  # the infer layer (cue_plugin.submit.infer): chunks of the shot's frames per farm frame
             assert layer.get("name") == "infer" and int(layer.findtext("chunk")) >= 1
         assert NAME_REGEX.match(job.get("name")) and NAME_REGEX.match(layer.get("name")), what
 

@@ -18,9 +18,9 @@ import time
 import psutil
 import pytest
 
-from cue_plugin import templates
-from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import RunState
+from cue_plugin.submit import templates
+from cue_plugin.submit.opencue_farm import OpenCueFarm
+from cue_plugin.submit.spec import RunState
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cue_plugin.test_e2e_training import ROOT, farm, wait_finished  # noqa: F401 (fixture)
 from trainer.config import TrainConfig

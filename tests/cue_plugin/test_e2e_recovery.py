@@ -12,7 +12,7 @@ so training that went on between a read and the kill cannot hide lost steps. Eve
 written before the fault (or a newer one), so at most one checkpoint interval is lost and a restart
 from step 0, or from an older checkpoint, fails the test.
 
-Recovery is the node agent in every frame (cue_plugin.agent): a gang that fails is restarted inside
+Recovery is the node agent in every frame (cue_plugin.node.agent): a gang that fails is restarted inside
 the frames with ``--resume``; only a frame whose process or host is gone needs Cuebot's retry. The
 double clamps ``max_retries`` to 1 as Cuebot's JobSpec does and never retries a failed frame that ran
 more than 12 h (8 h before OpenCue #2169: the 13 h test runs under both); neither decides whether these
@@ -30,7 +30,7 @@ import time
 import psutil
 import pytest
 
-from cue_plugin.spec import RunState
+from cue_plugin.submit.spec import RunState
 from tests.cue_plugin.test_e2e_training import (assert_model_loads, farm, find_trainer, running_farm,  # noqa: F401
                                                 submit, wait_finished)
 from tests.cuebot.completion import CUEBOT_BEFORE_2169, CUEBOT_SINCE_2169, HOST_DOWN_INTERVAL_S

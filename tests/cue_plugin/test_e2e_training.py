@@ -1,5 +1,5 @@
 """Training on the farm end to end: real pyoutline submission, the Cuebot double, two real RQDs and
-the REAL trainer (``python -m cue_plugin.frame ... -- <train args>`` running ``trainer.cli train``).
+the REAL trainer (``python -m cue_plugin.frame ... -- <train args>`` running ``python -m trainer``).
 
 How the frames can run the trainer. The double sends every RunFrame with a non-root uid (RQD
 refuses uid 0). With ``RQD_BECOME_JOB_USER=True`` (the harness default as root) RQD would ``su`` to
@@ -34,9 +34,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cue_plugin import frame, layer_failure, rendezvous, templates
-from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import JobHandle, RunState
+from cue_plugin.node import frame, layer_failure, rendezvous
+
+from cue_plugin.submit import templates
+from cue_plugin.submit.opencue_farm import OpenCueFarm
+from cue_plugin.submit.spec import JobHandle, RunState
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cuebot.completion import CuebotRules
 from tests.cuebot.double import CuebotDouble
@@ -362,7 +364,7 @@ def find_trainer(rank: int, run: Path, timeout: float = 30) -> psutil.Process:
     while time.monotonic() < deadline:
         for p in psutil.process_iter(["cmdline"]):
             cmd = p.info["cmdline"] or []
-            if "trainer.cli" in cmd and str(run) in cmd:
+            if "-m" in cmd and cmd[cmd.index("-m") + 1:][:1] == ["trainer"] and str(run) in cmd:  # TRAINER_COMMAND
                 with contextlib.suppress(psutil.Error):
                     if p.environ().get("COPYCAT_RANK") == str(rank):
                         return p

@@ -20,7 +20,8 @@ def test_environ_with_copies():
 
 
 def test_cue_plugin_imports_no_opencue_at_import():
-    code = ("import sys, cue_plugin.cli, cue_plugin.opencue_farm, cue_plugin.builder, cue_plugin.frame; "
+    code = ("import sys, cue_plugin.submit.cli, cue_plugin.submit.opencue_farm, cue_plugin.submit.builder, "
+            "cue_plugin.frame, cue_plugin.infer_layer; "
             "print(sorted(m for m in ('opencue', 'outline', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

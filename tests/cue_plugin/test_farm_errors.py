@@ -6,8 +6,8 @@ import time
 import grpc
 import pytest
 
-from cue_plugin.opencue_farm import OpenCueFarm, handle_from_run_dir
-from cue_plugin.spec import FarmError, JobHandle
+from cue_plugin.submit.opencue_farm import OpenCueFarm, handle_from_run_dir
+from cue_plugin.submit.spec import FarmError, JobHandle
 from tests.cue_plugin.conftest import make_config, make_job
 from trainer.rundir import RunPaths
 from trainer.runrecord import update_record

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cue_plugin import frame, rendezvous
+from cue_plugin.node import frame, rendezvous
 from trainer.envvars import CueFrameEnv
 from trainer.rundir import RunPaths, atomic_write_json, read_json
 from trainer.runrecord import update_record

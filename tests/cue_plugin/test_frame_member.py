@@ -1,4 +1,4 @@
-"""The node agent of frames > 0 (cue_plugin.frame_member.run_member), with a fake trainer start: it waits
+"""The node agent of frames > 0 (cue_plugin.node.frame_member.run_member), with a fake trainer start: it waits
 for frame 0's next generation after a gang failure instead of exiting, in both rendezvous modes."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from cue_plugin import rendezvous
-from cue_plugin.agent import AgentPolicy
-from cue_plugin.frame_context import FrameContext
-from cue_plugin.frame_member import run_member
+from cue_plugin.node import rendezvous
+from cue_plugin.node.agent import AgentPolicy
+from cue_plugin.node.frame_context import FrameContext
+from cue_plugin.node.frame_member import run_member
 from trainer.envvars import DistEnv, FarmEnv
 from trainer.rundir import RunPaths
 from trainer.runrecord import update_record
@@ -23,7 +23,7 @@ TOKEN = "0a1b2c3d" * 4
 
 def ctx(frame: int, paths: RunPaths, token: str | None, policy: AgentPolicy, timeout: float = 5.0,
         job_id: str = "") -> FrameContext:
-    """Frame ``frame`` of a two-rank gang, one rank per frame, as ``cue_plugin.frame.main`` builds it."""
+    """Frame ``frame`` of a two-rank gang, one rank per frame, as ``cue_plugin.node.frame.main`` builds it."""
     return FrameContext(frame=frame, world_size=2, paths=paths, rendezvous_timeout_s=timeout, policy=policy,
                         farm=FarmEnv(job_id=job_id), dist=DistEnv(distributed=False, token=token))
 

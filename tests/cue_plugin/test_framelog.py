@@ -1,4 +1,4 @@
-"""Frame-log pacing (cue_plugin.framelog): every line the trainer prints reaches the log RQD writes.
+"""Frame-log pacing (cue_plugin.node.framelog): every line the trainer prints reaches the log RQD writes.
 
 The end-to-end test runs the frame's real tee (``RankLog`` + ``run_trainer``) as a frame of a real
 ``opencue-rqd`` process under the Cuebot double. Its "trainer" prints N lines in ONE write and then dies
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cue_plugin.framelog import PacedLines, PacingConfig
+from cue_plugin.node.framelog import PacedLines, PacingConfig
 from tests.cuebot.double import CuebotDouble, log_file
 from tests.cuebot.fixtures import RQD_START_TIMEOUT_S, free_port, frame_identity, use_pycue
 from tests.cuebot.rqd_harness import RqdProcess
@@ -30,7 +30,7 @@ raise RuntimeError("boom at the end")
 """
 # The frame side: the real tee; "unpaced" writes stdout without pacing (the behaviour before framelog).
 FRAME = """import sys
-from cue_plugin.supervise import RankLog, run_ranks
+from cue_plugin.node.supervise import RankLog, run_ranks
 from trainer.rundir import RunPaths
 run_dir, mode, burst = sys.argv[1:]
 paths = RunPaths.of(run_dir)

@@ -1,4 +1,4 @@
-"""The inference layer (cue_plugin.infer_layer): golden specs, the frame command, the double's
+"""The inference layer (cue_plugin.submit.infer, cue_plugin.node.infer_frame): golden specs, the frame command, the double's
 layer-on-layer depend, and train + infer end to end on the Cuebot double with real RQDs.
 
 Regenerate the golden files after an intended change: ``CUETRAIN_UPDATE_GOLDEN=1 pytest tests/cue_plugin``.
@@ -16,10 +16,12 @@ import OpenImageIO as oiio
 import pytest
 from opencue_proto import job_pb2
 
-from cue_plugin import builder, cli, infer_layer, templates
-from cue_plugin.infer_layer import InferenceJob, InferenceLayer, frame_range, make_layer
-from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import JobHandle
+from cue_plugin.submit import builder, cli, templates
+from cue_plugin.submit import infer as infer_layer
+from cue_plugin.submit.infer import make_layer
+from cue_plugin.submit.spec import InferenceJob, InferenceLayer, frame_range
+from cue_plugin.submit.opencue_farm import OpenCueFarm
+from cue_plugin.submit.spec import JobHandle
 from tests.conftest import CHILD_PYTHONPATH, make_pairs, run_cli
 from tests.cue_plugin.conftest import make_config
 from tests.cue_plugin.test_builder import PYTHON, TOKEN, check_golden, fixed_submitter  # noqa: F401 (fixture)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from cue_plugin import cli, templates
-from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import FarmError, JobHandle, RunState
+from cue_plugin.submit import cli, templates
+from cue_plugin.submit.opencue_farm import OpenCueFarm
+from cue_plugin.submit.spec import FarmError, JobHandle, RunState
 from tests.cuebot.fixtures import cuebot_farm, skip_or_fail_missing_prerequisite  # noqa: F401  (fixture)
 from trainer.config import TrainConfig
 from trainer.rundir import RunPaths, read_json

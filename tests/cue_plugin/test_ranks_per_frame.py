@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from cue_plugin import frame, templates
-from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import RunState
+from cue_plugin.node import frame
+
+from cue_plugin.submit import templates
+from cue_plugin.submit.opencue_farm import OpenCueFarm
+from cue_plugin.submit.spec import RunState
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cue_plugin.test_e2e_training import ROOT, assert_model_loads, farm, wait_finished  # noqa: F401 (fixture)
 from trainer.config import TrainConfig
@@ -59,7 +61,7 @@ def test_frames_of_needs_a_multiple():
 def test_submit_dry_run_of_four_ranks_two_per_frame_is_one_layer_0_1(tmp_path, capsys, monkeypatch):
     from xml.etree import ElementTree
 
-    from cue_plugin import cli
+    from cue_plugin.submit import cli
 
     monkeypatch.delenv("CUETRAIN_TEMPLATE_PATH", raising=False)
     argv = ["submit", "--template", "cpu-test", "--world-size", "4", "--ranks-per-frame", "2", "--show", "s",
@@ -75,8 +77,8 @@ def test_submit_dry_run_of_four_ranks_two_per_frame_is_one_layer_0_1(tmp_path, c
 
 
 def test_status_lists_frames_with_their_ranks():
-    from cue_plugin.cli import format_status
-    from cue_plugin.spec import JobHandle, JobStatus
+    from cue_plugin.submit.cli import format_status
+    from cue_plugin.submit.spec import JobHandle, JobStatus
 
     status = JobStatus(RunState.RUNNING, 1, 2, "PENDING", {"1": {"state": "RUNNING", "host": "n2", "retries": 0}})
     lines = format_status(JobHandle("i", "j", ""), status, ranks_per_frame=2)

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from cue_plugin import rendezvous, rendezvous_cuebot
-from cue_plugin.rendezvous import FileSource, Publication
-from cue_plugin.rendezvous_cuebot import CuebotSource, FrameInfo
+from cue_plugin.node import rendezvous, rendezvous_cuebot
+from cue_plugin.node.rendezvous import FileSource, Publication
+from cue_plugin.node.rendezvous_cuebot import CuebotSource, FrameInfo
 
 TOKEN = "t" * 32
 

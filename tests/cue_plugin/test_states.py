@@ -3,8 +3,8 @@
 import pytest
 from opencue_proto import job_pb2
 
-from cue_plugin.opencue_farm import FRAME_GROUPS, STATES, frame_summary, run_state
-from cue_plugin.spec import RunState
+from cue_plugin.submit.opencue_farm import FRAME_GROUPS, STATES, frame_summary, run_state
+from cue_plugin.submit.spec import RunState
 
 #: (job state, frame states, expected run state), written by hand: every entry of STATES has a case
 #: here (test_every_table_entry_has_a_hand_written_case), plus combinations that must be UNKNOWN.

@@ -2,8 +2,8 @@
 
 import pytest
 
-from cue_plugin import templates
-from cue_plugin.spec import FarmError, TrainingJob
+from cue_plugin.submit import templates
+from cue_plugin.submit.spec import FarmError, TrainingJob
 from tests.cue_plugin.conftest import make_config
 
 PEOPLE = dict(show="demo", shot="sh010", user="artist")
@@ -84,7 +84,7 @@ def test_unknown_explicit_field_and_missing_world_size():
 
 
 def test_each_builtin_template_sets_a_data_cache_that_fits_its_memory_reservation():
-    from cue_plugin.builder import check_rank_memory
+    from cue_plugin.submit.builder import check_rank_memory
     from trainer.rankmemory import rank_memory_mb
 
     for name in templates.list_templates():
@@ -101,7 +101,7 @@ def test_an_explicit_data_cache_beats_the_template():
 
 
 def test_the_builder_refuses_ranks_that_cannot_fit_their_reservation_and_names_the_fix():
-    from cue_plugin import builder
+    from cue_plugin.submit import builder
 
     big = templates.make_job(make_config(batch_size=16, data_cache_mb=8192), template="gpu-node-4x", **PEOPLE)
     with pytest.raises(FarmError, match=r"each rank reserves memory_mb=7680 MiB but needs about 11520 MiB on a GPU "

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field  # noqa: E402
 import pytest  # noqa: E402
 from qtpy.QtCore import QCoreApplication, QEvent, QSettings  # noqa: E402
 
-from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob  # noqa: E402
+from cue_plugin.submit.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob  # noqa: E402
 from gui.controller import RunsController  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def _qt_objects_die_on_the_gui_thread(qapp):
 
 @dataclass
 class FakeFarm:
-    """A :class:`cue_plugin.spec.Farm` in memory: records calls, answers from ``statuses``."""
+    """A :class:`cue_plugin.submit.spec.Farm` in memory: records calls, answers from ``statuses``."""
 
     submitted: list[TrainingJob] = field(default_factory=list)
     cancelled: list[JobHandle] = field(default_factory=list)

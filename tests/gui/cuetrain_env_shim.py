@@ -13,7 +13,7 @@ import sys
 if __name__ == "__main__":
     if sys.argv[1:3] != ["-m", "trainer.cli"]:
         sys.exit(f"cuetrain_env_shim: expected '-m trainer.cli ...', got {sys.argv[1:]}")
-    from cue_plugin import opencue_farm
+    from cue_plugin.submit import opencue_farm
     from trainer.cli import main
 
     opencue_farm.OpenCueFarm.__init__ = functools.partialmethod(opencue_farm.OpenCueFarm.__init__, allow_root=True)

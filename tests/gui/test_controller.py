@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cue_plugin.spec import JobHandle, JobStatus, RunState, TrainingJob
+from cue_plugin.submit.spec import JobHandle, JobStatus, RunState, TrainingJob
 from gui.controller import RunsController
 from gui.synthetic import add_sheet, metrics_rows, write_run
 from tests.gui.conftest import RetryFarm

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cue_plugin import templates
-from cue_plugin.opencue_farm import OpenCueFarm
+from cue_plugin.submit import templates
+from cue_plugin.submit.opencue_farm import OpenCueFarm
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cuebot.cuegui_setup import run_cuegui_app
 from tests.cuebot.double import CuebotDouble

@@ -15,8 +15,8 @@ import sys
 import pytest
 from opencue_proto import job_pb2
 
-from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import JobHandle, RunState, TrainingJob
+from cue_plugin.submit.opencue_farm import OpenCueFarm
+from cue_plugin.submit.spec import JobHandle, RunState, TrainingJob
 from gui.controller import RunsController
 from tests.conftest import CHILD_PYTHONPATH, ROOT
 from tests.cuebot.double import CuebotDouble
@@ -74,7 +74,7 @@ def test_gui_submit_describe_cancel_through_opencue(qtbot, qapp, settings, cuebo
 DEFAULT_FARM_PROBE = r"""
 import json, os, sys
 import psutil
-from cue_plugin.spec import FarmError, JobHandle
+from cue_plugin.submit.spec import FarmError, JobHandle
 from gui.controller import default_farm
 
 port = int(os.environ["CUEBOT_HOSTS"].rsplit(":", 1)[1])
@@ -120,7 +120,7 @@ def test_default_farm_contacts_no_cuebot_until_used(qapp, settings, cuebot, monk
 
 def test_handle_from_gui_is_what_cuetrain_status_reads(qtbot, qapp, settings, cuebot, tmp_path):
     """The run.json farm record the GUI's submit leaves is the handle the CLI resolves a run dir to."""
-    from cue_plugin.opencue_farm import handle_from_run_dir
+    from cue_plugin.submit.opencue_farm import handle_from_run_dir
 
     run_dir = tmp_path / "graded"
     train = TrainConfig(input_dir=str(tmp_path), target_dir=str(tmp_path), run_dir=str(run_dir))

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cue_plugin import jsonout
-from cue_plugin.infer_layer import InferenceLayer
-from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
+from cue_plugin.submit import jsonout
+from cue_plugin.submit.spec import FarmError, InferenceLayer, JobHandle, JobStatus, RunState, TrainingJob
 from gui.advisor_view import parse_output
 from gui.farm_process import ProcessFarm, cuetrain_command
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
@@ -86,7 +85,7 @@ def test_dialog_submits_describes_and_cancels_without_importing_the_farm_stack(t
 def test_cli_json_answers_retry_and_errors(capsys, monkeypatch):
     import io
 
-    from cue_plugin import cli
+    from cue_plugin.submit import cli
     from tests.gui.conftest import RetryFarm
 
     farm = RetryFarm()

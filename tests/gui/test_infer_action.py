@@ -17,7 +17,7 @@ from xml.etree import ElementTree
 import pytest
 from qtpy.QtWidgets import QDialog
 
-from cue_plugin.templates import list_templates
+from cue_plugin.submit.templates import list_templates
 from gui.controller import RunsController
 from gui.farm_process import ProcessFarm
 from gui.infer_dialog import InferDialog

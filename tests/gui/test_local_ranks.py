@@ -15,8 +15,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ra
 
 
 def _rank_like(run_dir, cwd) -> subprocess.Popen:
-    """A process with a rank's command line (``... trainer.cli train --run-dir DIR``) that only sleeps."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "trainer.cli", "train",
+    """A process with a rank's command line (``... -m trainer --run-dir DIR``) that only sleeps."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "trainer",
                              "--run-dir", str(run_dir)], cwd=cwd)
 
 

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from cue_plugin.spec import JobStatus, RunState
+from cue_plugin.submit.spec import JobStatus, RunState
 from gui.poller import RunPoller, rows_to_columns
 from gui.records import MetricSeries, Run, decimate, format_duration, retry_plan
 from gui.synthetic import add_sheet, metrics_rows, write_run

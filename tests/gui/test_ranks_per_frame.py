@@ -3,7 +3,7 @@ request) and the Runs panel's ranks column (frames x ranks)."""
 
 from dataclasses import replace
 
-from cue_plugin.spec import JobStatus, RunState
+from cue_plugin.submit.spec import JobStatus, RunState
 from gui.poller import measured_noise_scale
 from gui.records import Run
 from gui.runs_panel import row_texts

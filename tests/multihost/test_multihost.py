@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from cue_plugin import rendezvous_cuebot, templates
-from cue_plugin.opencue_farm import OpenCueFarm
-from cue_plugin.spec import JobHandle, JobStatus, RunState
+from cue_plugin.node import rendezvous_cuebot
+
+from cue_plugin.submit import templates
+from cue_plugin.submit.opencue_farm import OpenCueFarm
+from cue_plugin.submit.spec import JobHandle, JobStatus, RunState
 from tests.cue_plugin.test_e2e_training import wait_finished
 from tests.conftest import CHILD_PYTHONPATH, ROOT, make_pairs
 from tests.cuebot.fixtures import use_pycue

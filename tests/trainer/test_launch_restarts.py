@@ -108,7 +108,7 @@ def test_local_gang_stopped_by_sigterm_is_not_restarted(tmp_path: Path) -> None:
 
 
 def test_supervisors_kill_strictly_after_the_trainer_checkpoint_grace() -> None:
-    from cue_plugin import frame
+    from cue_plugin.node import frame
 
     trainer_grace = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == "stop_grace_s")
     assert trainer_grace == stop.DEFAULT_GRACE_S

@@ -119,8 +119,8 @@ def test_crops_cut_by_one_gather_equal_the_numpy_reference(fmt):
 
 
 def test_template_precision_applies_unless_the_config_chose_one(tmp_path):
-    from cue_plugin import templates
-    from cue_plugin.spec import FarmError
+    from cue_plugin.submit import templates
+    from cue_plugin.submit.spec import FarmError
 
     (tmp_path / "ampere.toml").write_text('world_size = 2\nprecision = "bf16"\n')
     people = dict(show="demo", shot="sh010", user="artist", folders=[tmp_path])

@@ -2,7 +2,7 @@
 
 A template fixes what a kind of render node offers (service, tags, cores, memory, GPUs) and the
 run's farm settings (retries, priority, default world size, rendezvous). A job is made from three
-layers, later wins: the :class:`~cue_plugin.spec.TrainingJob` defaults < the template < explicit
+layers, later wins: the :class:`~cue_plugin.submit.spec.TrainingJob` defaults < the template < explicit
 values (CLI flags, GUI fields). Example ``farm_templates/gpu-small.toml``::
 
     description = "2 ranks x 1 GPU (12 GiB), 4 cores, 24 GiB RAM"
@@ -16,7 +16,7 @@ values (CLI flags, GUI fields). Example ``farm_templates/gpu-small.toml``::
 
 ``cores``, ``memory_mb``, ``gpus`` and ``gpu_memory_mb`` are per rank; so is ``data_cache_mb``, the trainer's
 ``--data-cache-mb`` on this kind of node (decoded frames a rank keeps in memory), which the job builder checks
-against ``memory_mb`` (``cue_plugin.builder.check_rank_memory``). ``ranks_per_frame = L`` (default
+against ``memory_mb`` (``cue_plugin.submit.builder.check_rank_memory``). ``ranks_per_frame = L`` (default
 1) puts L ranks on each frame (one multi-GPU or many-core node): the layer then has ``world_size / L``
 frames, each reserving L x the per-rank resources (``farm_templates/gpu-node-4x.toml``).
 
@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from cue_plugin.spec import FarmError, TrainingJob
+from cue_plugin.submit.spec import FarmError, TrainingJob
 from trainer.config import DEFAULT_DATA_CACHE_MB, PRECISIONS, TrainConfig
 from trainer.envvars import read_farm_env
 
 #: The built-in templates (next to this package in the checkout).
-BUILTIN_FOLDER = Path(__file__).resolve().parents[1] / "farm_templates"
+BUILTIN_FOLDER = Path(__file__).resolve().parents[2] / "farm_templates"
 
 #: Template key -> accepted Python type(s) after TOML parsing. ``world_size`` is the default size.
 TEMPLATE_KEYS: dict[str, tuple[type, ...]] = {

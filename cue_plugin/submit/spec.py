@@ -1,7 +1,7 @@
-"""The farm interface: a training job spec, run states, job handles and the backend protocol.
+"""The farm interface: job specs (training, inference), run states, job handles and the backend protocol.
 
 Imports neither opencue nor torch, so the GUI and tests use it freely. The OpenCue backend lives in
-``cue_plugin.opencue_farm``; the shape follows torchx's scheduler API (dry run is a value; submit =
+``cue_plugin.submit.opencue_farm``; the shape follows torchx's scheduler API (dry run is a value; submit =
 build + schedule; ``cancel`` is idempotent; native states map through one table to ``RunState``).
 """
 
@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
-from cue_plugin.agent import DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS
+from cue_plugin.names import DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, RENDEZVOUS_MODES
 from trainer.config import TrainConfig
 
-if TYPE_CHECKING:
-    from cue_plugin.infer_layer import InferenceLayer
-
-RENDEZVOUS_MODES = ("file", "cuebot")
+#: Input frames per farm frame of the inference layer unless told [frames].
+DEFAULT_CHUNK = 10
 
 
 class FarmError(RuntimeError):
@@ -57,46 +55,75 @@ class RunState(enum.Enum):
 
 
 @dataclass(frozen=True)
-class TrainingJob:
-    """One distributed training run on the farm: ONE layer of ``world_size / ranks_per_frame`` frames.
-
-    Resources (``cores``, ``memory_mb``, ``gpus``, ``gpu_memory_mb``) are per RANK; the layer reserves
-    ``ranks_per_frame`` times each for every frame (:attr:`frame_resources`), so a template for a node
-    kind states what one rank needs and ``ranks_per_frame`` how many ranks share a node.
+class InferenceLayer:
+    """What the ``infer`` layer does (built by :mod:`cue_plugin.submit.infer`).
 
     Attributes:
-        train: the trainer configuration (its ``run_dir`` must be on shared storage).
-        world_size: number of ranks in the gang (``COPYCAT_WORLD_SIZE``).
-        ranks_per_frame: trainer processes per frame, L: frame f runs ranks ``f*L .. f*L+L-1`` on one host
-            (default 1: frame number = rank). ``world_size`` must be a multiple of it.
+        model: absolute path of the TorchScript ``model.pt`` the frames load (may not exist yet
+            when the layer follows ``train`` in the same job).
+        input_dir: absolute path of the input image sequence folder (shared storage).
+        output_dir: absolute path of the output folder (shared storage; frames create it).
+        frames: frame numbers of the input sequence, ascending.
+        chunk: input frames per farm frame [frames].
+    """
+
+    model: str
+    input_dir: str
+    output_dir: str
+    frames: tuple[int, ...]
+    chunk: int = DEFAULT_CHUNK
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chunk, int) or self.chunk < 1:
+            raise FarmError(f"infer chunk={self.chunk!r} must be a whole number >= 1 (frames per farm frame)")
+        if not self.frames:
+            raise FarmError(f"the input sequence {self.input_dir} holds no frames to infer")
+
+    @property
+    def frame_range(self) -> str:
+        """The layer's frame range: ``a-b`` runs joined by commas (``1001-1050,1061-1100``)."""
+        return frame_range(self.frames)
+
+
+def frame_range(frames: Sequence[int]) -> str:
+    """Frame numbers as a Cuebot FrameSet string of runs: ``[1, 2, 3, 7, 9, 10]`` -> ``"1-3,7,9-10"``."""
+    numbers = sorted(set(frames))
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+@dataclass(frozen=True)
+class JobResources:
+    """What every cuetrain job asks of the farm: where it is filed, who runs it, what its frames reserve.
+
+    The one home of these fields: :class:`TrainingJob` and :class:`InferenceJob` extend it, and the layer
+    builders read them through it (``cue_plugin.submit.infer.add_layer``). In a TrainingJob the reservation
+    (``cores``, ``memory_mb``, ``gpus``, ``gpu_memory_mb``) is per RANK; in an InferenceJob per frame.
+
+    Attributes:
         show: OpenCue show name.
         shot: shot name.
         user: submitting user (OpenCue refuses frames as root).
-        name: job name suffix (default ``cuetrain``); OpenCue names the job ``show-shot-user_name``.
+        name: job name suffix (default ``cuetrain``; ``cuetrain_infer`` for an InferenceJob); OpenCue names
+            the job ``show-shot-user_name``.
         priority: job priority (OpenCue: higher runs first) [1].
         max_retries: retries per frame before the frame is dead [count]; Cuebot takes at most 1
-            (``JobSpec.FRAME_RETRIES_MAX``) and lowers more to 1 without a word.
+            (``JobSpec.FRAME_RETRIES_MAX``; tests/cue_plugin/test_cuebot_limits.py) and lowers more to 1
+            without a word.
         service: OpenCue service of the layer (e.g. ``cuetrain-gpu``).
         tags: host tags the layer asks for.
-        cores: cores per rank [cores].
-        memory_mb: memory per rank [MiB].
-        gpus: GPUs per rank [count].
-        gpu_memory_mb: GPU memory per rank [MiB].
-        sync_interval: ``COPYCAT_SYNC_INTERVAL`` (all-reduce every N steps) [steps].
-        rendezvous: how ranks find frame 0: ``file`` (run directory) or ``cuebot`` (pycue lookup).
-        rendezvous_timeout_s: how long ranks wait for frame 0's publication [seconds].
+        cores: cores per rank (training) or per frame (inference) [cores].
+        memory_mb: memory per rank or frame [MiB].
+        gpus: GPUs per rank or frame [count].
+        gpu_memory_mb: GPU memory per rank or frame [MiB].
         extra_env: more environment variables for every frame.
-        infer: an inference layer ``infer`` that runs after the ``train`` layer, or None
-            (``cue_plugin.infer_layer``).
-        max_restarts: gang restarts the frames' node agents make per job before giving up [count]
-            (``cue_plugin.agent``; independent of Cuebot's retries).
-        min_world_size: elastic gang: the smallest gang that may train when frames do not come back
-            [ranks]; 0 (default) = ``world_size``, not elastic. Needs ``rendezvous = "file"``.
-        elastic_window_s: how long frame 0 waits for every frame before an elastic gang shrinks [s].
     """
 
-    train: TrainConfig
-    world_size: int
     show: str
     shot: str
     user: str
@@ -109,12 +136,50 @@ class TrainingJob:
     memory_mb: int = 4096
     gpus: int = 0
     gpu_memory_mb: int = 0
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _TrainingHead:
+    """TrainingJob's leading fields: a dataclass puts its bases' fields first, so with this base after
+    :class:`JobResources` ``TrainingJob(train, world_size, show, shot, user, ...)`` keeps its order."""
+
+    train: TrainConfig
+    world_size: int
+
+
+@dataclass(frozen=True)
+class TrainingJob(JobResources, _TrainingHead):
+    """One distributed training run on the farm: ONE layer of ``world_size / ranks_per_frame`` frames.
+
+    Resources (``cores``, ``memory_mb``, ``gpus``, ``gpu_memory_mb``) are per RANK; the layer reserves
+    ``ranks_per_frame`` times each for every frame (:attr:`frame_resources`), so a template for a node
+    kind states what one rank needs and ``ranks_per_frame`` how many ranks share a node.
+
+    Attributes:
+        train: the trainer configuration (its ``run_dir`` must be on shared storage).
+        world_size: number of ranks in the gang (``COPYCAT_WORLD_SIZE``).
+        ranks_per_frame: trainer processes per frame, L: frame f runs ranks ``f*L .. f*L+L-1`` on one host
+            (default 1: frame number = rank). ``world_size`` must be a multiple of it.
+        show, shot, user, name, priority, max_retries, service, tags, cores, memory_mb, gpus, gpu_memory_mb,
+            extra_env: see :class:`JobResources` (``cores``, ``memory_mb``, ``gpus``, ``gpu_memory_mb`` per rank).
+        sync_interval: ``COPYCAT_SYNC_INTERVAL`` (all-reduce every N steps) [steps].
+        rendezvous: how ranks find frame 0: ``file`` (run directory) or ``cuebot`` (pycue lookup).
+        rendezvous_timeout_s: how long ranks wait for frame 0's publication [seconds].
+        infer: an inference layer ``infer`` that runs after the ``train`` layer, or None
+            (``cue_plugin.submit.infer``).
+        max_restarts: gang restarts the frames' node agents make per job before giving up [count]
+            (``cue_plugin.node.agent``; independent of Cuebot's retries).
+        min_world_size: elastic gang: the smallest gang that may train when frames do not come back
+            [ranks]; 0 (default) = ``world_size``, not elastic. Needs ``rendezvous = "file"``.
+        elastic_window_s: how long frame 0 waits for every frame before an elastic gang shrinks [s].
+    """
+
     sync_interval: int = 1
     rendezvous: str = "file"
     rendezvous_timeout_s: float = 600.0
-    extra_env: Mapping[str, str] = field(default_factory=dict)
     ranks_per_frame: int = 1
-    infer: "InferenceLayer | None" = None
+    infer: InferenceLayer | None = None
     max_restarts: int = DEFAULT_MAX_RESTARTS
     min_world_size: int = 0
     elastic_window_s: float = DEFAULT_ELASTIC_WINDOW_S
@@ -166,6 +231,26 @@ class TrainingJob:
         n = self.ranks_per_frame
         return {"cores": self.cores * n, "memory_mb": self.memory_mb * n, "gpus": self.gpus * n,
                 "gpu_memory_mb": self.gpu_memory_mb * n}
+
+
+@dataclass(frozen=True)
+class _InferenceHead:
+    """InferenceJob's leading field (see :class:`_TrainingHead`): ``InferenceJob(infer, show, shot, user)``."""
+
+    infer: InferenceLayer
+
+
+@dataclass(frozen=True)
+class InferenceJob(JobResources, _InferenceHead):
+    """A job of the ``infer`` layer alone (``cuetrain submit-infer``): the layer and its :class:`JobResources`
+    (reserved per frame).
+
+    Attributes:
+        infer: what the layer runs.
+        name: as in JobResources, default ``cuetrain_infer``.
+    """
+
+    name: str = "cuetrain_infer"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The node agent of a frame other than frame 0 (see ``cue_plugin.frame`` and ``cue_plugin.agent``).
+"""The node agent of a frame other than frame 0 (see ``cue_plugin.node.frame`` and ``cue_plugin.node.agent``).
 
 It waits for frame 0's publication of a gang generation that invites it, runs its trainers, and when
 the gang fails or regroups waits for the next generation instead of exiting. It exits 0 when the run
@@ -13,16 +13,16 @@ import logging
 import time
 from typing import Callable
 
-from cue_plugin import membership, rendezvous
-from cue_plugin.frame_context import FrameContext
-from cue_plugin.rendezvous import GangFinished
+from cue_plugin.node import membership, rendezvous
+from cue_plugin.node.frame_context import FrameContext
+from cue_plugin.node.rendezvous import GangFinished
 from trainer import runrecord
 from trainer.exitcodes import ExitCode, describe
 from trainer.nodeagent import Ended, Generation, NodeAgent, WorkerState, classify
 from trainer.rundir import RunPaths
 from trainer.supervise import GangExit
 
-log = logging.getLogger("cue_plugin.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
+log = logging.getLogger("cue_plugin.node.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
 
 NOTICE_WAIT_S = 2.0  # seconds a rank whose trainer failed looks for frame 0's failure notice
 EXIT_GANG = ExitCode.GANG
@@ -56,7 +56,7 @@ def _member_vet(frame: int, paths: RunPaths, job_id: str, ran: Callable[[], bool
 
 class MemberGang:
     """The :class:`~trainer.nodeagent.GangRole` of frames > 0: wait for frame 0's generation, run this frame's
-    trainers (``start``); when the gang fails, regroups or went stale (see ``cue_plugin.frame``) wait for frame
+    trainers (``start``); when the gang fails, regroups or went stale (see ``cue_plugin.node.frame``) wait for frame
     0's next generation instead of exiting. Frame 0 spends the job's restart budget, so this role counts none.
 
     The agent exits 0 when training finished (with or without this frame), else with the code of a failure a

@@ -1,9 +1,9 @@
 """The frame's node agent policy: the job's restart budget, backoff and elastic window, and its gang record.
 
 The loop itself and the exit-code table are :mod:`trainer.nodeagent` (shared with ``cuetrain local``);
-frame 0's role is ``cue_plugin.frame_host.HostGang``, the other frames' ``cue_plugin.frame_member.MemberGang``.
+frame 0's role is ``cue_plugin.node.frame_host.HostGang``, the other frames' ``cue_plugin.node.frame_member.MemberGang``.
 
-Every frame of a training layer is a node agent (``cue_plugin.frame``), like torchrun's elastic
+Every frame of a training layer is a node agent (``cue_plugin.node.frame``), like torchrun's elastic
 agent (``torch.distributed.elastic.agent.server.SimpleElasticAgent``: a worker group that failed is
 stopped, the rendezvous runs again and the group restarts, up to ``max_restarts``). When its trainer
 exits because the GANG failed (a lost rank, a peer that stopped, a stale gang), the frame does not
@@ -28,16 +28,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from cue_plugin.names import DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS
 from trainer import runrecord
 from trainer.recordparts import GangRecord
 from trainer.rundir import RunDirError, RunPaths
 
 log = logging.getLogger("cue_plugin.agent")
 
-DEFAULT_MAX_RESTARTS = 3  # gang restarts per job
 DEFAULT_BACKOFF_S = 2.0  # seconds before the first restart, doubled for each further one
 BACKOFF_MAX_S = 30.0  # seconds, the longest backoff
-DEFAULT_ELASTIC_WINDOW_S = 120.0  # seconds frame 0 waits for every frame before an elastic gang shrinks
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The OpenCue backend of :class:`cue_plugin.spec.Farm`, through pyoutline (spec) and pycue (Cuebot).
+"""The OpenCue backend of :class:`cue_plugin.submit.spec.Farm`, through pyoutline (spec) and pycue (Cuebot).
 
 pycue reads its configuration (``opencue.yaml``, ``CUEBOT_HOSTS``) when it is imported and keeps
 its Cuebot connection in class attributes, so it is imported inside the methods here, never at
@@ -20,8 +20,8 @@ import os
 import secrets
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from cue_plugin import builder
-from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
+from cue_plugin.submit import builder
+from cue_plugin.submit.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
 from trainer.envvars import read_farm_env
 from trainer import runrecord
 from trainer.rundir import RunDirError, RunPaths
@@ -206,7 +206,7 @@ class OpenCueFarm:
         return handle
 
     def launch_spec(self, spec: str, *, user: str) -> JobHandle:
-        """Launch a job spec built elsewhere (``cue_plugin.infer_layer``); its handle has no run directory.
+        """Launch a job spec built elsewhere (``cue_plugin.submit.infer``); its handle has no run directory.
 
         Raises:
             FarmError: root submission, or Cuebot unreachable / refusing the spec.

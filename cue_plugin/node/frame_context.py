@@ -1,4 +1,4 @@
-"""What one frame process knows, built once at its entry point (``cue_plugin.frame.main``).
+"""What one frame process knows, built once at its entry point (``cue_plugin.node.frame.main``).
 
 Issue 20: the frame's functions used to take the same values one by one (up to 11 parameters) and read
 the environment 8 times. :class:`FrameContext` is made once, after the arguments and the environment
@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cue_plugin.agent import AgentPolicy
+from cue_plugin.node.agent import AgentPolicy
 from trainer.envvars import CueFrameEnv, DistEnv, FarmEnv
 from trainer.rundir import RunPaths
 
 if TYPE_CHECKING:  # the frame's log; None in unit tests of the agent loops, which start no trainer
-    from cue_plugin.supervise import RankLog
+    from cue_plugin.node.supervise import RankLog
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class FrameContext:
 
     @property
     def frames(self) -> int:
-        """Frames in the layer: ``world_size // ranks_per_frame`` (checked by ``cue_plugin.frame.frames_of``)."""
+        """Frames in the layer: ``world_size // ranks_per_frame`` (checked by ``cue_plugin.node.frame.frames_of``)."""
         return self.world_size // self.ranks_per_frame
 
     @property

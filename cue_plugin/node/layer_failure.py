@@ -1,4 +1,4 @@
-"""Frame 0 failing the whole training layer when its gang cannot form (see ``cue_plugin.frame``'s
+"""Frame 0 failing the whole training layer when its gang cannot form (see ``cue_plugin.node.frame``'s
 "Gang timeout"): failure notice, ``run.json`` ``gang_failure``, and the layer's frames eaten through
 pycue so that none holds a host or is retried into another wait.
 """
@@ -10,8 +10,8 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from cue_plugin import rendezvous
-from cue_plugin.builder import LAYER_NAME
+from cue_plugin.names import TRAIN_LAYER as LAYER_NAME
+from cue_plugin.node import rendezvous
 from trainer import runrecord
 from trainer.envvars import CueFrameEnv
 from trainer.rundir import RunDirError, RunPaths

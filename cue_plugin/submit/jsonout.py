@@ -2,7 +2,7 @@
 
 The GUI runs ``cuetrain submit|status|cancel|retry --json`` in the cuetrain environment
 (:mod:`gui.farm_process`) and never imports pycue, grpc or torch; these functions turn jobs, handles and
-statuses into plain JSON and back. Pure Python: imports only :mod:`cue_plugin.spec` and
+statuses into plain JSON and back. Pure Python: imports only :mod:`cue_plugin.submit.spec` and
 :mod:`trainer.config`.
 """
 
@@ -12,7 +12,7 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from cue_plugin.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
+from cue_plugin.submit.spec import FarmError, InferenceLayer, JobHandle, JobStatus, RunState, TrainingJob
 from trainer.config import TrainConfig
 
 
@@ -39,16 +39,14 @@ def job_from_json(text: str) -> TrainingJob:
         train = TrainConfig(**data.pop("train"))
         if "tags" in data:
             data["tags"] = tuple(data["tags"])
-        if data.get("infer") is not None:  # the optional inference layer (cue_plugin.infer_layer)
-            from cue_plugin.infer_layer import InferenceLayer
-
+        if data.get("infer") is not None:  # the optional inference layer (cue_plugin.submit.infer)
             infer = dict(data["infer"])
             infer["frames"] = tuple(infer.get("frames", ()))
             data["infer"] = InferenceLayer(**infer)
         return TrainingJob(train=train, **data)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise FarmError(f"--job-json is not a cuetrain job ({type(exc).__name__}: {exc}); "
-                        "write it with cue_plugin.jsonout.job_to_json") from exc
+                        "write it with cue_plugin.submit.jsonout.job_to_json") from exc
 
 
 def handle_dict(handle: JobHandle) -> dict[str, str]:

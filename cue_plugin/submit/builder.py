@@ -12,70 +12,28 @@ entry point with the absolute interpreter of this process (RQD gives frames a fi
 
 (``--ranks-per-frame`` only when L > 1, so a one-rank-per-frame spec is what it always was.)
 
-Quoting. pyoutline puts a layer's ``command`` into ``<cmd>`` as is (a list is joined with single
-spaces, no quoting). Cuebot replaces the ``#IFRAME#``-style tokens in that text, and RQD writes it
-into a command file that ``/usr/bin/time`` executes: the file has no ``#!`` line, so ``execvp``
-falls back to ``/bin/sh`` (with ``RQD_BECOME_JOB_USER``, ``su -c FILE`` runs it in the user's
-shell the same way). So the command is one POSIX shell line: every argument is quoted with
-:func:`shlex.quote`, which survives spaces, quotes, ``$(...)``, globs and ``;``. Arguments that
-cannot survive the trip are refused: control characters (XML 1.0 cannot carry most of them and
-normalizes ``\\r``), text that is not valid Unicode, and Cuebot's ``#TOKEN#`` names.
+The command is one POSIX shell line (quoting and the arguments it refuses: :mod:`cue_plugin.submit.command`).
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-import shlex
 import sys
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
-from cue_plugin.agent import DEFAULT_MAX_RESTARTS
-from cue_plugin.spec import FarmError, TrainingJob
+from cue_plugin.names import DEFAULT_MAX_RESTARTS
+from cue_plugin.names import TRAIN_LAYER as LAYER_NAME
+from cue_plugin.submit.command import check_argument, shell_command
+from cue_plugin.submit.spec import FarmError, TrainingJob
 
 if TYPE_CHECKING:  # pyoutline reads its config at import: import it only when building
     import outline
     import outline.cuerun
 
-#: Name of the one layer; with the job name it locates frame 0 in Cuebot (cuebot rendezvous).
-LAYER_NAME = "train"
-#: Tokens Cuebot substitutes in a layer command (DispatchSupportService.prepareRqdRunFrame).
-CUEBOT_TOKENS = ("#ZFRAME#", "#IFRAME#", "#FRAME_START#", "#FRAME_END#", "#FRAME_CHUNK#", "#LAYER#", "#JOB#",
-                 "#FRAMESPEC#", "#FRAME#")
-#: Environment variable that carries the per-job token (trainer.gang checks it; see cue_plugin.frame).
+#: Environment variable that carries the per-job token (trainer.gang checks it; see cue_plugin.node.frame).
 TOKEN_ENV = "CUETRAIN_GANG_TOKEN"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def check_argument(arg: str) -> None:
-    """Refuse an argument that would not reach the frame unchanged.
-
-    Raises:
-        FarmError: control characters, invalid Unicode (e.g. undecodable file names), or a Cuebot token.
-    """
-    bad = [c for c in arg if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0xD800 <= ord(c) < 0xE000
-           or ord(c) in (0xFFFE, 0xFFFF)]
-    if bad:
-        raise FarmError(f"argument {arg!r} contains control or invalid characters {sorted(set(bad))!r} that a job "
-                        "spec cannot carry; rename the file or folder")
-    for token in CUEBOT_TOKENS:
-        if token in arg:
-            raise FarmError(f"argument {arg!r} contains {token}, which Cuebot would replace with a frame value; "
-                            "rename the file or folder")
-
-
-def shell_command(argv: Sequence[str]) -> str:
-    """One POSIX shell line that runs ``argv`` exactly (each argument :func:`shlex.quote`-d).
-
-    ``#IFRAME#`` is allowed as a whole argument (it is the frame number placeholder).
-
-    Raises:
-        FarmError: an argument fails :func:`check_argument`.
-    """
-    for arg in argv:
-        if arg != "#IFRAME#":
-            check_argument(arg)
-    return " ".join(shlex.quote(a) for a in argv)
 
 
 def frame_argv(job: TrainingJob, python: str | None = None) -> list[str]:
@@ -160,7 +118,7 @@ def build(job: TrainingJob, *, python: str | None = None, token: str | None = No
     ol.add_layer(layer)
     layer.check_required_args()
     if job.infer is not None:  # a second layer, LAYER_ON_LAYER on this one
-        from cue_plugin.infer_layer import with_training
+        from cue_plugin.submit.infer import with_training
 
         with_training(job, ol, layer, python)
     return ol

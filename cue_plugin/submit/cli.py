@@ -9,7 +9,7 @@
     cuetrain submit --job-json - --json < job.json  # what the GUI runs (gui.farm_process)
 
 Results go to stdout with print(); diagnostics go through logging. With ``--json`` stdout is one JSON
-object (:mod:`cue_plugin.jsonout`), errors included (``{"error": ...}``). Exit codes: 0 ok, 1 the run
+object (:mod:`cue_plugin.submit.jsonout`), errors included (``{"error": ...}``). Exit codes: 0 ok, 1 the run
 directory was read but the farm could not be asked, 2 bad input or a farm error.
 """
 
@@ -23,8 +23,9 @@ import re
 import sys
 from typing import Any, Sequence
 
-from cue_plugin import jsonout, templates
-from cue_plugin.spec import RENDEZVOUS_MODES, Farm, FarmError, JobHandle, JobStatus, env_from_pairs
+from cue_plugin.names import RENDEZVOUS_MODES
+from cue_plugin.submit import infer_cli, jsonout, templates
+from cue_plugin.submit.spec import Farm, FarmError, JobHandle, JobStatus, env_from_pairs
 from trainer import runrecord
 from trainer.config import ConfigError, add_train_arguments, config_from_args
 from trainer.envvars import read_farm_env
@@ -68,15 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tags", help="host tags, comma separated (e.g. gpu,a100)")
     s.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra frame environment")
     s.add_argument("--dry-run", action="store_true", help="print the job spec XML instead of submitting")
-    s.add_argument("--job-json", metavar="FILE", help="the whole job as JSON (cue_plugin.jsonout; '-' = stdin); "
+    s.add_argument("--job-json", metavar="FILE", help="the whole job as JSON (cue_plugin.submit.jsonout; '-' = stdin); "
                    "train and job flags are then ignored")
     for dest, (kind, text) in _JOB_FLAGS.items():
         s.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, help=text)
     add_train_arguments(s)
-    from cue_plugin import infer_layer
-
-    infer_layer.add_infer_arguments(s)
-    infer_layer.add_submit_infer_parser(sub)
+    infer_cli.add_infer_arguments(s)
+    infer_cli.add_submit_infer_parser(sub)
     for name, text in (("status", "state of a farm run"), ("cancel", "kill a farm run (idempotent)"),
                        ("retry", "retry the dead frames of a farm run")):
         c = sub.add_parser(name, help=text)
@@ -89,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _default_farm(ns: argparse.Namespace) -> Farm:
-    from cue_plugin.opencue_farm import OpenCueFarm  # pulls in pycue lazily
+    from cue_plugin.submit.opencue_farm import OpenCueFarm  # pulls in pycue lazily
 
     return OpenCueFarm(hosts=ns.cuebot)
 
@@ -108,13 +107,11 @@ def _submit(ns: argparse.Namespace, farm: Farm) -> int:
                     user=ns.user or getpass.getuser(), rendezvous=ns.rendezvous,
                     tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()) if ns.tags else None,
                     extra_env=env_from_pairs(ns.env) or None)
-    from cue_plugin.infer_layer import layer_from_args
-
     if ns.job_json:
         job = jsonout.job_from_json(_read_text(ns.job_json))
     else:
         train = config_from_args(ns)
-        explicit["infer"] = layer_from_args(ns, train.run_dir)
+        explicit["infer"] = infer_cli.layer_from_args(ns, train.run_dir)
         job = templates.make_job(train, template=ns.template, **explicit)
     if ns.dry_run and ns.json:
         return jsonout.emit({"spec": farm.dry_run(job)})
@@ -134,7 +131,7 @@ def _submit(ns: argparse.Namespace, farm: Farm) -> int:
 def _handle(arg: str) -> JobHandle:
     """A run directory (its run.json ``farm``), a job id (UUID) or a job name."""
     if os.path.isdir(arg):
-        from cue_plugin.opencue_farm import handle_from_run_dir
+        from cue_plugin.submit.opencue_farm import handle_from_run_dir
 
         return handle_from_run_dir(arg)
     if _UUID.match(arg):
@@ -245,15 +242,13 @@ def main(argv: Sequence[str], *, farm: Farm | None = None) -> int:
 
     Args:
         argv: the command and its arguments, e.g. ``["status", "runs/a"]``.
-        farm: the backend (default :class:`cue_plugin.opencue_farm.OpenCueFarm`; tests pass one).
+        farm: the backend (default :class:`cue_plugin.submit.opencue_farm.OpenCueFarm`; tests pass one).
     """
     ns = _parser().parse_args(list(argv))
     try:
         farm = farm or _default_farm(ns)
-        from cue_plugin.infer_layer import submit_infer
-
         commands = {"submit": _submit, "status": _status, "cancel": _cancel, "retry": _retry,
-                    "submit-infer": submit_infer}
+                    "submit-infer": infer_cli.submit_infer}
         return commands[ns.command](ns, farm)
     except (FarmError, ConfigError, RunDirError) as exc:
         print(f"cuetrain {ns.command}: error: {exc}", file=sys.stderr)

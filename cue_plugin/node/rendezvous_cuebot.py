@@ -1,6 +1,6 @@
 """The ``cuebot`` rendezvous mode: ranks find frame 0 through Cuebot (pycue), no file is written.
 
-See ``cue_plugin.rendezvous`` (module doc, "Two modes") for the protocol: frame 0 must be RUNNING;
+See ``cue_plugin.node.rendezvous`` (module doc, "Two modes") for the protocol: frame 0 must be RUNNING;
 its host is the host part of ``last_resource``; the port is :func:`cuebot_port` of (job id, frame 0's
 ``retry_count``), 20000 + crc32 % 10000, below Linux's ephemeral range (32768-60999).
 """
@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable
 
-from cue_plugin.rendezvous import PortReservation, Publication, RendezvousError, log
+from cue_plugin.node.rendezvous import PortReservation, Publication, RendezvousError, log
 
 PORT_BASE, PORT_SPAN = 20000, 10000  # ports PORT_BASE .. PORT_BASE + PORT_SPAN - 1
 

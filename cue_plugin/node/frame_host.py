@@ -1,5 +1,5 @@
-"""Frame 0's node agent role: it hosts every gang generation of the job (see ``cue_plugin.frame`` and
-``cue_plugin.agent``).
+"""Frame 0's node agent role: it hosts every gang generation of the job (see ``cue_plugin.node.frame`` and
+``cue_plugin.node.agent``).
 
 :class:`HostGang` is the :class:`trainer.nodeagent.GangRole` that :class:`~trainer.nodeagent.NodeAgent`
 runs in frame 0: each generation it gathers the frames (an elastic gang: those that came back), records the
@@ -15,17 +15,17 @@ import logging
 import signal
 from typing import Callable
 
-from cue_plugin import membership, rendezvous
-from cue_plugin.agent import record_gang
-from cue_plugin.frame_context import FrameContext
-from cue_plugin.frame_member import Start
-from cue_plugin.layer_failure import fail_layer, gang_incomplete
+from cue_plugin.node import membership, rendezvous
+from cue_plugin.node.agent import record_gang
+from cue_plugin.node.frame_context import FrameContext
+from cue_plugin.node.frame_member import Start
+from cue_plugin.node.layer_failure import fail_layer, gang_incomplete
 from trainer import runrecord
 from trainer.exitcodes import ExitCode, describe
 from trainer.nodeagent import Ended, Generation, WorkerState, classify
 from trainer.supervise import GangExit
 
-log = logging.getLogger("cue_plugin.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
+log = logging.getLogger("cue_plugin.node.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
 
 EXIT_USAGE = ExitCode.USAGE
 EXIT_GANG = ExitCode.GANG
@@ -33,7 +33,7 @@ EXIT_GANG = ExitCode.GANG
 
 def _members(ctx: FrameContext, regroup: bool) -> tuple[int, ...]:
     """Frames of frame 0's next generation: every frame (empty tuple), or after a failure or a regroup of an
-    elastic gang those that came back (``cue_plugin.membership.gather``).
+    elastic gang those that came back (``cue_plugin.node.membership.gather``).
 
     Raises:
         TimeoutError: an elastic gang has too few frames after the rendezvous timeout.
@@ -74,7 +74,7 @@ class HostGang:
         ctx: the frame's context.
         source: where frame 0 publishes (the run directory, or Cuebot in ``--rendezvous cuebot``).
         notice: frame 0's failure notice file (both modes).
-        start: runs this frame's trainers for a publication (``cue_plugin.frame._start_trainer``).
+        start: runs this frame's trainers for a publication (``cue_plugin.node.frame._start_trainer``).
     """
 
     counts_restarts = True

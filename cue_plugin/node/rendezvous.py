@@ -30,8 +30,8 @@ Two modes (``TrainingJob.rendezvous``):
     Nothing is written. Ranks ask Cuebot (pycue ``findFrame(job, "train", 0)``) for frame 0: it
     must be RUNNING; its host is the host part of ``last_resource`` (``host/cores/gpus``: RQD's IP by
     default, rqconstants ``RQD_USE_IP_AS_HOSTNAME``; else a name the farm's DNS must resolve) and the
-    port is ``cue_plugin.rendezvous_cuebot.cuebot_port`` of (job id, frame 0's ``retry_count``): 20000 + crc32 % 10000,
-    below Linux's ephemeral range (32768-60999). Frame 0 reserves exactly that port; if it is
+    port is ``cue_plugin.node.rendezvous_cuebot.cuebot_port`` of (job id, frame 0's ``retry_count``):
+    20000 + crc32 % 10000, below Linux's ephemeral range (32768-60999). Frame 0 reserves exactly that port; if it is
     taken, frame 0 fails (exit code 6) and OpenCue's retry moves it to a new port (the retry count
     changed). Render nodes need pycue and ``CUEBOT_HOSTS`` (the submitter passes it on). Keep
     ports 20000-29999 free of long-lived listeners on render nodes.
@@ -131,9 +131,9 @@ class Publication:
         failed: "" for a usable publication; else frame 0's reason for failing the gang (a failure
             notice: nobody may join this attempt).
         generation: the node agent's gang generation this attempt hosts (1, 2, ...; 0 = not given), see
-            ``cue_plugin.agent``.
+            ``cue_plugin.node.agent``.
         members: frame numbers invited to this generation, in rank order (empty = every frame of the layer;
-            an elastic gang that shrank lists the frames it runs with, ``cue_plugin.membership``).
+            an elastic gang that shrank lists the frames it runs with, ``cue_plugin.node.membership``).
     """
 
     host: str

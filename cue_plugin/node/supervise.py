@@ -2,7 +2,7 @@
 
 A frame runs L = ranks-per-frame trainer processes through :func:`trainer.supervise.run_ranks`, the
 same supervisor ``cuetrain local`` uses. Output lines go to stdout (the frame log CueGUI shows,
-prefixed ``[rank N]`` when L > 1; paced by :mod:`cue_plugin.framelog` so that RQD logs every line)
+prefixed ``[rank N]`` when L > 1; paced by :mod:`cue_plugin.node.framelog` so that RQD logs every line)
 and to ``RUN_DIR/logs/rank_N.log``. The frame's own log records go to the log of its first rank.
 A SIGTERM sent to the frame is passed on to every trainer.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from cue_plugin.framelog import PacedLines
+from cue_plugin.node.framelog import PacedLines
 from trainer.envvars import CueFrameEnv
 from trainer.rundir import RunPaths
 from trainer.supervise import EXIT_NO_TRAINER, Devices, GangExit, RankLogs, run_ranks
@@ -27,7 +27,7 @@ class RankLog:
 
     :attr:`logs` is the :class:`~trainer.supervise.RankLogs` its trainers write to (the same files and
     stdout, one lock). :meth:`attach` sends ``cue_plugin`` log records through it. Stdout goes through
-    :class:`cue_plugin.framelog.PacedLines` (one line per write, under RankLogs' lock); :meth:`close`
+    :class:`cue_plugin.node.framelog.PacedLines` (one line per write, under RankLogs' lock); :meth:`close`
     drains it.
 
     Args:

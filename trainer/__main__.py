@@ -1,0 +1,24 @@
+"""``python -m trainer TRAIN_ARGS``: one rank of a gang; how every rank process starts.
+
+Both rank supervisors start ranks through :data:`trainer.supervise.TRAINER_COMMAND` with the train
+arguments appended: a farm frame's node agent (``cue_plugin.node.frame``) and ``cuetrain local``
+(:mod:`trainer.launch`). It runs ``cuetrain train TRAIN_ARGS`` (:mod:`trainer.cli`): the same parsing,
+errors, failure record (trainer/rankfailure.py) and exit codes (trainer/exitcodes.py). One fixed command
+line also lets the Runs panel find a local run's ranks in ``/proc`` (``gui/localranks.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one rank with ``argv`` (default ``sys.argv[1:]``) as its train arguments; returns its exit code."""
+    from trainer.cli import main as cli_main  # the front door; it imports nothing of this module
+
+    return cli_main(["train", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
