@@ -76,12 +76,14 @@ def test_sigint_is_trapped_like_sigterm_and_the_grace_watchdog_exits_76_when_stu
 
     from trainer.stop import StopSignal
 
+    before = signal.getsignal(signal.SIGINT)  # default_int_handler; SIG_IGN where pytest started in the background
     with StopSignal(grace_s=60) as sig:
+        assert signal.getsignal(signal.SIGINT) is not before
         os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the handler only records it
         time.sleep(0.1)
         assert sig.signum == signal.SIGINT
         sig.finished()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert signal.getsignal(signal.SIGINT) is before  # restored
     stuck = ("import os, signal, sys, time\nfrom trainer.rundir import RunPaths\n"
              "from trainer.stop import StopSignal, record_stop_timeout\n"
              "with StopSignal(grace_s=1.0, on_timeout=record_stop_timeout(RunPaths.of(sys.argv[1]))):\n"
