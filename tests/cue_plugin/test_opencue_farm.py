@@ -28,6 +28,7 @@ CHILD_PYTHONPATH = os.pathsep.join([str(ROOT / "tests" / "cpu_bf16"), str(ROOT)]
 STUB = Path(__file__).with_name("stub_trainer.py")
 SYSTEM_PYTHON = "/usr/bin/python3"
 SETTLE_S = 40
+RESTART_BACKOFF_S = 0.2  # the frames' --restart-backoff-s: a dead frame's 3 gang restarts wait 1.4 s, not 14 s
 
 
 @pytest.fixture
@@ -36,10 +37,11 @@ def farm_env(cuebot_farm):
         skip_or_fail_missing_prerequisite("needs /usr/bin/python3 (3.11+) and /usr/bin/time for RQD frames")
     farm = cuebot_farm(rqds=2)
     wrapper = farm.workdir / "frame python"
-    wrapper.write_text(
+    wrapper.write_text(  # --restart-backoff-s first: the frame reads options up to "--" (backoff doubling: test_frame.py)
         "#!/bin/sh\n# argv: -u -m cue_plugin.frame FRAME_ARGS -- TRAIN_ARGS\n"
         f"exec {SYSTEM_PYTHON} -c 'import sys; from cue_plugin.frame import main; "
-        f"sys.exit(main(sys.argv[4:], trainer_command=[sys.executable, \"{STUB}\"]))' \"$@\"\n")
+        f"sys.exit(main([\"--restart-backoff-s\", \"{RESTART_BACKOFF_S}\", *sys.argv[4:]], "
+        f"trainer_command=[sys.executable, \"{STUB}\"]))' \"$@\"\n")
     wrapper.chmod(0o755)
     return farm, str(wrapper)
 

@@ -23,6 +23,7 @@ on exit (deleting a namespace deletes its veth pair). Needs Linux, root, ``ip`` 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -68,6 +69,28 @@ def unavailable(tools: tuple[str, ...] = ("ip", "unshare")) -> str | None:
     return None
 
 
+def _free_tag_and_subnet() -> tuple[str, int]:
+    """A name tag and a subnet N (10.77.N.0/24) that no other bed on this machine uses now.
+
+    Two beds with one subnet would route the bridge address to either bridge. Beds of the same pytest session never
+    meet: each pytest-xdist worker draws N from its own slice of 20..219 (``PYTEST_XDIST_WORKER``, gw0, gw1, ...),
+    and tests/conftest.py runs the multi-host tests on one worker anyway. Beds of other sessions on the machine
+    (another checkout's suite, a benchmark) are avoided by skipping the tags and subnets ``ip`` lists as in use.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    width = 200 // workers
+    first = 20 + (int(worker) % workers if worker.isdigit() else 0) * width
+    listed = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True, timeout=30).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=30).stdout
+    used = {int(n) for n in re.findall(rf"inet {re.escape(SUBNET_PREFIX)}\.(\d+)\.", listed)}
+    free = [n for n in range(first, first + width) if n not in used] or list(range(first, first + width))
+    while True:
+        tag = secrets.token_hex(2)
+        if f"ctn-br{tag}" not in links and f"ctn{tag}v" not in links:
+            return tag, secrets.choice(free)
+
+
 @dataclass(frozen=True)
 class Host:
     """One host of the bed: namespace, host name, IP and the bridge-side end of its veth pair."""
@@ -82,8 +105,7 @@ class NetnsBed:
     """K hosts on a bridge (see module doc); a context manager that deletes everything on exit."""
 
     def __init__(self, hosts: int = 3) -> None:
-        tag = secrets.token_hex(2)
-        self.subnet = secrets.randbelow(200) + 20  # 10.77.N.0/24; random so two beds do not meet
+        tag, self.subnet = _free_tag_and_subnet()
         self.bridge = f"ctn-br{tag}"
         self.gateway = f"{SUBNET_PREFIX}.{self.subnet}.1"
         self.hosts = [Host(f"ctn-{tag}-h{i}", f"ctnh{i}", f"{SUBNET_PREFIX}.{self.subnet}.{10 + i}", f"ctn{tag}v{i}")
