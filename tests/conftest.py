@@ -78,15 +78,6 @@ XDIST_GROUPS: tuple[tuple[str, str], ...] = (
 )
 
 
-#: Tests that run with no other test beside them (the other workers wait before their next test): their assertions
-#: race timers that a loaded machine can lose. Under 2x CPU load (another worker's gang), rank 2 of a gloo failure
-#: sometimes reads "rank 0 exited" instead of the abort reason, once rank 0's 2 s grace (trainer/gang.py
-#: ABORT_GRACE_S) has passed; 1 run of 3 with two busy loops beside it.
-XDIST_ALONE: tuple[str, ...] = (
-    "tests/multihost/test_multihost.py::test_d_a_wrong_interface_setting_fails_every_rank_with_a_clear_line",
-)
-
-
 def xdist_group_of(nodeid: str) -> str | None:
     """The XDIST_GROUPS group of a test's node id, None when it is in none."""
     return next((group for prefix, group in XDIST_GROUPS if nodeid.startswith(prefix)), None)
@@ -124,35 +115,6 @@ class _GroupSchedulerPlugin:
                 return xdist_group_of(nodeid) or super()._split_scope(nodeid)
 
         return GroupScheduling(config, log)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """On an xdist worker: an XDIST_ALONE test holds the session's lock file exclusively, every other test shares it.
-
-    The gate keeps an alone test from waiting forever behind the other workers' shared locks (taken one test at a
-    time, they could overlap without end): a test passes the gate before it takes its shared lock, and an alone
-    test holds the gate until it has its exclusive lock.
-    """
-    worker = getattr(item.config, "workerinput", None)
-    if worker is None:
-        yield
-        return
-    import fcntl
-
-    folder = item.config._tmp_path_factory.getbasetemp().parent  # the controller's basetemp: one per session
-    alone = item.nodeid.startswith(XDIST_ALONE)
-    with open(folder / "xdist-alone.gate", "a") as gate, open(folder / "xdist-alone.lock", "a") as lock:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        if alone:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        fcntl.flock(gate, fcntl.LOCK_UN)
-        if not alone:
-            fcntl.flock(lock, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def make_pairs(folder: Path, frames: int = 4, height: int = 40, width: int = 48, ext: str = "png") -> tuple[Path, Path]:

@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 3.0  # seconds between heartbeat bumps
 LOG_EVERY_S = 10.0  # seconds between "waiting for ranks" lines
 GUARD_POLL_S = 0.5  # seconds between a PhaseGuard's looks at the store's abort key
-ABORT_GRACE_S = 2.0  # seconds rank 0 keeps its store up after writing an abort reason, so the others read it
+ABORT_GRACE_S = 5.0  # seconds rank 0 keeps its store up at most after an abort, until every other rank has read it
+ABORT_SEEN_KEY = "abort_seen"  # counter: ranks that read the abort reason (or failed themselves) and now exit
 ABORT_KEY = "abort"
 FIX = ("set COPYCAT_LOCAL_ADDR on the failing ranks to the interface that reaches the other hosts (every rank logs "
        "its 'collective interface' and why), and allow TCP between the hosts")
@@ -238,10 +239,32 @@ class PhaseGuard:
         self._store = None
 
     def _tell_peers(self, reason: str) -> None:
+        """Write the abort reason; rank 0 (it hosts the store) then keeps the store up until every other rank
+        has read it or failed itself (``ABORT_SEEN_KEY``), at most :data:`ABORT_GRACE_S` seconds, so under load
+        no rank reports a lost store in place of the reason (a fixed 2 s grace lost that race)."""
         with contextlib.suppress(Exception):  # the store may be gone already
             self._store.set(ABORT_KEY, reason)
-        if self._env.rank == 0:
-            time.sleep(ABORT_GRACE_S)  # rank 0 hosts the store: leave the others time to read the reason
+        self._known()
+
+    def _known(self) -> None:
+        """This rank knows the gang aborts: a rank > 0 counts itself in ``ABORT_SEEN_KEY``; rank 0 (it hosts the
+        store) waits until every other rank has, at most :data:`ABORT_GRACE_S` seconds, before it may exit."""
+        if self._env.rank != 0:
+            self._seen()
+            return
+        deadline = time.monotonic() + ABORT_GRACE_S
+        while time.monotonic() < deadline:
+            try:
+                if self._store.add(ABORT_SEEN_KEY, 0) >= self._env.world_size - 1:
+                    return
+            except Exception:  # noqa: BLE001 - rank 0's own client lost the store: nobody can read it any more
+                return
+            time.sleep(0.05)
+
+    def _seen(self) -> None:
+        """Count this rank among those that know the gang aborts (rank 0 waits for them before it exits)."""
+        with contextlib.suppress(Exception):
+            self._store.add(ABORT_SEEN_KEY, 1)
 
     def _watch(self, name: str, done: threading.Event) -> None:
         deadline = time.monotonic() + self._timeout_s
@@ -250,6 +273,7 @@ class PhaseGuard:
             try:
                 if self._store.check([ABORT_KEY]):
                     reason = self._store.get(ABORT_KEY).decode()
+                    self._known()
                     return self._abort(done, GangError(f"rank {rank} ({self._where}) stops during {name}: {reason}"))
             except Exception as exc:  # noqa: BLE001 - the store went away: rank 0 exited
                 return self._abort(done, GangError(

@@ -59,3 +59,43 @@ def test_a_rank_whose_gloo_cannot_start_stops_its_peer_too(pairs, tmp_path):
     assert "cuetrain: error: rank 0 (host " in err0 and "stops during process-group creation: rank 1 (host" in err0
     assert "Traceback" not in err0 + err1
     assert took < 50, took  # well inside the 60 s collective timeout: rank 1 told rank 0
+
+
+THREE = r"""
+import sys, time
+from trainer import gang
+from trainer.envvars import DistEnv
+rank = int(sys.argv[2])
+env = DistEnv(True, rank=rank, world_size=3, main_addr="127.0.0.1", main_port=int(sys.argv[1]))
+if rank == 0:
+    store = gang.connect(env, 10, master=True)
+if rank == 2:
+    gang.GUARD_POLL_S = 3.0  # a loaded rank: its guard looks at the store late
+guard = gang.PhaseGuard(env, f"host h{rank}, interface lo 127.0.0.1", 30.0)
+try:
+    with guard.phase("process-group creation"):
+        if rank == 1:
+            time.sleep(1.0)
+            raise RuntimeError("Connection refused")  # stands for gloo failing on this rank's interface
+        time.sleep(60)  # gloo blocked in C++ waiting for the failed peer
+except gang.GangError as exc:  # as trainer.cli ends a rank
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_rank_0_keeps_the_store_until_a_slow_rank_has_read_why_the_gang_aborts():
+    """Failed before (the multihost test d under load): rank 0 read rank 1's abort reason and exited at once, so a
+    rank whose guard looked later found the store gone and said only "lost the gang's store ... rank 0 exited"."""
+    port = str(free_port())
+    env = {**os.environ, "PYTHONPATH": CHILD_PYTHONPATH}
+    procs = []
+    for rank in range(3):
+        procs.append(subprocess.Popen([sys.executable, "-c", THREE, port, str(rank)], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        time.sleep(0.5 if rank == 0 else 0.0)  # rank 0's store first
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [3, 3, 3], outs
+    err2 = outs[2][1]
+    assert "lost the gang's store" not in err2, err2
+    assert "cuetrain: error: rank 2 (host h2, interface lo 127.0.0.1) stops during process-group creation: rank 1 " \
+           "(host h1" in err2, err2
