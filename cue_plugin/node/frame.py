@@ -68,7 +68,7 @@ from cue_plugin.node import rendezvous, rendezvous_cuebot
 from cue_plugin.node.agent import DEFAULT_BACKOFF_S, DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, AgentPolicy
 from cue_plugin.node.frame_context import FrameContext
 from cue_plugin.node.frame_host import HostGang
-from cue_plugin.node.frame_member import MemberGang
+from cue_plugin.node.frame_member import run_member
 from cue_plugin.names import RENDEZVOUS_MODES
 from cue_plugin.node.supervise import GangExit, RankLog, frame_devices, frame_ranks, run_ranks
 from trainer.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
@@ -81,11 +81,9 @@ from trainer.nodeagent import NodeAgent
 from trainer.rundir import RunDirError, RunPaths
 from trainer.supervise import TRAINER_COMMAND, device_envs, rank_envs
 
-log = logging.getLogger("cue_plugin.node.frame")  # not __name__: run as ``-m``, that is "__main__", outside RankLog's tree
+log = logging.getLogger("cue_plugin.frame")  # the frame's records, as in its logs since the first release (RankLog: "cue_plugin")
 
 EXIT_USAGE = ExitCode.USAGE
-EXIT_GANG = ExitCode.GANG  # rendezvous timeout, gang incomplete or failed (trainer.gang.GangTimeout)
-EXIT_REJECTED = ExitCode.REJECTED  # trainer.gang.GangRejected: rank already claimed in that gang, or wrong job token
 WATCH_S = 5.0  # seconds between looks at the publication while the trainer runs
 STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the trainer's default grace (trainer.grace)
 
@@ -240,8 +238,9 @@ def _run(ctx: FrameContext) -> int:
     def start(pub: rendezvous.Publication, resume: bool, watch: Callable[[], str | int | None] | None) -> GangExit:
         return _start_trainer(ctx, pub, resume=resume, watch=watch)
 
-    role = HostGang(ctx, source, notice, start) if ctx.frame == 0 else MemberGang(ctx, source, notice, start)
-    return NodeAgent(role, ctx.policy.max_restarts).run()
+    if ctx.frame == 0:
+        return NodeAgent(HostGang(ctx, source, notice, start), ctx.policy.max_restarts).run()
+    return run_member(ctx, source, notice, start)
 
 
 def policy_of(ns: argparse.Namespace) -> AgentPolicy:

@@ -25,7 +25,7 @@ from trainer.exitcodes import ExitCode, describe
 from trainer.nodeagent import Ended, Generation, WorkerState, classify
 from trainer.supervise import GangExit
 
-log = logging.getLogger("cue_plugin.node.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
+log = logging.getLogger("cue_plugin.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
 
 EXIT_USAGE = ExitCode.USAGE
 EXIT_GANG = ExitCode.GANG

@@ -22,7 +22,7 @@ from trainer.nodeagent import Ended, Generation, NodeAgent, WorkerState, classif
 from trainer.rundir import RunPaths
 from trainer.supervise import GangExit
 
-log = logging.getLogger("cue_plugin.node.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
+log = logging.getLogger("cue_plugin.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
 
 NOTICE_WAIT_S = 2.0  # seconds a rank whose trainer failed looks for frame 0's failure notice
 EXIT_GANG = ExitCode.GANG
