@@ -33,7 +33,10 @@ FAKE_RANK = textwrap.dedent("""
     with open(os.environ["STARTS_FILE"], "a") as fh:
         fh.write(os.environ["COPYCAT_RANK"] + "\\n")
     mode = os.environ["FAKE_MODE"]
-    if mode == "usage":
+    if mode == "usage":  # after every rank of this gang has started (else a slow one is stopped before it counts)
+        world, deadline = int(os.environ["COPYCAT_WORLD_SIZE"]), time.monotonic() + 10
+        while len(open(os.environ["STARTS_FILE"]).read().splitlines()) % world and time.monotonic() < deadline:
+            time.sleep(0.01)
         print("cuetrain: error: frame sizes do not match", flush=True)
         sys.exit(2)
     if mode == "port":  # another program tries to take rank 0's port while the gang runs
