@@ -75,6 +75,8 @@ XDIST_GROUPS: tuple[tuple[str, str], ...] = (
     # One network-namespace bed at a time: every bed makes a bridge and a 10.77.N.0/24 (bed.py), and each test
     # file starts a 3-host farm (3 RQDs, 3-rank trainings on 2 cores).
     ("tests/multihost/", "netns"),
+    # Its module-scoped `trained` run (training with the ONNX export) is made once, not once per worker.
+    ("tests/trainer/test_export.py", "export"),
 )
 
 

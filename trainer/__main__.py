@@ -5,12 +5,16 @@ arguments appended: a farm frame's node agent (``cue_plugin.node.frame``) and ``
 (:mod:`trainer.launch`). It runs ``cuetrain train TRAIN_ARGS`` (:mod:`trainer.cli`): the same parsing,
 errors, failure record (trainer/rankfailure.py) and exit codes (trainer/exitcodes.py). One fixed command
 line also lets the Runs panel find a local run's ranks in ``/proc`` (``gui/localranks.py``).
+
+The process ends through :func:`trainer.exitcodes.exit_rank`, without interpreter finalization (see there).
 """
 
 from __future__ import annotations
 
 import sys
 from typing import Sequence
+
+from trainer.exitcodes import exit_rank
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,4 +25,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main)

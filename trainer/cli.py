@@ -163,5 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m trainer.cli`: ends as a rank does (trainer.exitcodes.exit_rank)
+    from trainer.exitcodes import exit_rank
+
+    exit_rank(main)

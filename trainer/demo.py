@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from trainer.images import DataError, find_sequence, read_image, write_image
-from trainer.infer import infer_sequence, psnr
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +85,8 @@ def extract(data_dir: Path) -> DemoData:
 
 def mean_psnr(folder_a: Path, folder_b: Path) -> float:
     """Mean per-frame PSNR [dB] between two sequences paired by frame number."""
+    from trainer.infer import psnr  # torch: imported when used, so `cuetrain local`'s parser does not pay for it
+
     a, b = find_sequence(folder_a), find_sequence(folder_b)
     return float(np.mean([psnr(read_image(a[n]), read_image(b[n])) for n in sorted(b)]))
 
@@ -103,6 +104,8 @@ def train_demo(run_dir: Path, data: DemoData, world_size: int, steps: int, train
 def holdout_psnr(run_dir: Path, data: DemoData) -> tuple[float, float]:
     """Infer ``run_dir/model.pt`` on the held-out frames (into ``run_dir/holdout_output``); returns
     the mean PSNR [dB] of the Input and of the output against the Ground Truth."""
+    from trainer.infer import infer_sequence
+
     out = run_dir / "holdout_output"
     infer_sequence(run_dir / "model.pt", data.holdout_input, out)
     return mean_psnr(data.holdout_input, data.holdout_target), mean_psnr(out, data.holdout_target)

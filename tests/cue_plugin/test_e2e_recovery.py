@@ -111,7 +111,7 @@ def report(name: str, lost: int, seconds: float) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sigterm_to_a_frame_checkpoints_and_the_retry_loses_no_step(farm, tmp_path):  # noqa: F811
-    cue, handle, paths = submit(farm, tmp_path, "sigterm", max_retries=1, steps=600, checkpoint_interval=50, log_interval=10,
+    cue, handle, paths = submit(farm, tmp_path, "sigterm", max_retries=1, steps=300, checkpoint_interval=50, log_interval=10,
                                 contact_sheet_interval=1000)
     wait_step(paths, 110)  # checkpoints at 50 and 100 before the stop's own: resuming an older one fails
     trainer = find_trainer(1, paths.root)
@@ -123,7 +123,7 @@ def test_sigterm_to_a_frame_checkpoints_and_the_retry_loses_no_step(farm, tmp_pa
     assert status.state is RunState.SUCCEEDED, status
     record = read_record_or_empty(paths)
     stopped = record.attempts[1]["start_step"]
-    assert stopped >= reached > 0 and record.final_step == 600  # no step lost: the checkpoint at the stop step
+    assert stopped >= reached > 0 and record.final_step == 300  # no step lost: the checkpoint at the stop step
     assert {f["exit_status"] for f in status.frames.values()} == {0}
     logs = paths.rank_log(0).read_text() + paths.rank_log(1).read_text()
     assert f"stopped at step {stopped}" in logs and "trainer exited with code 75" in logs
@@ -148,7 +148,7 @@ def test_a_frame_over_12_hours_that_loses_a_rank_recovers_inside_its_frames(vers
     frames, which never exit: SUCCEEDED with no Cuebot retry, under either limit."""
     farm = versioned_farm
     assert THIRTEEN_HOURS_S > farm.cuebot.state.rules.frame_time_no_retry_s  # past the no-retry limit
-    cue, handle, paths = submit(farm, tmp_path, "longframe", max_retries=1, steps=600, checkpoint_interval=50,
+    cue, handle, paths = submit(farm, tmp_path, "longframe", max_retries=1, steps=300, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
     wait_step(paths, 110)  # after 2 checkpoints (50, 100)
     job = next(j for j in farm.cuebot.jobs() if j.id == handle.job_id)
@@ -165,10 +165,10 @@ def test_a_frame_over_12_hours_that_loses_a_rank_recovers_inside_its_frames(vers
     record = read_record_or_empty(paths)
     start = record.attempts[1]["start_step"]
     lost = assert_resumed_within_one_interval(start, reached, newest, 50)
-    assert record.final_step == 600
+    assert record.final_step == 300
     assert (record.gang["generation"], record.gang["restarts"]) == (2, 1)
     logged = [row["step"] for row in read_metrics(paths)]
-    resumed = list(range(start + 10, 601, 10))
+    resumed = list(range(start + 10, 301, 10))
     assert logged[-len(resumed):] == resumed  # the new generation continues from the checkpoint (issue 5)
     assert f"resumed from {paths.checkpoint(start)}" in paths.rank_log(0).read_text()
     assert "lost rank 1 during training" in paths.rank_log(0).read_text()
@@ -188,7 +188,7 @@ def test_two_losses_a_whole_frame_then_rank_0s_trainer_recover(farm, tmp_path): 
     trainer SIGKILLed: frame 0's agent restarts it; frame 1's agent sees frame 0's new generation,
     stops its trainer and joins. SUCCEEDED, and Cuebot retried only the frame that was gone.
     """
-    cue, handle, paths = submit(farm, tmp_path, "twolosses", max_retries=3, steps=900, checkpoint_interval=50,
+    cue, handle, paths = submit(farm, tmp_path, "twolosses", max_retries=3, steps=450, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
     for loss in (1, 2):
         wait_step(paths, (read_record_or_empty(paths).attempts[-1]["start_step"] if loss > 1 else 50) + 60)  # >= 2 checkpoints
@@ -226,7 +226,7 @@ def test_an_rqd_killed_with_its_host_recovers_through_the_down_host_rule(farm3, 
     (300 s) old (here made 301 s old on the double's clock) and puts its frames back to WAITING (exit 399);
     frame 1 runs again on the spare host and joins frame 0's new generation. SUCCEEDED."""
     farm = farm3
-    cue, handle, paths = submit(farm, tmp_path, "rqdkilled", max_retries=1, steps=600, checkpoint_interval=50,
+    cue, handle, paths = submit(farm, tmp_path, "rqdkilled", max_retries=1, steps=300, checkpoint_interval=50,
                                 log_interval=10, contact_sheet_interval=1000)
     wait_step(paths, 110)  # after 2 checkpoints (50, 100)
     status = cue.describe(handle)
@@ -245,7 +245,7 @@ def test_an_rqd_killed_with_its_host_recovers_through_the_down_host_rule(farm3, 
     record = read_record_or_empty(paths)
     start = record.attempts[1]["start_step"]
     lost = assert_resumed_within_one_interval(start, reached, newest, 50)
-    assert record.final_step == 600
+    assert record.final_step == 300
     # a down host (exit 399) spends no retry (FrameDaoJdbc.updateFrameStarted): frame 1 ran again, retries 0
     assert status.frames["1"]["host"] != host1 and (status.frames["0"]["retries"], status.frames["1"]["retries"]) == (0, 0)
     report(f"RQD of {host1} killed with its frame", lost, again - fault)

@@ -24,7 +24,7 @@ def _start_frame(tmp_path: Path, dirs: tuple[Path, Path], max_restarts: int) -> 
     run = tmp_path / "run"
     cmd = [sys.executable, "-u", "-m", "cue_plugin.frame", "--frame", "0", "--world-size", "2", "--ranks-per-frame",
            "2", "--rendezvous", "file", "--rendezvous-timeout", "60", "--max-restarts", str(max_restarts), "--",
-           "--input", str(dirs[0]), "--target", str(dirs[1]), "--run-dir", str(run), "--steps", "300",
+           "--input", str(dirs[0]), "--target", str(dirs[1]), "--run-dir", str(run), "--steps", "150",
            "--batch-size", "2", "--crop-size", "16", "--log-interval", "2", "--checkpoint-interval", "10",
            "--shot-check-s", "0.2"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COPYCAT_", "CUE_", "MASTER_", "RANK"))}
@@ -69,7 +69,7 @@ def test_the_gang_restarts_from_its_checkpoint_when_the_deleted_frame_is_back(tm
     assert len(set(first)) == 1 and re.match(rf"rank \d \(host .*\): {victim} was deleted .*after training started",
                                              first[0]), first
     record = runrecord.read_record(paths)
-    assert record.state == "succeeded" and record.final_step == 300 and record.gang["restarts"] == 1, record
+    assert record.state == "succeeded" and record.final_step == 150 and record.gang["restarts"] == 1, record
     assert len(record.attempts) == 2 and record.attempts[1]["start_step"] >= 10  # resumed from its checkpoint
     (host,) = record.data["hosts"].values()  # the restart found the host copy in place: it read no frame again
     assert host["ranks"] == [0, 1] and host["frames"] == 0 and host["shot_reads"] == 0.0

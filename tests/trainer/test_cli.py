@@ -109,3 +109,20 @@ def test_infer_writes_same_names_and_format(capsys, monkeypatch, tmp_path, pairs
     out = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert out == sorted(p.name for p in pairs[0].iterdir())
     assert read_image(tmp_path / "out" / "plate.1001.png").shape == (40, 48, 3)
+
+
+def test_the_parser_and_the_local_launcher_do_not_import_torch():
+    """``cuetrain local``'s launcher (and every subcommand's parsing) holds no torch; only its ranks import it.
+    The parser imported it through the demo's defaults (trainer.demo -> trainer.infer): ~2.5 s of CPU per
+    launch on a 2-core VM, for nothing."""
+    import subprocess
+    import sys
+
+    from tests.conftest import CHILD_PYTHONPATH, ROOT
+
+    code = ("import sys\nfrom trainer.cli import _parser\nimport trainer.launch\n"
+            "_parser().parse_args(['local', '--world-size', '2', '--input', 'in', '--target', 'gt'])\n"
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": CHILD_PYTHONPATH}, cwd=ROOT, text=True,
+                          capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr
