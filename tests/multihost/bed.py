@@ -11,8 +11,10 @@ double) reach every host and every host reaches them and the other hosts. Proces
 :meth:`NetnsBed.command` also get their own UTS and mount namespaces (``unshare --uts --mount``):
 the host name is ``ctnhI`` and ``/etc/hosts`` is a bind-mounted file that maps it to 127.0.1.1, as
 Debian's installer writes it. That is the trap of issue 9: ``gethostbyname(gethostname())`` is
-loopback on every host, so gloo's default address is loopback. There is no DNS: the other hosts'
-names do not resolve, so a job only trains if frame 0 publishes an IP (before issue 9 it published
+loopback on every host, so gloo's default address is loopback. There is no DNS (a bind-mounted
+``/etc/resolv.conf`` names a server on the host's own loopback, where none listens, so a lookup fails at
+once; the machine's own server is not reachable from the bed and made every lookup, e.g. c10d's reverse
+lookup of each store client, wait out its timeout, ~10 s): the other hosts' names do not resolve, so a job only trains if frame 0 publishes an IP (before issue 9 it published
 its host name, and the other frames waited for the whole rendezvous timeout).
 
 Only names starting with ``ctn-`` and addresses in 10.77.0.0/16 are created; everything is deleted
@@ -144,6 +146,10 @@ class NetnsBed:
             path = self.etc / f"hosts.{host.name}"
             path.write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{host.name}\n")
             path.chmod(0o644)
+        resolv = self.etc / "resolv.conf"  # no DNS server: a lookup fails at once, not after a timeout per try
+        resolv.write_text("# cuetrain test bed (tests/multihost/bed.py): no DNS on these hosts\n"
+                          "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        resolv.chmod(0o644)
         self.etc.chmod(0o755)
 
     def delete(self) -> None:
@@ -159,7 +165,8 @@ class NetnsBed:
     def command(self, index: int, argv: list[str]) -> list[str]:
         """``argv`` run on host ``index``: its netns, host name and /etc/hosts (execs ``argv``, same pid)."""
         host = self.hosts[index]
-        script = f"hostname {host.name} && mount --bind {self.etc / f'hosts.{host.name}'} /etc/hosts && exec \"$@\""
+        script = (f"hostname {host.name} && mount --bind {self.etc / f'hosts.{host.name}'} /etc/hosts && "
+                  f"mount --bind {self.etc / 'resolv.conf'} /etc/resolv.conf && exec \"$@\"")
         return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--mount", "--propagation", "private",
                 "sh", "-c", script, "sh", *argv]
 
