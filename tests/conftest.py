@@ -56,6 +56,18 @@ def pytest_configure(config: pytest.Config) -> None:
     frames, RQD, the Cuebot double) do the same, so a crash anywhere leaves its stacks in that process's log.
     """
     os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+    if hasattr(config, "workerinput"):
+        _one_thread_per_worker()
+
+
+def _one_thread_per_worker() -> None:
+    """An xdist worker's own torch computes on one thread, as the ranks the tests start do (``OMP_NUM_THREADS=1``):
+    with `suite_workers` workers on as many cores, torch's default of one thread per core puts 2 threads on each
+    core, and OpenMP threads waiting for each other spin, burning the other worker's CPU. (The environment is
+    left alone: tests check what supervisors pass on of an inherited ``OMP_NUM_THREADS``.)"""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 # --- The suite on pytest-xdist workers (issue 20) -------------------------------------------------------------------
