@@ -28,7 +28,7 @@ from trainer.exitcodes import describe
 from trainer.rundir import RunPaths
 from trainer.grace import GRACE
 from trainer.ports import PortReservation
-from trainer.nodeagent import Ended, Generation, NodeAgent, WorkerState, classify
+from trainer.nodeagent import Ended, Generation, NodeAgent, WorkerState, judge_exit
 from trainer.supervise import TRAINER_COMMAND, GangExit, RankLogs, rank_envs, run_ranks  # tests patch launch's name
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class LocalGang:
         return _run_gang(self.argv, self.world_size, self.sync_interval, self.logs, self.threads)
 
     def judge(self, generation: Generation, result: GangExit) -> tuple[WorkerState, int]:
-        return classify(result.code, terminated=result.terminated), result.code
+        return judge_exit(result, self.logs.paths)
 
     def stopped(self, ended: Ended) -> int:
         result = ended.result

@@ -25,7 +25,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trainer.exitcodes import ExitCode
+from trainer import runrecord
+from trainer.exitcodes import ExitCode, describe
+from trainer.rundir import RunPaths
 from trainer.supervise import GangExit
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,31 @@ def classify(code: int, *, terminated: bool) -> WorkerState:
     if code == ExitCode.REGROUP:
         return WorkerState.REGROUP
     return WorkerState.FAILED  # RANK_LOST, REJECTED, a peer's STOPPED/STOP_TIMEOUT, a crash (1), a signal (128+n)
+
+
+def completed_step(paths: RunPaths) -> int | None:
+    """The last step when ``run.json`` records the run as succeeded at its configured last step, else None.
+
+    Rank 0 records that only after its last checkpoint and the model export (trainer.train), so a rank that
+    fails after it (killed or aborted while leaving the process group) leaves nothing to train again.
+    """
+    record = runrecord.read_record_or_empty(paths)
+    done = record.state == "succeeded" and record.final_step == record.config.get("steps")
+    return record.final_step if done and record.final_step is not None else None
+
+
+def judge_exit(result: GangExit, paths: RunPaths) -> tuple[WorkerState, int]:
+    """:func:`classify` for a gang that trains the run in ``paths``, and its exit code; a gang that FAILED after
+    the run was recorded as complete (:func:`completed_step`) SUCCEEDED, code 0: a restart would find nothing
+    to train, and frames that had already exited 0 would leave its gang incomplete (seen once: rank 0 aborted
+    in interpreter finalization after training, before trainer.exitcodes.exit_rank).
+    """
+    state = classify(result.code, terminated=result.terminated)
+    if state is WorkerState.FAILED and (step := completed_step(paths)) is not None:
+        log.warning("rank %s exited %d (%s) after run.json recorded the run as succeeded at step %d: the run is "
+                    "complete, nothing to restart", result.rank, result.code, describe(result.code), step)
+        return WorkerState.SUCCEEDED, 0
+    return state, result.code
 
 
 @dataclass(frozen=True)

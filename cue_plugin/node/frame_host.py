@@ -22,7 +22,7 @@ from cue_plugin.node.frame_member import Start
 from cue_plugin.node.layer_failure import fail_layer, gang_incomplete
 from trainer import runrecord
 from trainer.exitcodes import ExitCode, describe
-from trainer.nodeagent import Ended, Generation, WorkerState, classify
+from trainer.nodeagent import Ended, Generation, WorkerState, judge_exit
 from trainer.supervise import GangExit
 
 log = logging.getLogger("cue_plugin.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
@@ -124,7 +124,7 @@ class HostGang:
         return result
 
     def judge(self, generation: Generation, result: GangExit) -> tuple[WorkerState, int]:
-        return classify(result.code, terminated=result.terminated), result.code
+        return judge_exit(result, self.ctx.paths)
 
     def stopped(self, ended: Ended) -> int:
         """Fail the layer on an incomplete gang; tell waiting ranks about bad settings (the failed rank's

@@ -14,8 +14,9 @@ Debian's installer writes it. That is the trap of issue 9: ``gethostbyname(getho
 loopback on every host, so gloo's default address is loopback. There is no DNS (a bind-mounted
 ``/etc/resolv.conf`` names a server on the host's own loopback, where none listens, so a lookup fails at
 once; the machine's own server is not reachable from the bed and made every lookup, e.g. c10d's reverse
-lookup of each store client, wait out its timeout, ~10 s): the other hosts' names do not resolve, so a job only trains if frame 0 publishes an IP (before issue 9 it published
-its host name, and the other frames waited for the whole rendezvous timeout).
+lookup of each store client, wait out its timeout, ~10 s): the other hosts' names do not resolve, so a
+job only trains if frame 0 publishes an IP (before issue 9 it published its host name, and the other
+frames waited for the whole rendezvous timeout).
 
 Only names starting with ``ctn-`` and addresses in 10.77.0.0/16 are created; everything is deleted
 on exit (deleting a namespace deletes its veth pair). Needs Linux, root, ``ip`` and ``unshare``;

@@ -39,6 +39,13 @@ FAKE_RANK = textwrap.dedent("""
             time.sleep(0.01)
         print("cuetrain: error: frame sizes do not match", flush=True)
         sys.exit(2)
+    if mode == "done_then_abort":  # rank 0 records the run as complete, then dies as in interpreter finalization
+        if os.environ["COPYCAT_RANK"] == "0":
+            import json
+            with open(os.path.join(os.environ["FAKE_RUN_DIR"], "run.json"), "w") as fh:
+                json.dump({"version": 1, "state": "succeeded", "final_step": 4, "config": {"steps": 4}}, fh)
+            os.abort()
+        sys.exit(0)
     if mode == "port":  # another program tries to take rank 0's port while the gang runs
         import socket
         with socket.socket() as other:
@@ -73,6 +80,17 @@ def test_local_gang_exiting_2_is_not_restarted(monkeypatch: pytest.MonkeyPatch, 
                                threads_per_rank=1)
     assert code == ExitCode.USAGE
     assert _starts(starts) == 2, "bad input gives the same error again: the gang must start once (2 ranks)"
+
+
+def test_local_gang_whose_rank_dies_after_the_run_completed_is_not_restarted(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Path) -> None:
+    """Failed before (3 gangs, exit 134): rank 0 recorded the run as succeeded at its last step, then aborted
+    (seen in the elastic test: SIGABRT in interpreter finalization); the agent restarted a finished run."""
+    starts = _fake(monkeypatch, tmp_path, "done_then_abort")
+    monkeypatch.setenv("FAKE_RUN_DIR", str(tmp_path / "run"))
+    code = launch.launch_local(["--run-dir", str(tmp_path / "run")], 2, str(tmp_path / "run"), max_restarts=2,
+                               threads_per_rank=1)
+    assert (code, _starts(starts)) == (0, 2)
 
 
 def test_local_gang_port_is_reserved_while_the_gang_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

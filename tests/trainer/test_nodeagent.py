@@ -9,6 +9,7 @@ import pytest
 from trainer import nodeagent
 from trainer.exitcodes import ExitCode
 from trainer.nodeagent import Ended, Generation, NodeAgent, WorkerState, classify
+from trainer.rundir import RunPaths, atomic_write_json
 from trainer.supervise import GangExit
 
 
@@ -88,3 +89,27 @@ def test_the_agent_sleeps_the_backoff_its_role_asks_for(monkeypatch: pytest.Monk
 ])
 def test_exit_code_table_edges(code: int, terminated: bool, state: WorkerState) -> None:
     assert classify(code, terminated=terminated) is state
+
+
+def _record(tmp_path, **fields) -> RunPaths:
+    paths = RunPaths.of(tmp_path / "run")
+    paths.create()
+    atomic_write_json(paths.run_json, {"version": 1, **fields})
+    return paths
+
+
+@pytest.mark.parametrize("fields, state, code", [
+    ({"state": "succeeded", "final_step": 40, "config": {"steps": 40}}, WorkerState.SUCCEEDED, 0),  # complete
+    ({"state": "succeeded", "final_step": 30, "config": {"steps": 40}}, WorkerState.FAILED, 134),  # not at its end
+    ({"state": "running", "config": {"steps": 40}}, WorkerState.FAILED, 134),
+    ({}, WorkerState.FAILED, 134),
+])
+def test_a_gang_that_fails_after_the_run_was_recorded_complete_succeeded(tmp_path, fields, state, code) -> None:
+    paths = _record(tmp_path, **fields)
+    assert nodeagent.judge_exit(GangExit(134, rank=0, codes={0: 134, 1: 0}), paths) == (state, code)
+
+
+def test_a_stopped_gang_stays_stopped_even_when_the_run_is_complete(tmp_path) -> None:
+    paths = _record(tmp_path, state="succeeded", final_step=40, config={"steps": 40})
+    stopped = GangExit(75, rank=0, codes={0: 75}, terminated=True)  # SIGTERM to the agent: the trainers exited 75
+    assert nodeagent.judge_exit(stopped, paths) == (WorkerState.STOPPED, 75)
