@@ -108,8 +108,9 @@ def exit_rank(entry: Callable[[], int]) -> NoReturn:
     TCPStore's); when Python finalizes the interpreter their destructors can race it and abort the process
     ("terminate called without an active exception", SIGABRT: exit 134). Seen here after a rank had trained
     to its last step, written ``model.pt`` and recorded the run as succeeded: its frame read 134 as a failed
-    rank and restarted a gang whose other frames had already exited 0, and the layer failed (the same crash
-    is described in pytorch/pytorch#179291, an atexit ``destroy_process_group`` that was abandoned). Every
+    rank and restarted a gang whose other frames had already exited 0, and the layer failed (a crash of the
+    same kind, gloo's C++ objects destroyed while the interpreter finalizes, is described in
+    pytorch/pytorch#179291, whose atexit ``destroy_process_group`` was abandoned). Every
     file a rank owns (run.json, checkpoints, model files, the failure record) is written atomically before
     ``entry`` returns, so nothing is lost by ending with ``os._exit`` after flushing the logs and streams.
 
