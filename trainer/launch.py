@@ -75,7 +75,7 @@ class LocalGang:
         return _run_gang(self.argv, self.world_size, self.sync_interval, self.logs, self.threads)
 
     def judge(self, generation: Generation, result: GangExit) -> tuple[WorkerState, int]:
-        return judge_exit(result, self.logs.paths)
+        return judge_exit(generation, result, self.logs.paths)
 
     def stopped(self, ended: Ended) -> int:
         result = ended.result

@@ -22,7 +22,8 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from trainer import runrecord
@@ -67,25 +68,28 @@ def classify(code: int, *, terminated: bool) -> WorkerState:
     return WorkerState.FAILED  # RANK_LOST, REJECTED, a peer's STOPPED/STOP_TIMEOUT, a crash (1), a signal (128+n)
 
 
-def completed_step(paths: RunPaths) -> int | None:
-    """The last step when ``run.json`` records the run as succeeded at its configured last step, else None.
+def completed_step(paths: RunPaths, since: float) -> int | None:
+    """The last step when ``run.json`` records the run as succeeded at its configured last step, at or after
+    ``since`` (epoch seconds), else None.
 
     Rank 0 records that only after its last checkpoint and the model export (trainer.train), so a rank that
-    fails after it (killed or aborted while leaving the process group) leaves nothing to train again.
+    fails after it (killed or aborted while leaving the process group) leaves nothing to train again. A success
+    recorded before ``since`` is an earlier job's (a finished run resumed with more ``--steps``): it does not count.
     """
     record = runrecord.read_record_or_empty(paths)
-    done = record.state == "succeeded" and record.final_step == record.config.get("steps")
+    done = record.state == "succeeded" and record.final_step == record.config.get("steps") and \
+        bool(record.finished_at) and datetime.fromisoformat(record.finished_at).timestamp() >= int(since)
     return record.final_step if done and record.final_step is not None else None
 
 
-def judge_exit(result: GangExit, paths: RunPaths) -> tuple[WorkerState, int]:
+def judge_exit(generation: Generation, result: GangExit, paths: RunPaths) -> tuple[WorkerState, int]:
     """:func:`classify` for a gang that trains the run in ``paths``, and its exit code; a gang that FAILED after
-    the run was recorded as complete (:func:`completed_step`) SUCCEEDED, code 0: a restart would find nothing
-    to train, and frames that had already exited 0 would leave its gang incomplete (seen once: rank 0 aborted
-    in interpreter finalization after training, before trainer.exitcodes.exit_rank).
+    it recorded the run as complete (:func:`completed_step` since the generation formed) SUCCEEDED, code 0: a
+    restart would find nothing to train, and frames that had already exited 0 would leave its gang incomplete
+    (seen once: rank 0 aborted in interpreter finalization after training, before trainer.exitcodes.exit_rank).
     """
     state = classify(result.code, terminated=result.terminated)
-    if state is WorkerState.FAILED and (step := completed_step(paths)) is not None:
+    if state is WorkerState.FAILED and (step := completed_step(paths, generation.formed_at)) is not None:
         log.warning("rank %s exited %d (%s) after run.json recorded the run as succeeded at step %d: the run is "
                     "complete, nothing to restart", result.rank, result.code, describe(result.code), step)
         return WorkerState.SUCCEEDED, 0
@@ -102,12 +106,14 @@ class Generation:
         restarts: restarts counted so far, this generation's included [count]; the agent compares it with
             the budget when the generation FAILED.
         detail: the role's own data (frame 0's and members' publication; None for a local gang).
+        formed_at: when the role formed it [s since the epoch].
     """
 
     number: int
     resume: bool
     restarts: int = 0
     detail: Any = None
+    formed_at: float = field(default_factory=time.time, compare=False)
 
 
 @dataclass(frozen=True)

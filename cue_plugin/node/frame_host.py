@@ -124,7 +124,7 @@ class HostGang:
         return result
 
     def judge(self, generation: Generation, result: GangExit) -> tuple[WorkerState, int]:
-        return judge_exit(result, self.ctx.paths)
+        return judge_exit(generation, result, self.ctx.paths)
 
     def stopped(self, ended: Ended) -> int:
         """Fail the layer on an incomplete gang; tell waiting ranks about bad settings (the failed rank's

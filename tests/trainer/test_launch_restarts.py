@@ -41,9 +41,11 @@ FAKE_RANK = textwrap.dedent("""
         sys.exit(2)
     if mode == "done_then_abort":  # rank 0 records the run as complete, then dies as in interpreter finalization
         if os.environ["COPYCAT_RANK"] == "0":
-            import json
+            import datetime, json
+            now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             with open(os.path.join(os.environ["FAKE_RUN_DIR"], "run.json"), "w") as fh:
-                json.dump({"version": 1, "state": "succeeded", "final_step": 4, "config": {"steps": 4}}, fh)
+                json.dump({"version": 1, "state": "succeeded", "final_step": 4, "config": {"steps": 4},
+                           "finished_at": now}, fh)
             os.abort()
         sys.exit(0)
     if mode == "port":  # another program tries to take rank 0's port while the gang runs

@@ -98,18 +98,26 @@ def _record(tmp_path, **fields) -> RunPaths:
     return paths
 
 
+GENERATION = Generation(1, resume=False, formed_at=1_800_000_000.0)  # formed at 2027-01-15T08:00:00+00:00
+DURING, BEFORE = "2027-01-15T08:05:00+00:00", "2027-01-15T07:55:00+00:00"  # run.json finished_at
+
+
 @pytest.mark.parametrize("fields, state, code", [
-    ({"state": "succeeded", "final_step": 40, "config": {"steps": 40}}, WorkerState.SUCCEEDED, 0),  # complete
-    ({"state": "succeeded", "final_step": 30, "config": {"steps": 40}}, WorkerState.FAILED, 134),  # not at its end
+    ({"state": "succeeded", "final_step": 40, "config": {"steps": 40}, "finished_at": DURING},
+     WorkerState.SUCCEEDED, 0),  # complete
+    ({"state": "succeeded", "final_step": 30, "config": {"steps": 40}, "finished_at": DURING},
+     WorkerState.FAILED, 134),  # not at its end
+    ({"state": "succeeded", "final_step": 40, "config": {"steps": 40}, "finished_at": BEFORE},
+     WorkerState.FAILED, 134),  # an earlier job's success (a finished run resumed with more steps)
     ({"state": "running", "config": {"steps": 40}}, WorkerState.FAILED, 134),
     ({}, WorkerState.FAILED, 134),
 ])
 def test_a_gang_that_fails_after_the_run_was_recorded_complete_succeeded(tmp_path, fields, state, code) -> None:
     paths = _record(tmp_path, **fields)
-    assert nodeagent.judge_exit(GangExit(134, rank=0, codes={0: 134, 1: 0}), paths) == (state, code)
+    assert nodeagent.judge_exit(GENERATION, GangExit(134, rank=0, codes={0: 134, 1: 0}), paths) == (state, code)
 
 
 def test_a_stopped_gang_stays_stopped_even_when_the_run_is_complete(tmp_path) -> None:
-    paths = _record(tmp_path, state="succeeded", final_step=40, config={"steps": 40})
+    paths = _record(tmp_path, state="succeeded", final_step=40, config={"steps": 40}, finished_at=DURING)
     stopped = GangExit(75, rank=0, codes={0: 75}, terminated=True)  # SIGTERM to the agent: the trainers exited 75
-    assert nodeagent.judge_exit(stopped, paths) == (WorkerState.STOPPED, 75)
+    assert nodeagent.judge_exit(GENERATION, stopped, paths) == (WorkerState.STOPPED, 75)
