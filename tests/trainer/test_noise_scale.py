@@ -72,8 +72,12 @@ def test_micro_batch_estimate_of_the_quadratic_is_within_10_percent():
     assert value == pytest.approx(exact, rel=0.10)
 
 
-def _ddp_rank(rank: int, world: int, port: int, batches: list[int], steps: int, queue) -> None:
-    """One DDP rank of the quadratic: local gradients observed by the trainer's hook before the all-reduce."""
+DDP_BATCHES = ([4, 4], [3, 2])  # per-rank batches [crops]: even, and uneven as trainer.data splits 5 over 2 ranks
+
+
+def _ddp_rank(rank: int, world: int, port: int, batch_sets: list[list[int]], steps: int, queue) -> None:
+    """One DDP rank of the quadratic, run once per entry of ``batch_sets`` (a fresh model and DDP each): local
+    gradients observed by the trainer's hook before the all-reduce. Puts ``(index, rank, smoothed B_simple)``."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -84,43 +88,55 @@ def _ddp_rank(rank: int, world: int, port: int, batches: list[int], steps: int, 
     store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     try:
-        theta, mu, _ = problem()
-        model = Quadratic(theta)
-        noise = GradNoise()
-        ddp = DDP(model)
-        register_hook(ddp, "none", observe=noise.observe_bucket)
-        local, total = batches[rank], sum(batches)
-        weight = rank_loss_weight(local, total, world)  # uneven batches, as trainer.data weights them
-        rng = torch.Generator().manual_seed(100 + rank)
-        for _ in range(steps):
-            x = mu + SIGMA * torch.randn(local, D, generator=rng)
-            (ddp(x).sum() / local * weight).backward()
-            noise.add_sync(local, total, squared_norm(parameter_grads(model)), small_scale=weight)
-            model.zero_grad(set_to_none=True)
-        sums = torch.tensor(noise.window(), dtype=torch.float64)
-        dist.all_reduce(sums)  # as trainer.train reduces them with the loss
-        queue.put((rank, noise.smooth(*sums.tolist(), updates=steps)))
+        for index, batches in enumerate(batch_sets):
+            theta, mu, _ = problem()
+            model = Quadratic(theta)
+            noise = GradNoise()
+            ddp = DDP(model)
+            register_hook(ddp, "none", observe=noise.observe_bucket)
+            local, total = batches[rank], sum(batches)
+            weight = rank_loss_weight(local, total, world)  # uneven batches, as trainer.data weights them
+            rng = torch.Generator().manual_seed(100 + rank)
+            for _ in range(steps):
+                x = mu + SIGMA * torch.randn(local, D, generator=rng)
+                (ddp(x).sum() / local * weight).backward()
+                noise.add_sync(local, total, squared_norm(parameter_grads(model)), small_scale=weight)
+                model.zero_grad(set_to_none=True)
+            sums = torch.tensor(noise.window(), dtype=torch.float64)
+            dist.all_reduce(sums)  # as trainer.train reduces them with the loss
+            queue.put((index, rank, noise.smooth(*sums.tolist(), updates=steps)))
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("batches", [[4, 4], [3, 2]])
-def test_ddp_estimate_of_the_quadratic_is_within_10_percent(batches):
-    """Two gloo ranks: each rank's gradient before the all-reduce (its local batch) against the all-reduced one."""
+@pytest.fixture(scope="module")
+def ddp_estimates() -> dict[int, dict[int, float]]:
+    """Two spawned gloo ranks run every case of DDP_BATCHES (one process pair for both: a rank process pays
+    seconds of imports); returns ``{case index: {rank: smoothed B_simple}}``."""
     from trainer.ports import free_port
 
-    _, _, exact = problem()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_ddp_rank, args=(r, 2, port, batches, 600, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_ddp_rank, args=(r, 2, port, list(DDP_BATCHES), 600, queue)) for r in range(2)]
     for p in procs:
         p.start()
-    results = dict(queue.get(timeout=120) for _ in procs)
+    results: dict[int, dict[int, float]] = {}
+    for _ in range(len(DDP_BATCHES) * len(procs)):
+        index, rank, value = queue.get(timeout=120)
+        results.setdefault(index, {})[rank] = value
     for p in procs:
         p.join(timeout=30)
     assert all(p.exitcode == 0 for p in procs)
-    print(f"DDP {batches}: estimated B_simple {results}, exact {exact:.2f}")
+    return results
+
+
+@pytest.mark.parametrize("case", range(len(DDP_BATCHES)), ids=["-".join(map(str, b)) for b in DDP_BATCHES])
+def test_ddp_estimate_of_the_quadratic_is_within_10_percent(ddp_estimates, case):
+    """Two gloo ranks: each rank's gradient before the all-reduce (its local batch) against the all-reduced one."""
+    _, _, exact = problem()
+    results = ddp_estimates[case]
+    print(f"DDP {DDP_BATCHES[case]}: estimated B_simple {results}, exact {exact:.2f}")
     assert results[0] == pytest.approx(results[1])  # every rank reports the same smoothed value
     assert results[0] == pytest.approx(exact, rel=0.10)
 
