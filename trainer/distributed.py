@@ -2,7 +2,9 @@
 
 Rank 0 hosts the rendezvous store (``torch.distributed.TCPStore``) on ``COPYCAT_MAIN_PORT``; the
 other ranks connect to ``COPYCAT_MAIN_ADDR:COPYCAT_MAIN_PORT`` (torch's ``tcp://`` init method).
-Backend: ``nccl`` when CUDA is available, else ``gloo``.
+Backend: ``gloo`` on CPU; on CUDA ``nccl`` when every rank has a GPU of its own, else ``gloo`` for the whole
+gang (:func:`cuda_backend`: NCCL refuses two ranks on one GPU, "ncclInvalidUsage", measured on an H100 with
+``cuetrain local --world-size 2``; gloo all-reduces CUDA tensors through the host, slower but working).
 
 Every phase ends within its timeout with one error line (exit code 3, ``trainer.gang``): reaching
 the store and forming the gang (``--gang-timeout-s``), then process-group creation and the first
@@ -70,6 +72,39 @@ def _pick_device(env: DistEnv) -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", env.rank % torch.cuda.device_count())
     return torch.device("cpu")
+
+
+def gpu_id(device: torch.device) -> str:
+    """A name of ``device``'s physical GPU that is the same in every process that sees it: its UUID (as
+    ``nvidia-smi -L`` prints it), or ``host:PCI bus id`` where torch gives no UUID. CUDA only."""
+    props = torch.cuda.get_device_properties(device)
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid:
+        return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    return f"{socket.gethostname()}:{getattr(props, 'pci_bus_id', device.index)}"
+
+
+def cuda_backend(gpus: list[str]) -> tuple[str, str]:
+    """The gang's backend when rank r computes on GPU ``gpus[r]``: ``("nccl", "")`` when every rank has its own
+    GPU, else ``("gloo", why)`` naming the shared GPUs and their ranks. Every rank gets the same ``gpus``
+    (:func:`exchange_gpus`), so every rank chooses the same backend."""
+    ranks: dict[str, list[int]] = {}
+    for rank, gpu in enumerate(gpus):
+        ranks.setdefault(gpu, []).append(rank)
+    shared = {gpu: rs for gpu, rs in ranks.items() if len(rs) > 1}
+    if not shared:
+        return "nccl", ""
+    where = "; ".join(f"ranks {', '.join(map(str, rs))} on {gpu}" for gpu, rs in shared.items())
+    return "gloo", (f"{where}: NCCL needs a GPU per rank, so this gang uses gloo (slower all-reduce through the "
+                    f"host); run at most as many ranks per host as it has GPUs for NCCL")
+
+
+def exchange_gpus(store: Any, env: DistEnv, mine: str, timeout_s: float) -> list[str]:
+    """Publish this rank's GPU id in the gang's store and read every rank's (key ``gpu/RANK``); blocks until
+    every rank has published, up to ``timeout_s`` [s] (the store raises on timeout)."""
+    store.set(f"gpu/{env.rank}", mine)
+    store.wait([f"gpu/{r}" for r in range(env.world_size)], timedelta(seconds=timeout_s))
+    return [store.get(f"gpu/{r}").decode() for r in range(env.world_size)]
 
 
 def collective_interface(env: DistEnv, net: NetEnv) -> netaddr.Choice:
@@ -144,6 +179,10 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
              env.main_port, backend, gang_timeout_s)
     store = gang.connect(env, gang_timeout_s, master=env.rank == 0, where=where)
     gang.form(env, store, env.token, gang_timeout_s, where)
+    if device.type == "cuda":
+        backend, why = cuda_backend(exchange_gpus(store, env, gpu_id(device), gang_timeout_s))
+        if why:
+            log.warning("rank %d: %s", env.rank, why)
     store.set_timeout(timedelta(seconds=collective_timeout_s))
     guard = gang.PhaseGuard(env, where, collective_timeout_s, on_abort)
     with guard.phase("process-group creation"):
