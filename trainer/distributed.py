@@ -179,12 +179,13 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
              env.main_port, backend, gang_timeout_s)
     store = gang.connect(env, gang_timeout_s, master=env.rank == 0, where=where)
     gang.form(env, store, env.token, gang_timeout_s, where)
-    if device.type == "cuda":
-        backend, why = cuda_backend(exchange_gpus(store, env, gpu_id(device), gang_timeout_s))
-        if why:
-            log.warning("rank %d: %s", env.rank, why)
     store.set_timeout(timedelta(seconds=collective_timeout_s))
     guard = gang.PhaseGuard(env, where, collective_timeout_s, on_abort)
+    if device.type == "cuda":
+        with guard.phase("the GPU check"):  # bounded, and a rank that fails here stops the others, as below
+            backend, why = cuda_backend(exchange_gpus(store, env, gpu_id(device), collective_timeout_s))
+        if why:
+            log.warning("rank %d: %s", env.rank, why)
     with guard.phase("process-group creation"):
         dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
                                 world_size=env.world_size, timeout=timedelta(seconds=collective_timeout_s))
