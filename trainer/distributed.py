@@ -175,8 +175,8 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    log.info("rank %d/%d joining %s:%d with %s (gang timeout %.0f s)", env.rank, env.world_size, env.main_addr,
-             env.main_port, backend, gang_timeout_s)
+    log.info("rank %d/%d joining %s:%d (gang timeout %.0f s)", env.rank, env.world_size, env.main_addr,
+             env.main_port, gang_timeout_s)
     store = gang.connect(env, gang_timeout_s, master=env.rank == 0, where=where)
     gang.form(env, store, env.token, gang_timeout_s, where)
     store.set_timeout(timedelta(seconds=collective_timeout_s))
@@ -186,6 +186,7 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
             backend, why = cuda_backend(exchange_gpus(store, env, gpu_id(device), collective_timeout_s))
         if why:
             log.warning("rank %d: %s", env.rank, why)
+    log.info("rank %d/%d: process group with %s", env.rank, env.world_size, backend)  # after the GPU check's choice
     with guard.phase("process-group creation"):
         dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
                                 world_size=env.world_size, timeout=timedelta(seconds=collective_timeout_s))

@@ -178,10 +178,25 @@ def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: 
     log.info("gang of %d formed (rank %d)", env.world_size, env.rank)
 
 
+#: Errors of the collective backend that are not about the network: NCCL's result codes for a misuse, an
+#: argument or CUDA (``ncclResult_t`` in NCCL's nccl.h), and CUDA's own. Setting COPYCAT_LOCAL_ADDR cannot help.
+NOT_NETWORK = re.compile(r"ncclInvalidUsage|ncclInvalidArgument|ncclUnhandledCudaError|CUDA error|CUDA out of memory")
+
+
+class BackendError(GangError):
+    """gloo/NCCL refused a phase for a reason that is not the network (:data:`NOT_NETWORK`; exit code 3)."""
+
+    kind = FailureKind.ERROR
+
+
 def connect_failure(rank: int, where: str, phase: str, exc: BaseException) -> GangError:
     """One clear error for a failed ``phase`` (gloo/NCCL could not connect), naming the peer address the
-    backend reported (``remote=[IP]:PORT``) and the fix."""
+    backend reported (``remote=[IP]:PORT``) and the fix; a :class:`BackendError` without the network fix when
+    the backend's text names a cause that is not the network (:data:`NOT_NETWORK`)."""
     text = " ".join(str(exc).split())
+    if NOT_NETWORK.search(text):
+        return BackendError(f"rank {rank} ({where}): {phase} failed: {type(exc).__name__}: {text[:300]} (the "
+                            "collective backend's own error, not a network one: this rank's log has the whole text)")
     found = re.search(r"remote=\[([^\]]+)\]:(\d+)", text)
     if found and is_loopback(found[1]):
         why = (f"a peer offered the loopback address {found[1]}:{found[2]} for its collectives, which this host cannot "

@@ -99,3 +99,20 @@ def test_rank_0_keeps_the_store_until_a_slow_rank_has_read_why_the_gang_aborts()
     assert "lost the gang's store" not in err2, err2
     assert "cuetrain: error: rank 2 (host h2, interface lo 127.0.0.1) stops during process-group creation: rank 1 " \
            "(host h1" in err2, err2
+
+
+def test_a_backend_misuse_is_not_reported_as_a_network_failure():
+    """Two ranks on one GPU made NCCL fail with ncclInvalidUsage, and the error advised COPYCAT_LOCAL_ADDR."""
+    from trainer.gang import BackendError, connect_failure
+    from trainer.runrecord import FailureKind
+
+    nccl = RuntimeError("NCCL error in: ProcessGroupNCCL.cpp:3325, invalid usage (run with NCCL_DEBUG=WARN for "
+                        "details), NCCL version 2.27.5\nncclInvalidUsage: This usually reflects invalid usage of NCCL")
+    err = connect_failure(1, "host h, interface lo 127.0.0.1", "the first collective", nccl)
+    assert isinstance(err, BackendError) and err.kind is FailureKind.ERROR and err.exit_code == 3
+    assert "COPYCAT_LOCAL_ADDR" not in str(err) and "ncclInvalidUsage" in str(err)
+    assert str(err).startswith("rank 1 (host h, interface lo 127.0.0.1): the first collective failed: RuntimeError:")
+
+    refused = connect_failure(1, "host h", "process-group creation", RuntimeError("Connection refused"))
+    assert not isinstance(refused, BackendError) and refused.kind is FailureKind.NETWORK
+    assert "set COPYCAT_LOCAL_ADDR on the failing ranks" in str(refused)
