@@ -24,7 +24,8 @@ re-form it at another world size) must not be mistaken for any of those: not 33 
 raise the layer's memory), not 128 + N (that reads as "killed by signal N"; 128 + SIGUSR1 = 138 would
 say the trainer died of SIGUSR1), and not 64-78, the range BSD ``sysexits.h`` assigns (``EX_USAGE`` 64
 to ``EX_CONFIG`` 78), so no tool reads a sysexits meaning into it. 79 is the first free code above
-that range, next to our own 75/76. :data:`DATA_CHANGED` = 80 follows it for the same reasons.
+that range, next to our own 75/76. :data:`DATA_CHANGED` = 80 and :data:`DIVERGED` = 81 follow it for the same
+reasons.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ class ExitCode(IntEnum):
     #: it (trainer.shot.ShotChanged): the node agent restarts the gang from its checkpoint, which reads the shot
     #: again; when the file stays missing the restart budget runs out and the layer fails with the message
     DATA_CHANGED = 80
+    #: the loss blew up far above the untrained network's (trainer.divergence): no model.pt; a restart diverges
+    #: again, so the agent stops; train again with a lower --lr
+    DIVERGED = 81
     #: the frame could not start its trainer (the shell's "command not found")
     NO_TRAINER = 127
 
@@ -88,6 +92,7 @@ MEANING: dict[int, str] = {
                       "(SIGUSR1); --resume continues there",
     ExitCode.DATA_CHANGED: "a file of the training shot changed or vanished on the file server; the gang restarts "
                            "from its checkpoint when it is back",
+    ExitCode.DIVERGED: "training diverged (the loss blew up); train again with a lower --lr",
     ExitCode.NO_TRAINER: "trainer could not be started",
 }
 

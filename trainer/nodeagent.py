@@ -49,7 +49,8 @@ class WorkerState(enum.Enum):
 #: Exit codes after which a restart cannot help (trainer.exitcodes). GANG (3: the gang could not
 #: form: incomplete, unreachable, port in use, network) keeps its own handling: frame 0 fails the
 #: layer on an incomplete gang, and a bad address is no better on the next try.
-NO_RESTART = frozenset({ExitCode.USAGE, ExitCode.GANG, ExitCode.PORT_UNAVAILABLE, ExitCode.NO_TRAINER})
+NO_RESTART = frozenset({ExitCode.USAGE, ExitCode.GANG, ExitCode.PORT_UNAVAILABLE, ExitCode.DIVERGED,
+                        ExitCode.NO_TRAINER})
 
 
 def classify(code: int, *, terminated: bool) -> WorkerState:

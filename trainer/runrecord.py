@@ -64,6 +64,7 @@ class FailureKind(str, enum.Enum):
     NETWORK = "network"  # process-group creation or the first collective failed or timed out (trainer.gang.PhaseGuard)
     STOP_TIMEOUT = "stop_timeout"  # SIGTERM/SIGINT, and no checkpoint within the grace period
     DATA_CHANGED = "data_changed"  # a file of the shot was deleted, truncated or rewritten under the run (trainer.shot)
+    DIVERGED = "diverged"  # the loss blew up far above the untrained network's (trainer.divergence)
     ERROR = "error"  # anything else (the ``error`` text says what)
 
 

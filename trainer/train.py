@@ -31,6 +31,7 @@ from trainer.colour import ColourSpec
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import CropBatch, CropSampler, rank_loss_weight, rank_slice, warn_identity
 from trainer.dataphase import open_data
+from trainer.divergence import DivergenceWatch
 from trainer.ema import WeightEMA
 from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
@@ -127,6 +128,7 @@ class _Loop:
         self.noise = GradNoise(rt.device)  # the gradient noise scale (trainer.noise_scale)
         self.ema = WeightEMA(self.net, cfg.ema_decay) if self.master and cfg.ema_decay > 0 else None  # trainer.ema
         self._micro, self._logged_updates = 0, 0  # steps accumulated into the pending update; updates at the last log
+        self.divergence = DivergenceWatch(self.peak_lr)  # a blown-up loss stops the run (trainer.divergence)
 
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
@@ -175,6 +177,7 @@ class _Loop:
     def _steps(self, model: torch.nn.Module) -> float:
         cfg, sync = self.cfg, self.env.sync_interval
         loss_acc = torch.zeros((), dtype=torch.float64, device=self.rt.device)
+        identity_acc = torch.zeros_like(loss_acc)  # L1 of returning the input unchanged (trainer.divergence)
         n_acc, t_last, loss = 0, wall_clock(), float("nan")
         t0 = t_last
         for step in self._progress(range(self.step + 1, cfg.steps + 1)):
@@ -184,13 +187,15 @@ class _Loop:
             with no_sync() if (no_sync is not None and not update) else contextlib.nullcontext():
                 per_crop = self._forward_backward(model, batch)
             loss_acc += per_crop.sum()
+            identity_acc += (batch.input.float() - batch.target.float()).abs().mean(dim=(1, 2, 3)).sum()
             n_acc += self.sampler.local_batch
             self.step = step
             if update:
                 self._update()
             if step % cfg.log_interval == 0 or step == cfg.steps:
-                loss = self._log(step, loss_acc, n_acc, wall_clock() - t_last, wall_clock() - t0)
+                loss = self._log(step, (loss_acc, identity_acc), n_acc, wall_clock() - t_last, wall_clock() - t0)
                 loss_acc.zero_()
+                identity_acc.zero_()
                 n_acc, t_last = 0, wall_clock()
             checkpointed = self._outputs(step, update)
             level = self.stop.poll()  # every rank votes every step (trainer.stop)
@@ -282,10 +287,10 @@ class _Loop:
         """The weights an artist gets (model.pt, contact sheets): the EMA with ``--ema-decay``, else the last."""
         return self.ema.module if self.ema is not None else self.net
 
-    def _log(self, step: int, loss_acc: torch.Tensor, n_local: int, dt: float, wall: float) -> float:
-        # one all-reduce: the loss sums and the noise-scale sums of the window (trainer.noise_scale)
-        total, count, *noise = distributed.all_reduce_sum([float(loss_acc), float(n_local), *self.noise.window()],
-                                                         self.rt)
+    def _log(self, step: int, sums: tuple[torch.Tensor, torch.Tensor], n_local: int, dt: float, wall: float) -> float:
+        # one all-reduce: the loss and identity-loss sums and the noise-scale sums of the window (trainer.noise_scale)
+        total, identity, count, *noise = distributed.all_reduce_sum(
+            [float(sums[0]), float(sums[1]), float(n_local), *self.noise.window()], self.rt)
         noise_scale = self.noise.smooth(*noise, updates=self.updates - self._logged_updates)
         self._logged_updates = self.updates
         loss = total / max(count, 1.0)
@@ -295,6 +300,7 @@ class _Loop:
         _print_progress(line)
         row = {"step": step, "loss": loss, "lr": lr, "images_per_s": images_per_s, "wall_s": wall}
         self.writer.metrics(row if noise_scale is None else {**row, "noise_scale": noise_scale})
+        self.divergence.check(step, loss, identity / max(count, 1.0))  # every rank: the same all-reduced sums
         return loss
 
     def _outputs(self, step: int, update: bool) -> bool:

@@ -82,7 +82,9 @@ def test_submit_runs_a_two_rank_gang_and_describe_follows_it(farm_env, capsys):
     recorded = read_json(RunPaths.of(run).run_json)["farm"]
     assert (recorded["job_id"], recorded["attempts_at_submit"]) == (handle.job_id, 0)
 
-    status = wait_state(cue, handle, RunState.SUCCEEDED)
+    # describe reads the job, then its frames (two calls): the last frame can finish between them, so the
+    # frames say SUCCEEDED while the job read a moment earlier is still PENDING; wait for Cuebot's FINISHED too
+    status = wait_state(cue, handle, RunState.SUCCEEDED, native_state="FINISHED")
     assert (status.ranks_total, status.ranks_running, status.native_state) == (2, 0, "FINISHED")
     assert {f["state"] for f in status.frames.values()} == {"SUCCEEDED"}
     seen = [json.loads((run / f"stub_rank_{r}.json").read_text())["env"] for r in (0, 1)]

@@ -171,6 +171,7 @@ def test_convergence_check_rejects_a_hook_that_returns_zeros(graded_pairs, tmp_p
     in the real training loop (a 1-rank gloo gang, in-process)."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
+    from trainer.divergence import Diverged
     from trainer.envvars import DistEnv
     from trainer.ports import free_port
     from trainer.train import train
@@ -183,7 +184,9 @@ def test_convergence_check_rejects_a_hook_that_returns_zeros(graded_pairs, tmp_p
         return fut.then(lambda f: f.value().zero_()) if compressing else fut  # the bucket: all grads 0
 
     monkeypatch.setattr(powerSGD_hook, "powerSGD_hook", zeros_once_compressing)
-    train(_convergence_cfg(graded_pairs, tmp_path / "zeros", "powersgd"),
-          DistEnv(True, 0, 1, "127.0.0.1", free_port()))
-    zeros = _losses(tmp_path / "zeros")
+    with pytest.raises(Diverged):  # the loss blows up (3x-30x the identity loss): the trainer's own watch stops it
+        train(_convergence_cfg(graded_pairs, tmp_path / "zeros", "powersgd"),
+              DistEnv(True, 0, 1, "127.0.0.1", free_port()))
+    zeros = _losses(tmp_path / "zeros")  # every window is in metrics.jsonl (the watch reads a window after it)
+    assert len(zeros) == CONVERGENCE_STEPS // LOG_INTERVAL
     assert not learned_while_compressed(zeros), zeros
