@@ -1,0 +1,119 @@
+"""Recipe variants outside the product: what docs/time_to_quality.md's "Exploration" section measured.
+
+Each variant trains through :func:`bench_time_to_quality.train_recipe` (the same crops, seed, schedule code,
+EMA and held-out evaluation as the time-to-quality benchmark), one after the other in this process, and
+prints its held-out gain [dB] against training seconds. The variant networks are registered here only
+(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); two options the trainer does not
+have are applied here: ``zero`` (every residual block's second convolution zero-initialised, SkipInit-style:
+De & Smith 2020) and ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_recipe_variants.py [--variants v1,v2-1c,...] [--clips bikes-blur-noise]
+        [--scale 1.0] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+
+import common  # noqa: F401  (puts the checkout on sys.path)
+import torch
+
+import bench_time_to_quality as ttq
+from trainer import model as model_mod
+from trainer.model import ModelConfigV2
+
+#: Variant networks (v2 structure): ``w48`` 1.27 M parameters, ``w40d`` 0.94 M, ``s1`` = no space-to-depth stem.
+VARIANT_SIZES = {
+    "w48": ModelConfigV2(width=48, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1)),
+    "w40d": ModelConfigV2(width=40, enc_blocks=(2, 1), mid_blocks=1, dec_blocks=(2, 1)),
+    "s1": ModelConfigV2(width=16, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1), stem=1),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A recipe plus the two options above: ``zero`` (bool) and ``clip`` (max gradient L2 norm, 0 = off)."""
+
+    recipe: ttq.Recipe
+    zero: bool = False
+    clip: float = 0.0
+
+
+R = ttq.Recipe
+ONE_CYCLE = {"schedule": "onecycle", "ema": 0.999}  # as ttq's v2-1cycle-ema: peak lr 2e-3, EMA 0.999
+VARIANTS: dict[str, Variant] = {
+    "v1": Variant(R("v1", "small", 3000)),
+    "v2-1c": Variant(R("v2", "small", 3000, **ONE_CYCLE)),
+    "v1-1c-lr4": Variant(R("v1", "small", 3000, lr=4e-3, **ONE_CYCLE)),
+    "v2-1c-b4": Variant(R("v2", "small", 3000, batch=4, lr=1.4e-3, **ONE_CYCLE)),
+    "v2-1c-c96": Variant(R("v2", "small", 1350, crop=96, **ONE_CYCLE)),
+    "v2z-1c": Variant(R("v2", "small", 3000, **ONE_CYCLE), zero=True),
+    "s1z-1c": Variant(R("v2", "s1", 3000, **ONE_CYCLE), zero=True),
+    "w48-1c": Variant(R("v2", "w48", 3000, **ONE_CYCLE)),
+    "w48z-1c": Variant(R("v2", "w48", 3000, **ONE_CYCLE), zero=True),
+    "w40d-1c": Variant(R("v2", "w40d", 3000, **ONE_CYCLE)),
+    "w48-1c-clip": Variant(R("v2", "w48", 3000, **ONE_CYCLE), clip=0.1),
+    "v2med-1c": Variant(R("v2", "medium", 1500, **ONE_CYCLE)),
+}
+
+
+def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 1.0) -> list[tuple[float, int, float]]:
+    """Train ``v`` as ``ttq.train_recipe`` does, with its ``zero`` and ``clip`` applied; returns the curve."""
+    build, adam = ttq.build_model, torch.optim.Adam
+
+    def built(size: str, architecture: str = "v1") -> torch.nn.Module:
+        net = build(size, architecture)
+        for block in (m for m in net.modules() if isinstance(m, model_mod.ResBlock)) if v.zero else ():
+            torch.nn.init.zeros_(block.conv2.weight)
+            torch.nn.init.zeros_(block.conv2.bias)
+        return net
+
+    class ClippedAdam(adam):
+        def step(self, closure=None):  # noqa: ANN001, ANN202 - torch's signature
+            params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(params, v.clip)
+            return super().step(closure)
+
+    ttq.build_model = built
+    torch.optim.Adam = ClippedAdam if v.clip else adam
+    try:
+        return ttq.train_recipe(v.recipe, train, held, scale, evals, "auto")
+    finally:
+        ttq.build_model, torch.optim.Adam = build, adam
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"from {', '.join(VARIANTS)}")
+    ap.add_argument("--clips", default=",".join(ttq.CLIPS))
+    ap.add_argument("--evals", type=int, default=15, help="held-out evaluations per run")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of every variant's steps")
+    ap.add_argument("--json", help="write the curves here")
+    a = ap.parse_args()
+    unknown = [n for n in a.variants.split(",") if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    model_mod.MODEL_SIZES_V2.update(VARIANT_SIZES)
+    torch.set_num_threads(a.threads)
+    results: dict[str, dict] = {}
+    for clip in a.clips.split(","):
+        train, held = ttq.load_clip(clip)
+        base = sum(ttq.psnr(i, t) for i, t in held) / len(held)
+        results[clip] = {"input_psnr": base, "curves": {}}
+        for name in a.variants.split(","):
+            curve = run_variant(VARIANTS[name], train, held, a.evals, a.scale)
+            results[clip]["curves"][name] = curve
+            print(f"{clip} {name}: final {curve[-1][2] - base:+.2f} dB in {curve[-1][0]:.0f} s "
+                  f"(best {max(p for _, _, p in curve) - base:+.2f} dB)", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
