@@ -31,6 +31,10 @@ class ConfigError(ValueError):
     """A configuration value or file is invalid; the message names the field/file and the fix."""
 
 
+#: ``--lr-scaling`` rules (``trainer.schedule.effective_lr``); the first is the default.
+LR_SCALINGS = ("sqrt", "linear", "none")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything one training run needs. Units in brackets.
@@ -46,9 +50,12 @@ class TrainConfig:
         architecture: ``v1`` (the default: the first network; checkpoints without an architecture are v1)
             or ``v2`` (opt-in: space-to-depth stem, capacity at low resolution) (see ``trainer.model``).
         lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update [1].
-        lr_reference_batch: batch the ``lr`` is tuned for; effective LR = lr x effective batch /
-            this (linear scaling rule, Goyal et al. 2017) [crops].
-        lr_scaling: ``linear`` (the rule above) or ``none``.
+        lr_reference_batch: batch the ``lr`` is tuned for [crops]; the effective batch of an update is
+            ``batch_size x sync_interval`` (see ``lr_scaling``).
+        lr_scaling: ``sqrt`` (default: lr x sqrt(effective batch / lr_reference_batch), the square-root rule
+            for Adam, Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms"),
+            ``linear`` (lr x effective batch / lr_reference_batch, Goyal et al. 2017, derived for SGD; with
+            Adam it trained worse at 4x and diverged at 16x, docs/scaling.md) or ``none``.
         warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
         lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to lr/10) or ``onecycle``
             (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
@@ -92,7 +99,7 @@ class TrainConfig:
     architecture: str = "v1"
     lr: float = 1e-3
     lr_reference_batch: int = 8
-    lr_scaling: str = "linear"
+    lr_scaling: str = "sqrt"
     warmup_steps: int = 50
     lr_schedule: str = "cosine"
     ema_decay: float = 0.0
@@ -130,7 +137,7 @@ class TrainConfig:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0 seconds")
         _check_choice("model_size", self.model_size, MODEL_SIZES)
         _check_choice("architecture", self.architecture, ARCHITECTURES)
-        _check_choice("lr_scaling", self.lr_scaling, ("linear", "none"))
+        _check_choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
         _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         _check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSION)
         if bool(self.colorspace) != bool(self.working_space):
@@ -196,7 +203,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="network: v1 (default, the first one) or v2 (opt-in, see trainer.model)")
     g.add_argument("--lr", type=float, help=f"learning rate at --lr-reference-batch (default {d['lr']})")
     g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
-    g.add_argument("--lr-scaling", choices=("linear", "none"), help="LR scaling rule (default linear)")
+    g.add_argument("--lr-scaling", choices=LR_SCALINGS,
+                   help="LR scaling with the effective batch: sqrt (default, for Adam), linear or none")
     g.add_argument("--warmup-steps", type=int, help=f"LR warmup in updates (default {d['warmup_steps']})")
     g.add_argument("--lr-schedule", choices=LR_SCHEDULES,
                    help="cosine (default: warmup, then cosine to lr/10) or onecycle (30%% rise from lr/25, cosine "

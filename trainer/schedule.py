@@ -1,8 +1,11 @@
 """The learning-rate schedule of every rank (``--lr-scaling``, ``--lr-schedule``, ``--warmup-steps``).
 
-Linear scaling rule and gradual warmup of Goyal et al., "Accurate, Large Minibatch SGD", 2017:
-``lr x effective_batch / lr_reference_batch``, warmed up linearly from 1/10 over ``warmup_steps``
-updates, then cosine decay to 1/10 at the last update; or one-cycle (Smith & Topin 2019).
+The peak LR follows the effective batch of an update (``batch_size x sync_interval`` crops) by the
+square-root rule for Adam (Malladi et al., "On the SDEs and Scaling Rules for Adaptive Gradient
+Algorithms", NeurIPS 2022: ``lr x sqrt(effective_batch / lr_reference_batch)``; the default) or the
+linear rule of Goyal et al., "Accurate, Large Minibatch SGD", 2017 (``lr x effective_batch /
+lr_reference_batch``, derived for SGD). It is warmed up linearly from 1/10 over ``warmup_steps``
+updates (Goyal et al. 2017), then decays by cosine to 1/10 at the last update; or one-cycle (Smith & Topin 2019).
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from trainer.config import TrainConfig
 
 
 def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
-    """Peak LR after the linear scaling rule (Goyal et al. 2017): ``lr * batch * sync / reference``."""
+    """Peak LR for ``cfg.batch_size x sync_interval`` crops per update under ``cfg.lr_scaling`` (module doc):
+    ``sqrt``: ``lr * sqrt(batch * sync / reference)``; ``linear``: ``lr * batch * sync / reference``; ``none``: lr."""
+    ratio = cfg.batch_size * sync_interval / cfg.lr_reference_batch
     if cfg.lr_scaling == "none":
         return cfg.lr
-    return cfg.lr * cfg.batch_size * sync_interval / cfg.lr_reference_batch
+    return cfg.lr * (ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio))
 
 
 def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: str = "cosine") -> float:

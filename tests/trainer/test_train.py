@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import logging
 import math
 
@@ -185,13 +186,16 @@ def test_a_truncated_latest_checkpoint_is_skipped(pairs, tmp_path):
     assert load_latest_checkpoint(run)["step"] == 4
 
 
-def test_lr_schedule_is_linear_scaled_warmed_up_and_decayed():
+def test_lr_schedule_is_sqrt_scaled_warmed_up_and_decayed():
     c = TrainConfig("i", "t", "r", batch_size=16, lr=1e-3, lr_reference_batch=8)
     peak = train_mod.effective_lr(c, sync_interval=2)
-    assert peak == pytest.approx(4e-3)  # 16 crops x 2 steps per update = 4x the reference batch
-    assert train_mod.lr_at(0, 100, peak, 10) == pytest.approx(4e-4)
+    assert peak == pytest.approx(2e-3)  # 16 crops x 2 steps per update = 4x the reference batch: sqrt(4) x lr
+    assert train_mod.effective_lr(replace(c, lr_scaling="linear"), 2) == pytest.approx(4e-3)  # Goyal et al.'s rule
+    assert train_mod.effective_lr(replace(c, lr_scaling="none"), 2) == pytest.approx(1e-3)
+    assert train_mod.effective_lr(replace(c, batch_size=8), 1) == pytest.approx(1e-3)  # the reference batch: lr
+    assert train_mod.lr_at(0, 100, peak, 10) == pytest.approx(2e-4)
     assert train_mod.lr_at(10, 100, peak, 10) == pytest.approx(peak)
-    assert train_mod.lr_at(100, 100, peak, 10) == pytest.approx(4e-4)
+    assert train_mod.lr_at(100, 100, peak, 10) == pytest.approx(2e-4)
 
 
 def test_same_input_and_ground_truth_folder_warns_at_the_start(tmp_path):

@@ -45,7 +45,8 @@ def _reference_run(cfg: TrainConfig, sync: int) -> tuple[list[list[torch.Tensor]
     torch.manual_seed(cfg.seed)
     net = build_model(cfg.model_size)
     params = list(net.parameters())
-    peak = cfg.lr * cfg.batch_size * sync / cfg.lr_reference_batch  # linear scaling rule, by hand
+    ratio = cfg.batch_size * sync / cfg.lr_reference_batch  # the default square-root scaling rule, by hand
+    peak = cfg.lr * (ratio if cfg.lr_scaling == "linear" else ratio ** 0.5)
     opt = torch.optim.Adam(params, lr=peak)
     updates = cfg.steps // sync
     grads_per_update = []
