@@ -69,7 +69,7 @@ class DivergenceWatch:
         if self.bad < WINDOWS:
             return
         raise Diverged(
-            f"training diverged at step {self.first_bad_step}: the loss {loss:.4g} is {loss / max(identity, FLOOR):.1f}x "
+            f"training diverged at step {self.first_bad_step}: the loss {loss:.4g} is {loss / max(identity, FLOOR):.3g}x "
             f"that of returning the input unchanged ({identity:.4g}) for {WINDOWS} log windows in a row, so the "
             f"weights are unusable and no model.pt is exported (checkpoints from step {self.first_bad_step} on hold "
             f"diverged weights). Train again without --resume, with a lower --lr (this run's peak was "

@@ -24,7 +24,7 @@ def test_three_bad_windows_in_a_row_stop_the_run_and_say_where_and_what_to_do():
         watch.check(40, 0.48, 0.04)
     err = caught.value
     assert err.exit_code == ExitCode.DIVERGED == 81 and err.kind is FailureKind.DIVERGED
-    assert str(err).startswith("training diverged at step 20: the loss 0.48 is 12.0x that of returning the input "
+    assert str(err).startswith("training diverged at step 20: the loss 0.48 is 12x that of returning the input "
                                "unchanged (0.04) for 3 log windows in a row")
     assert "checkpoints from step 20 on" in str(err) and "lower --lr (this run's peak was 0.002; try 0.001)" in str(err)
 
