@@ -144,6 +144,11 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.dist = "loadgroup"
     if option.dist == "loadgroup":
         config.pluginmanager.register(_GroupSchedulerPlugin(), "cuetrain-xdist-groups")
+        if option.maxworkerrestart is None:
+            # A worker that crashes (faulthandler prints why) fails its test and ends the run. With xdist's
+            # default of replacing it, this group scheduling left the session waiting forever (a 13-test
+            # repro hung; tests/test_suite_order.py), which on CI would be the whole 90 minutes.
+            option.maxworkerrestart = 0
 
 
 class _GroupSchedulerPlugin:

@@ -17,3 +17,43 @@ def test_heavy_files_sort_first_in_table_order_and_others_keep_theirs():
            "tests/cue_plugin/test_elastic.py::test_e"]
     assert sorted(ids, key=heavy_first_key) == [ids[2], ids[4], ids[1], ids[0], ids[3]]
 
+
+
+CRASHING = """
+import os, time
+import pytest
+
+@pytest.mark.parametrize("i", range(4))
+def test_before(i):
+    time.sleep(0.1)
+
+def test_crash():
+    time.sleep(0.3)
+    os.abort()  # stands for a C++ abort in a worker (issue 20: one was seen)
+
+@pytest.mark.parametrize("i", range(4))
+def test_after(i):
+    time.sleep(0.1)
+"""
+
+
+def test_a_crashed_xdist_worker_fails_the_run_instead_of_hanging_it():
+    """Under this suite's group scheduling, xdist's replacement of a crashed worker left the session waiting
+    forever; the suite now ends with the crash reported (conftest: maxworkerrestart 0)."""
+    import shutil
+    import subprocess
+    import sys
+    import uuid
+
+    folder = ROOT / "tests" / f"_crash_probe_{uuid.uuid4().hex[:8]}"  # under tests/: this conftest applies
+    folder.mkdir()
+    try:
+        (folder / "__init__.py").write_text("")
+        (folder / "test_probe.py").write_text(CRASHING)
+        done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
+                               str(folder.relative_to(ROOT))], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(folder)
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "test_crash - worker 'gw" in done.stdout and "crashed" in done.stdout
+    assert "1 failed" in done.stdout  # and the session ended (before: it waited until the timeout above)

@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import math
 import sys
+import traceback
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -93,6 +94,13 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
             raise
         try:
             return _Loop(cfg, rt, sig).run()
+        except BaseException as exc:
+            # Free the loop (DDP model, its reducer and comm hook, the stop vote's group) here, in this thread and
+            # before teardown, as a run that returns does; not whenever the traceback's frames are collected, in
+            # whatever thread: a gloo object destroyed on its own worker thread aborts ("Resource deadlock
+            # avoided"), seen once in a pytest worker after an in-process run ended by an exception.
+            traceback.clear_frames(exc.__traceback__)
+            raise
         finally:
             distributed.teardown(rt)
 

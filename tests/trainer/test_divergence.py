@@ -60,3 +60,32 @@ def test_a_run_whose_loss_blows_up_exits_81_without_model_pt_and_the_agent_does_
     bad = [r for r in rows if not r["loss"] <= divergence.RATIO * 0.04]  # the pairs' identity L1 is ~0.04
     assert len(bad) >= divergence.WINDOWS and rows[-1]["step"] < steps
     assert f"at step {bad[-divergence.WINDOWS]['step']}:" in errors[0]
+
+
+def test_a_run_ended_by_an_exception_frees_its_loop_before_train_returns(pairs, tmp_path, monkeypatch):
+    """The exception's traceback must not keep the training loop (DDP model, process groups, threads) alive:
+    freed later in whatever thread collects it, a gloo object can be destroyed on its own worker thread, which
+    aborts the process (seen once in a pytest worker). trainer.train.train clears the frames before teardown."""
+    import gc
+    import weakref
+
+    from trainer import train as train_mod
+    from trainer.config import TrainConfig
+    from trainer.envvars import DistEnv
+
+    loops = []
+    real_run = train_mod._Loop.run
+
+    def run(self):
+        loops.append(weakref.ref(self))
+        return real_run(self)
+
+    monkeypatch.setattr(train_mod._Loop, "run", run)
+    cfg = TrainConfig(input_dir=str(pairs[0]), target_dir=str(pairs[1]), run_dir=str(tmp_path / "run"), steps=60,
+                      batch_size=4, crop_size=16, lr=1.0, warmup_steps=0, log_interval=2, checkpoint_interval=1000,
+                      contact_sheet_interval=1000)
+    with pytest.raises(Diverged) as caught:
+        train_mod.train(cfg, DistEnv(distributed=False, missing=("COPYCAT_MAIN_ADDR",)))
+    gc.collect()  # here, in this thread
+    assert caught.value.__traceback__ is not None and len(loops) == 1
+    assert loops[0]() is None, "the exception's traceback still holds the training loop"
