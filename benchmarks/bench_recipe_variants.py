@@ -21,17 +21,50 @@ from dataclasses import dataclass
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
+import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
 from trainer import model as model_mod
 from trainer.model import ModelConfigV2
 
-#: Variant networks (v2 structure): ``w48`` 1.27 M parameters, ``w40d`` 0.94 M, ``s1`` = no space-to-depth stem.
+#: Variant networks (v2 structure): ``w48`` 1.27 M parameters, ``w40d`` 0.94 M, ``s1`` = no space-to-depth stem;
+#: ``fre`` (1.04 M) is :class:`FullResEnds`.
 VARIANT_SIZES = {
     "w48": ModelConfigV2(width=48, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1)),
     "w40d": ModelConfigV2(width=40, enc_blocks=(2, 1), mid_blocks=1, dec_blocks=(2, 1)),
     "s1": ModelConfigV2(width=16, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1), stem=1),
 }
+
+
+class FullResEnds(model_mod.CopyCatUNetV2):
+    """v2 small with full-resolution ends (size name ``fre``): a 3x3 conv (3 -> 16, ReLU) before the space-to-depth
+    stem and a 3x3 conv (16 -> 3, zero-initialised: the identity at the start) after the depth-to-space tail.
+    (B, 3, H, W) -> (B, 3, H, W)."""
+
+    def __init__(self, ch: int = 16) -> None:
+        cfg = model_mod.MODEL_SIZES_V2["small"]
+        super().__init__(cfg)
+        self.pre = torch.nn.Conv2d(3, ch, 3, padding=1)
+        self.head = torch.nn.Conv2d(ch * cfg.stem ** 2, cfg.width, 3, padding=1)
+        self.tail = torch.nn.Conv2d(cfg.width, ch * cfg.stem ** 2, 3, padding=1)
+        self.post = torch.nn.Conv2d(ch, 3, 3, padding=1)
+        torch.nn.init.zeros_(self.post.weight)
+        torch.nn.init.zeros_(self.post.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2], x.shape[-1]
+        y = torch.relu(self.pre(model_mod.pad_to_multiple(x, self.multiple)))
+        y = self.head(F.pixel_unshuffle(y, self.stem))
+        skips = []
+        for encoder, down in zip(self.encoders, self.downs):
+            y = encoder(y)
+            skips.append(y)
+            y = down(y)
+        y = self.middle(y)
+        for i, (up, decoder) in enumerate(zip(self.ups, self.decoders)):
+            y = decoder(F.pixel_shuffle(up(y), 2) + skips[len(skips) - 1 - i])
+        y = torch.relu(F.pixel_shuffle(self.tail(y), self.stem))
+        return x + self.post(y)[..., :h, :w]
 
 
 @dataclass(frozen=True)
@@ -58,6 +91,7 @@ VARIANTS: dict[str, Variant] = {
     "w40d-1c": Variant(R("v2", "w40d", 3000, **ONE_CYCLE)),
     "w48-1c-clip": Variant(R("v2", "w48", 3000, **ONE_CYCLE), clip=0.1),
     "v2med-1c": Variant(R("v2", "medium", 1500, **ONE_CYCLE)),
+    "fre-1c": Variant(R("v2", "fre", 3000, **ONE_CYCLE)),
 }
 
 
@@ -66,7 +100,7 @@ def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 
     build, adam = ttq.build_model, torch.optim.Adam
 
     def built(size: str, architecture: str = "v1") -> torch.nn.Module:
-        net = build(size, architecture)
+        net = FullResEnds() if size == "fre" else build(size, architecture)
         for block in (m for m in net.modules() if isinstance(m, model_mod.ResBlock)) if v.zero else ():
             torch.nn.init.zeros_(block.conv2.weight)
             torch.nn.init.zeros_(block.conv2.bias)

@@ -48,3 +48,10 @@ def test_variant_networks_are_registered_only_when_the_benchmark_runs():
     from trainer.model import MODEL_SIZES_V2
 
     assert not set(brv.VARIANT_SIZES) & set(MODEL_SIZES_V2)  # importing it changes nothing in the product
+
+
+def test_full_resolution_ends_start_as_the_identity_at_any_size():
+    net = brv.FullResEnds()
+    x = torch.rand(2, 3, 37, 50)
+    assert torch.equal(net(x), x)  # its last conv is zero, as every cuetrain network starts
+    assert sum(p.numel() for p in net.parameters()) == 1_043_091
