@@ -60,8 +60,8 @@ class DivergenceWatch:
         Raises:
             Diverged: :data:`WINDOWS` bad windows in a row; the message gives the figures and the fix.
         """
-        limit = RATIO * max(identity, FLOOR)
-        if not loss > limit and loss == loss:  # NaN counts as bad
+        base = max(identity, FLOOR)
+        if loss <= RATIO * base:  # False for NaN: a NaN window is bad
             self.bad, self.first_bad_step = 0, 0
             return
         self.bad += 1
@@ -69,7 +69,7 @@ class DivergenceWatch:
         if self.bad < WINDOWS:
             return
         raise Diverged(
-            f"training diverged at step {self.first_bad_step}: the loss {loss:.4g} is {loss / max(identity, FLOOR):.3g}x "
+            f"training diverged at step {self.first_bad_step}: the loss {loss:.4g} is {loss / base:.3g}x "
             f"that of returning the input unchanged ({identity:.4g}) for {WINDOWS} log windows in a row, so the "
             f"weights are unusable and no model.pt is exported (checkpoints from step {self.first_bad_step} on hold "
             f"diverged weights). Train again without --resume, with a lower --lr (this run's peak was "

@@ -18,9 +18,9 @@ from trainer.config import TrainConfig
 def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
     """Peak LR for ``cfg.batch_size x sync_interval`` crops per update under ``cfg.lr_scaling`` (module doc):
     ``sqrt``: ``lr * sqrt(batch * sync / reference)``; ``linear``: ``lr * batch * sync / reference``; ``none``: lr."""
-    ratio = cfg.batch_size * sync_interval / cfg.lr_reference_batch
     if cfg.lr_scaling == "none":
         return cfg.lr
+    ratio = cfg.batch_size * sync_interval / cfg.lr_reference_batch
     return cfg.lr * (ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio))
 
 
