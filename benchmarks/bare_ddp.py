@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from trainer.config import DEFAULT_ARCHITECTURE
 from trainer.model import build_model
 from trainer.precision import Precision, configure_backends, memory_format
 from trainer.tuning import tune_allocator
@@ -34,7 +35,7 @@ def main() -> None:
     prec = Precision(name, name, device.type, "benchmark")
     configure_backends(device)
     torch.manual_seed(0)
-    model = build_model(size).to(device, memory_format=fmt)
+    model = build_model(size, DEFAULT_ARCHITECTURE).to(device, memory_format=fmt)
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
                                 rank=rank, world_size=world, timeout=timedelta(seconds=120))

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import trainer.model as model_module  # noqa: E402
+from trainer.config import DEFAULT_ARCHITECTURE  # noqa: E402
 
 
 def old_pad(x: torch.Tensor, multiple: int) -> torch.Tensor:
@@ -41,7 +42,7 @@ def scripted(size: str, pad) -> torch.jit.ScriptModule:
     model_module.pad_to_multiple = pad
     try:
         torch.manual_seed(0)
-        net = model_module.build_model(size).eval()
+        net = model_module.build_model(size, DEFAULT_ARCHITECTURE).eval()
         for p in net.tail.parameters():  # non-zero tail so the output depends on the whole network
             torch.nn.init.normal_(p, std=0.01)
         return torch.jit.script(copy.deepcopy(net))

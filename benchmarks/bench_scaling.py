@@ -78,7 +78,7 @@ def bytes_section(data: tuple[Path, Path], tmp: Path) -> list[str]:
     rows = [queue.get(timeout=600) for _ in range(2 * len(KINDS) * len(INTERVALS))]
     for p in procs:
         p.join(timeout=60)
-    shapes = [tuple(p.shape) for p in build_model("small").parameters()]
+    shapes = [tuple(p.shape) for p in build_model("small", "v1").parameters()]
     got = {(kind, k): (steps, total, syncs, last, calls) for rank, kind, k, steps, total, syncs, last, calls in rows
            if rank == 0}
     base = got[("none", 1)][1] / got[("none", 1)][0]

@@ -10,6 +10,8 @@ Recipes:
 - ``v1``: the recipe as it landed at c47904a, frozen: ``--architecture v1 --model-size small``, Adam,
   L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.schedule.lr_at``),
   3000 steps (``trainer.demo.DEMO_TRAIN_ARGS``). Every other figure is a ratio against it.
+- ``v3-ema``: the default recipe since 2026-11-26 (``--architecture v3``, ``--ema-decay 0.999``), with ``v3``
+  (no EMA) and ``v3-1cycle-ema`` beside it.
 - the candidates listed in issue 18 (PixelUnshuffle stem = ``v2``, Charbonnier loss, one-cycle schedule,
   EMA of the weights for evaluation/export, larger crops with fewer steps).
 
@@ -97,6 +99,10 @@ RECIPES: dict[str, Recipe] = {
     "v1-crop96": Recipe("v1", "small", 1350, crop=96),  # ~same pixels as v1: 2.25x the crop area, 0.45x steps
     # v1's model with the schedule and EMA that won on carphone: inference cost stays v1's exactly
     "v1-1cycle-ema": Recipe("v1", "small", 3000, schedule="onecycle", ema=0.999),
+    # v3: v2's blocks with v1's full-resolution first level (trainer.model); v1's schedule, with and without EMA
+    "v3": Recipe("v3", "small", 3000),
+    "v3-ema": Recipe("v3", "small", 3000, ema=0.999),
+    "v3-1cycle-ema": Recipe("v3", "small", 3000, schedule="onecycle", ema=0.999),
 }
 CLIPS = ("carphone", "bikes-blur-noise")
 

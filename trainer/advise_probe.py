@@ -136,7 +136,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
         torch.manual_seed(cfg.seed)
         precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
         configure_backends(device)
-        net = build_model(cfg.model_size).to(device, memory_format=fmt)  # the trainer's settings
+        net = build_model(cfg.model_size, cfg.architecture).to(device, memory_format=fmt)  # the trainer's settings
         opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
         step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)
         batches = probe_batches(cfg.batch_size, sizes)

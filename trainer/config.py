@@ -18,7 +18,9 @@ from typing import Any, Sequence
 from trainer.grace import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
-ARCHITECTURES = ("v1", "v2")  # see trainer.model; v1 (the default) is the network cuetrain started with
+ARCHITECTURES = ("v1", "v2", "v3")  # see trainer.model; v1 is the network cuetrain started with
+#: The network a run trains when ``--architecture`` is not given (trainer.model; docs/time_to_quality.md).
+DEFAULT_ARCHITECTURE = "v3"
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
@@ -47,8 +49,9 @@ class TrainConfig:
         batch_size: global batch [crops per step], split across ranks.
         crop_size: side of the square random crops [pixels].
         model_size: ``small``, ``medium`` or ``large`` (see ``trainer.model``).
-        architecture: ``v1`` (the default: the first network; checkpoints without an architecture are v1)
-            or ``v2`` (opt-in: space-to-depth stem, capacity at low resolution) (see ``trainer.model``).
+        architecture: ``v3`` (the default, :data:`DEFAULT_ARCHITECTURE`: v2's blocks with a full-resolution
+            first level), ``v1`` (the first network; checkpoints without an architecture are v1) or ``v2``
+            (space-to-depth stem, capacity at low resolution) (see ``trainer.model``).
         lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update [1].
         lr_reference_batch: batch the ``lr`` is tuned for [crops]; the effective batch of an update is
             ``batch_size x sync_interval`` (see ``lr_scaling``).
@@ -61,7 +64,9 @@ class TrainConfig:
             (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
             ``warmup_steps`` is not used) (see ``trainer.schedule.lr_at``).
         ema_decay: export (and show in contact sheets) an exponential moving average of the weights with
-            this decay per update, e.g. 0.999; 0 = the last weights (the default) (see ``trainer.ema``) [1].
+            this decay per update (default 0.999, warmed up so it averages about the last 1/9 of the updates
+            until ~9,000 updates); 0 = the last weights (see ``trainer.ema``; chosen with the v3 network by
+            the time-to-quality benchmark, docs/time_to_quality.md) [1].
         checkpoint_interval: write a checkpoint every N steps [steps].
         contact_sheet_interval: write a contact sheet every N steps [steps].
         log_interval: print ``[Step:N/M]`` and append to metrics.jsonl every N steps [steps].
@@ -96,13 +101,13 @@ class TrainConfig:
     batch_size: int = 8
     crop_size: int = 64
     model_size: str = "small"
-    architecture: str = "v1"
+    architecture: str = DEFAULT_ARCHITECTURE
     lr: float = 1e-3
     lr_reference_batch: int = 8
     lr_scaling: str = "sqrt"
     warmup_steps: int = 50
     lr_schedule: str = "cosine"
-    ema_decay: float = 0.0
+    ema_decay: float = 0.999
     checkpoint_interval: int = 250
     contact_sheet_interval: int = 100
     log_interval: int = 10
@@ -200,7 +205,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--crop-size", type=int, help=f"crop side in pixels (default {d['crop_size']})")
     g.add_argument("--model-size", choices=MODEL_SIZES, help=f"model size (default {d['model_size']})")
     g.add_argument("--architecture", choices=ARCHITECTURES,
-                   help="network: v1 (default, the first one) or v2 (opt-in, see trainer.model)")
+                   help=f"network (default {DEFAULT_ARCHITECTURE}): v3 (v2's blocks, full-resolution first level), v1 "
+                        "(the first one) or v2 (space-to-depth stem); see trainer.model")
     g.add_argument("--lr", type=float, help=f"learning rate at --lr-reference-batch (default {d['lr']})")
     g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
     g.add_argument("--lr-scaling", choices=LR_SCALINGS,
@@ -210,8 +216,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="cosine (default: warmup, then cosine to lr/10) or onecycle (30%% rise from lr/25, cosine "
                         "to lr/1e4)")
     g.add_argument("--ema-decay", type=float,
-                   help="export an exponential moving average of the weights with this decay per update, e.g. "
-                        "0.999 (default 0: the last weights)")
+                   help="export an exponential moving average of the weights with this decay per update "
+                        f"(default {d['ema_decay']}; 0: the last weights)")
     g.add_argument("--checkpoint-interval", type=int, help=f"steps between checkpoints (default {d['checkpoint_interval']})")
     g.add_argument("--contact-sheet-interval", type=int,
                    help=f"steps between contact sheets (default {d['contact_sheet_interval']})")

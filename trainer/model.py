@@ -5,17 +5,24 @@ identity and training learns the correction (denoise, de-artifact, beauty work),
 Fully convolutional: any frame size works; inputs are padded (replicate) to a multiple of the
 network's total downsampling and the output is cropped back, so inference runs on full frames.
 
-Two architectures, each in three sizes (:data:`ARCHITECTURES`):
+Three architectures, each in three sizes (:data:`ARCHITECTURES`):
 
-- ``v1`` (:class:`CopyCatUNet`, the default): the U-Net cuetrain started with, at full resolution from the first
-  convolution. Kept unchanged so runs and checkpoints made with it still resume and the time-to-quality
-  time-to-quality comparison keeps it as its baseline.
-- ``v2`` (:class:`CopyCatUNetV2`, opt-in with ``--architecture v2``; not yet shown by the time-to-quality
-  benchmark to beat v1, so not the default): a space-to-depth stem (``pixel_unshuffle``, Shi et al.
-  2016's sub-pixel layout, as NAFNet and Restormer use it) puts the first level at half resolution,
+- ``v3`` (:class:`CopyCatUNetV2` with ``stem=1``, the default since issue 18): v2's cheaper blocks with
+  v1's full-resolution first level. The first level keeps one residual block each way at full
+  resolution (what blur and noise need: v2's stem cost ~0.35 dB there); the way up is a 1x1
+  convolution + ``pixel_shuffle`` and skips are added, so the full-resolution work costs less than v1's
+  (v1 runs a 3x3 convolution on the upsampled features and a 1x1 merge of a concatenation there), and
+  what that saves buys more residual blocks at the lower levels. Chosen by the time-to-quality
+  benchmark (docs/time_to_quality.md): better than v1 on both of its clips at the same inference cost.
+- ``v1`` (:class:`CopyCatUNet`): the U-Net cuetrain started with, at full resolution from the first
+  convolution. Kept unchanged so runs and checkpoints made with it still resume (checkpoints without an
+  architecture are v1) and the time-to-quality comparison keeps it as its baseline.
+- ``v2`` (:class:`CopyCatUNetV2`, opt-in with ``--architecture v2``): a space-to-depth stem (``pixel_unshuffle``,
+  Shi et al. 2016's sub-pixel layout, as NAFNet and Restormer use it) puts the first level at half resolution,
   so full-resolution work costs a quarter; the compute saved goes into more residual blocks at the
   low-resolution levels, where capacity is cheapest. Down: 2x2 stride-2 convolutions; up: 1x1
-  convolution + ``pixel_shuffle``; skips are added (NAFNet), not concatenated.
+  convolution + ``pixel_shuffle``; skips are added (NAFNet), not concatenated. The best of the three on
+  compression artefacts, the worst on blur and noise (docs/time_to_quality.md).
 
 Every operator is one torch 1.12's TorchScript has and that exports to standard ONNX (opset <= 18):
 conv2d, relu, add, slicing, pixel_shuffle/pixel_unshuffle; padding goes through :func:`pad_to_multiple`.
@@ -161,7 +168,8 @@ class ModelConfigV2:
             its length is the number of 2x downsamplings below the stem.
         mid_blocks: residual blocks of the lowest level [count].
         dec_blocks: residual blocks of each level after its skip is added, top level first [count per level].
-        stem: space-to-depth factor of the stem: the first level runs at 1/stem resolution [pixels].
+        stem: space-to-depth factor of the stem: the first level runs at 1/stem resolution [pixels]; 1 = no
+            stem (v3: the first level at full resolution).
         channels: image channels in and out (RGB) [channels].
     """
 
@@ -206,7 +214,9 @@ class CopyCatUNetV2(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2], x.shape[-1]
         y = pad_to_multiple(x, self.multiple)  # (B, 3, H, W) -> (B, 3, H', W'), H' and W' multiples of stem*2**levels
-        y = self.head(F.pixel_unshuffle(y, self.stem))  # -> (B, 3 s^2, H'/s, W'/s) -> (B, c, H'/s, W'/s)
+        if self.stem > 1:
+            y = F.pixel_unshuffle(y, self.stem)  # (B, 3, H', W') -> (B, 3 s^2, H'/s, W'/s)
+        y = self.head(y)  # (B, 3 s^2, H'/s, W'/s) -> (B, c, H'/s, W'/s)
         skips: list[torch.Tensor] = []
         for encoder, down in zip(self.encoders, self.downs):  # each level: (B, C, h, w) -> (B, 2C, h/2, w/2)
             y = encoder(y)
@@ -216,7 +226,10 @@ class CopyCatUNetV2(nn.Module):
         for i, (up, decoder) in enumerate(zip(self.ups, self.decoders)):  # (B, 2C, h/2, w/2) -> (B, C, h, w)
             y = F.pixel_shuffle(up(y), 2) + skips[len(skips) - 1 - i]  # (B, 4C, h/2, w/2) -> (B, C, h, w)
             y = decoder(y)
-        return x + F.pixel_shuffle(self.tail(y), self.stem)[..., :h, :w]  # (B, 3 s^2, h, w) -> (B, 3, H, W)
+        y = self.tail(y)  # (B, c, h, w) -> (B, 3 s^2, h, w)
+        if self.stem > 1:
+            y = F.pixel_shuffle(y, self.stem)  # (B, 3 s^2, h, w) -> (B, 3, H', W')
+        return x + y[..., :h, :w]
 
 
 def _blocks(ch: int, count: int) -> nn.Sequential:
@@ -232,14 +245,23 @@ MODEL_SIZES_V2: dict[str, ModelConfigV2] = {
     "large": ModelConfigV2(width=64, enc_blocks=(2, 2, 2, 2), mid_blocks=2, dec_blocks=(2, 2, 2, 2)),
 }
 
+#: The v3 sizes (v2's blocks, no stem: the first level at full resolution), each about the parameter count
+#: of the v1 size it replaces. Counts (``count_parameters``; tests/trainer/test_model.py): small 252,627
+#: (0.25 M), medium 4,220,579 (4.2 M), large 38,483,379 (38.5 M).
+MODEL_SIZES_V3: dict[str, ModelConfigV2] = {
+    "small": ModelConfigV2(width=16, enc_blocks=(1, 2), mid_blocks=2, dec_blocks=(1, 2), stem=1),
+    "medium": ModelConfigV2(width=32, enc_blocks=(1, 2, 2), mid_blocks=2, dec_blocks=(1, 2, 2), stem=1),
+    "large": ModelConfigV2(width=48, enc_blocks=(2, 2, 2, 2), mid_blocks=2, dec_blocks=(2, 2, 2, 2), stem=1),
+}
+
 #: Architecture name -> its sizes (every architecture offers the same three size names).
-ARCHITECTURES: dict[str, dict[str, ModelConfig] | dict[str, ModelConfigV2]] = {"v1": MODEL_SIZES_V1,
-                                                                              "v2": MODEL_SIZES_V2}
+ARCHITECTURES: dict[str, dict[str, ModelConfig] | dict[str, ModelConfigV2]] = {
+    "v1": MODEL_SIZES_V1, "v2": MODEL_SIZES_V2, "v3": MODEL_SIZES_V3}
 #: The size names artists pick from.
 MODEL_SIZES = tuple(MODEL_SIZES_V2)
 
 
-def model_config(size: str, architecture: str = "v1") -> ModelConfig | ModelConfigV2:
+def model_config(size: str, architecture: str) -> ModelConfig | ModelConfigV2:
     """The constructor arguments of a network (what checkpoints and model.json record).
 
     Raises:
@@ -253,7 +275,7 @@ def model_config(size: str, architecture: str = "v1") -> ModelConfig | ModelConf
     return sizes[size]
 
 
-def build_model(size: str, architecture: str = "v1") -> nn.Module:
+def build_model(size: str, architecture: str) -> nn.Module:
     """The network for a model size and architecture name (see :data:`ARCHITECTURES`).
 
     Raises:

@@ -12,6 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tests.conftest import run_cli
 from trainer import compression
 from trainer.compression import POWERSGD_START_ITER, CommCounter, bucket_count, sync_calls, sync_payload
+from trainer.config import DEFAULT_ARCHITECTURE
 from trainer.model import MODEL_SIZES, build_model
 
 SMALL_BYTES = 169_843 * 4  # float32 gradients of the small model
@@ -29,7 +30,7 @@ def one_process_group(tmp_path):
 
 def shapes_of(size: str) -> list[tuple[int, ...]]:
     with torch.device("meta"):
-        return [tuple(p.shape) for p in build_model(size).parameters()]
+        return [tuple(p.shape) for p in build_model(size, DEFAULT_ARCHITECTURE).parameters()]
 
 
 def test_sync_payload_follows_the_hooks_rules_by_hand():
@@ -46,7 +47,7 @@ def test_sync_payload_follows_the_hooks_rules_by_hand():
 @pytest.mark.parametrize("size", list(MODEL_SIZES))
 def test_bucket_count_matches_ddp_assignment(size):
     with torch.device("meta"):
-        params = list(build_model(size).parameters())[::-1]
+        params = list(build_model(size, DEFAULT_ARCHITECTURE).parameters())[::-1]
     buckets, _ = dist._compute_bucket_assignment_by_size(  # what DDP calls in its constructor
         params, [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024], [False] * len(params))
     assert bucket_count(shapes_of(size)) == len(buckets)
@@ -55,7 +56,7 @@ def test_bucket_count_matches_ddp_assignment(size):
 @pytest.mark.parametrize("kind", ["none", "fp16", "powersgd"])
 def test_counted_bytes_equal_the_formula(one_process_group, kind):
     torch.manual_seed(0)
-    net = build_model("small")
+    net = build_model("small", "v1")  # SMALL_BYTES
     model, counter = DDP(net), CommCounter()
     compression.register_hook(model, kind, counter)
     x = torch.rand(2, 3, 16, 16)
@@ -103,7 +104,7 @@ def test_sync_interval_divides_the_bytes_per_step(pairs, tmp_path, monkeypatch):
     monkeypatch.setattr(compression, "register_hook", counted)
     for sync in (1, 4):
         cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / f"sync{sync}"), steps=8, batch_size=2,
-                          crop_size=16, log_interval=4, grad_compression="fp16")
+                          crop_size=16, log_interval=4, grad_compression="fp16", architecture="v1")  # SMALL_BYTES
         train(cfg, DistEnv(True, 0, 1, "127.0.0.1", free_port(), sync_interval=sync))
     every, fourth = counters
     assert (every.syncs, fourth.syncs) == (8, 2)
@@ -149,7 +150,7 @@ def _convergence_cfg(pairs, run_dir, kind):
     return TrainConfig(str(pairs[0]), str(pairs[1]), str(run_dir), steps=CONVERGENCE_STEPS, batch_size=4,
                        crop_size=16, log_interval=LOG_INTERVAL, warmup_steps=2, lr=3e-3, grad_compression=kind,
                        checkpoint_interval=1000, contact_sheet_interval=1000,
-                       lr_scaling="linear")  # peak 1.5e-3 at batch 4, as the losses above were measured
+                       lr_scaling="linear", architecture="v1")  # peak 1.5e-3 at batch 4, v1: the losses above
 
 
 @pytest.mark.slow

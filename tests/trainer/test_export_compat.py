@@ -1,4 +1,4 @@
-"""model.pt against the floor's operator list (trainer.export_compat), for every model size build_model makes."""
+"""model.pt against the floor's operator list (trainer.export_compat), for every network build_model makes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import nn
 
 from trainer.export import torchscript_bytes
 from trainer.export_compat import FLOOR_OPS_FILE, MIN_LIBTORCH, check_torchscript, load_op_list, main
-from trainer.model import MODEL_SIZES, build_model
+from trainer.model import ARCHITECTURES, MODEL_SIZES, build_model
 
 
 class _FPadReplicate(nn.Module):
@@ -41,13 +41,16 @@ def test_fixture_names_its_source_release_and_commit():
     assert "aten::rms_norm" not in ops and all(re.fullmatch(r"(aten|prim)::\w+(\.\w+)?", op) for op in ops)
 
 
+@pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
 @pytest.mark.parametrize("size", sorted(MODEL_SIZES))
-def test_every_model_size_loads_at_the_floor(size, tmp_path):
+def test_every_model_size_loads_at_the_floor(size, architecture, tmp_path):
     path = tmp_path / "model.pt"
-    _save(build_model(size), path)
+    _save(build_model(size, architecture), path)
     report = check_torchscript(path)
-    assert report.missing == (), f"{size}: libtorch {MIN_LIBTORCH} lacks {report.missing}"
-    assert "aten::pad" not in report.used and "aten::cat" in report.used and "aten::conv2d" in report.used
+    assert report.missing == (), f"{architecture} {size}: libtorch {MIN_LIBTORCH} lacks {report.missing}"
+    assert "aten::pad" not in report.used and "aten::conv2d" in report.used
+    assert ("aten::cat" in report.used) == (architecture == "v1")  # v1 concatenates its skips; v2, v3 add them
+    assert ("aten::pixel_shuffle" in report.used) == (architecture != "v1")  # v2's and v3's way up
     assert report.archive_version <= 3  # the record 1.12 reads (issue 21: the demo's archive had 3)
 
 

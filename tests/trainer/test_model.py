@@ -1,24 +1,27 @@
-"""The network: documented parameter counts, identity at init, any frame size, TorchScript export."""
+"""The networks: documented parameter counts, identity at init, any frame size, TorchScript export."""
 
 import pytest
 import torch
 
-from trainer.model import MODEL_SIZES, build_model, count_parameters
+from trainer.config import DEFAULT_ARCHITECTURE
+from trainer.model import ARCHITECTURES, MODEL_SIZES, build_model, count_parameters
 
 
 @pytest.mark.parametrize("size,params", [("small", 169_843), ("medium", 4_730_211), ("large", 42_790_419)])
 def test_documented_parameter_counts(size, params):
-    assert count_parameters(build_model(size)) == params
+    assert count_parameters(build_model(size, "v1")) == params
 
 
-def test_untrained_model_is_the_identity_and_keeps_odd_sizes():
+@pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
+def test_untrained_model_is_the_identity_and_keeps_odd_sizes(architecture):
     x = torch.rand(2, 3, 37, 51)
-    assert torch.equal(build_model("small")(x), x)
+    assert torch.equal(build_model("small", architecture)(x), x)
 
 
-def test_fully_convolutional_after_training_step_and_scriptable():
+@pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
+def test_fully_convolutional_after_training_step_and_scriptable(architecture):
     torch.manual_seed(0)
-    m = build_model("small")
+    m = build_model("small", architecture)
     x = torch.rand(1, 3, 33, 20)
     (m(x) - 0.5).abs().mean().backward()
     with torch.no_grad():
@@ -31,7 +34,7 @@ def test_fully_convolutional_after_training_step_and_scriptable():
 
 def test_unknown_size_lists_valid_names():
     with pytest.raises(ValueError, match="small, medium, large"):
-        build_model("huge")
+        build_model("huge", "v1")
     assert set(MODEL_SIZES) == {"small", "medium", "large"}
 
 
@@ -72,6 +75,14 @@ def test_v2_parameter_counts_identity_and_odd_sizes(size, params):
         assert torch.equal(net(x), x)  # zero-initialised tail: the untrained v2 network is the identity too
 
 
+@pytest.mark.parametrize("size,params", [("small", 252_627), ("medium", 4_220_579), ("large", 38_483_379)])
+def test_v3_parameter_counts_and_full_resolution_first_level(size, params):
+    net = build_model(size, "v3")
+    assert count_parameters(net) == params
+    assert net.head.in_channels == 3 and net.tail.out_channels == 3  # no space-to-depth stem: full resolution
+    assert DEFAULT_ARCHITECTURE == "v3"  # the default network since issue 18 (docs/time_to_quality.md)
+
+
 def test_unknown_architecture_is_named():
-    with pytest.raises(ValueError, match="v1, v2"):
-        build_model("small", "v3")
+    with pytest.raises(ValueError, match="v1, v2, v3"):
+        build_model("small", "v4")

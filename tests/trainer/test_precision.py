@@ -82,7 +82,7 @@ def test_compile_is_opt_in(monkeypatch):
 
 
 def test_exported_copy_is_float32_contiguous_on_cpu():
-    net = build_model("small").to(memory_format=torch.channels_last)
+    net = build_model("small", "v1").to(memory_format=torch.channels_last)
     plain = prec.float32_contiguous(net)
     assert any(not p.is_contiguous() for p in net.parameters())  # channels_last conv weights
     assert all(p.dtype == torch.float32 and p.is_contiguous() and p.device.type == "cpu" for p in plain.parameters())

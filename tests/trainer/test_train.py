@@ -56,7 +56,7 @@ def assert_mixed_precision_match(w1, w2, c: TrainConfig, rel: float = 0.02) -> N
     peak = train_mod.effective_lr(c, 1)
     bound = 2 * sum(train_mod.lr_at(u, c.steps, peak, c.warmup_steps) for u in range(c.steps))
     torch.manual_seed(c.seed)
-    w0 = build_model(c.model_size).state_dict()
+    w0 = build_model(c.model_size, c.architecture).state_dict()
     assert_same_weights(w1, w2, atol=bound)
     flat = lambda w: torch.cat([w[k].flatten() for k in sorted(w)])  # noqa: E731
     moved, diff = (flat(w1) - flat(w0)).norm(), (flat(w2) - flat(w1)).norm()
@@ -171,10 +171,13 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     scripted = torch.jit.load(str(run.model))
     assert all(p.dtype == torch.float32 and p.is_contiguous() for p in scripted.parameters())  # hosts expect fp32
     x = torch.rand(1, 3, 29, 41)
+    ema = build_model("small", "v3")  # model.pt holds the default EMA of the weights (--ema-decay 0.999)
+    ema.load_state_dict(load_latest_checkpoint(run)["ema"]["model"])
     with torch.no_grad():
-        assert torch.allclose(scripted(x), result.model(x), atol=1e-6)
+        assert torch.allclose(scripted(x), ema(x), atol=1e-6)
+        assert not torch.allclose(scripted(x), result.model(x), atol=1e-6)  # not the last weights
     meta = json.loads(run.model_meta.read_text())
-    assert meta["model_size"] == "small" and meta["step"] == 12 and meta["parameters"] == 169_843
+    assert meta["model_size"] == "small" and meta["step"] == 12 and meta["parameters"] == 252_627  # v3 small
     assert record["precision"]["requested"] == "auto" and record["precision"]["precision"] == meta["trained_precision"]
 
 
