@@ -138,6 +138,15 @@ def test_probe_times_the_real_step(pairs, tmp_path):
     assert not (tmp_path / "run").exists()  # the probe writes nothing into the run directory
 
 
+@pytest.mark.parametrize("architecture,parameters", [("v1", 169_843), ("v2", 1_012_204)])
+def test_probe_times_the_configured_architecture(pairs, tmp_path, architecture, parameters):
+    """The probe builds the network the run would train (it built v1 whatever --architecture said)."""
+    cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / "run"), batch_size=2, crop_size=16,
+                      architecture=architecture)
+    probe = run_probe(cfg, [1], warmup=1, iters=1)
+    assert (probe.parameters, probe.sync_bytes) == (parameters, 4 * parameters)
+
+
 class FakeClock:
     """``advise_probe._now`` for the in-process probe below: time moves only when a fake cost is added."""
 
