@@ -35,7 +35,7 @@ import torch
 
 from trainer.advise_model import Link, Probe
 from trainer.config import TrainConfig
-from trainer.data import CropSampler
+from trainer.data import CropSampler, per_crop_l1
 from trainer.envvars import DistEnv
 from trainer.ports import PortReservation
 
@@ -186,7 +186,7 @@ class _Step:
         batch = sampler.batch(step)  # cut on the device, as the trainer does
         with self.autocast():
             out = self.net(batch.input)
-        per_crop = (out.float() - batch.target).abs().mean(dim=(1, 2, 3))  # (b, 3, c, c) -> (b,) L1 per crop
+        per_crop = per_crop_l1(out, batch.target)  # the trainer's loss: (b,) L1 per crop
         self.scaler.scale(per_crop.sum() / sampler.local_batch).backward()
         _ = per_crop.detach().sum()  # the loop's running loss sum
         t1 = _now(self.device)

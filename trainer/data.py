@@ -47,6 +47,14 @@ class CropBatch:
     target: torch.Tensor
 
 
+def per_crop_l1(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean absolute difference of each crop: (b, 3, h, w) ``output`` (any float dtype: autocast may give bf16
+    or fp16) and (b, 3, h, w) float32 ``target`` -> (b,) float32. The training loss (``trainer.train``, and the
+    advisor's probe of it); with the crops' input as ``output``, the loss of returning the input unchanged
+    (``trainer.divergence``)."""
+    return (output.float() - target).abs().mean(dim=(1, 2, 3))
+
+
 @runtime_checkable
 class FrameSource(Protocol):
     """Where crops come from. Images are numbered ``2 x frame index + side`` (side 0 Input, 1 Ground Truth).

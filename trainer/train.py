@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from trainer import distributed
 from trainer.colour import ColourSpec
 from trainer.config import ConfigError, TrainConfig
-from trainer.data import CropBatch, CropSampler, rank_loss_weight, rank_slice, warn_identity
+from trainer.data import CropBatch, CropSampler, per_crop_l1, rank_loss_weight, rank_slice, warn_identity
 from trainer.dataphase import open_data
 from trainer.divergence import DivergenceWatch
 from trainer.ema import WeightEMA
@@ -195,7 +195,7 @@ class _Loop:
             with no_sync() if (no_sync is not None and not update) else contextlib.nullcontext():
                 per_crop = self._forward_backward(model, batch)
             loss_acc += per_crop.sum()
-            identity_acc += (batch.input.float() - batch.target.float()).abs().mean(dim=(1, 2, 3)).sum()
+            identity_acc += per_crop_l1(batch.input, batch.target).sum()
             n_acc += self.sampler.local_batch
             self.step = step
             if update:
@@ -252,7 +252,7 @@ class _Loop:
             with no_sync() if early else contextlib.nullcontext():
                 with self.precision.autocast():
                     out = model(batch.input[first:stop])
-                per_crop = (out.float() - batch.target[first:stop]).abs().mean(dim=(1, 2, 3))  # (b,) float32 L1
+                per_crop = per_crop_l1(out, batch.target[first:stop])  # (b,) float32 L1
                 loss_sum = per_crop.sum() / local * self.loss_weight / sync
                 self.scaler.scale(loss_sum).backward()  # scaled for fp16 only
             losses.append(per_crop.detach())
