@@ -52,7 +52,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainer.data import CropSampler
+from trainer.data import CropSampler, per_crop_l1
 from trainer.demo import HOLDOUT_EVERY, _decode, clip_path
 from trainer.ema import WeightEMA
 from trainer.infer import psnr
@@ -142,11 +142,12 @@ def lr_for(r: Recipe, update: int, total: int, warmup: int) -> float:
 
 
 def per_crop_loss(r: Recipe, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """(B, 3, h, w) float32 pair -> (B,) loss per crop."""
-    d = out - target
+    """(B, 3, h, w) float32 pair -> (B,) loss per crop: the trainer's L1 (``trainer.data.per_crop_l1``) or
+    Charbonnier."""
     if r.loss == "charbonnier":
+        d = out - target
         return torch.sqrt(d * d + 1e-6).mean(dim=(1, 2, 3))
-    return d.abs().mean(dim=(1, 2, 3))
+    return per_crop_l1(out, target)
 
 
 @torch.no_grad()
