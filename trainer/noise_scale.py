@@ -26,7 +26,10 @@ Where the two norms come from (:class:`GradNoise`):
   accumulated steps is ``G_small`` (one batch) and the update's gradient ``G_big`` (k batches). With
   k = 1 the batch is split in two halves, forward and backward run once per half, and the first
   half's gradient is ``G_small`` (``trainer.train`` does the split; the sum of the two halves is the
-  same gradient as one pass, up to float rounding).
+  same gradient as one pass, up to float rounding). A split step launches every kernel twice, which
+  on a GPU, where the small network's step is bound by kernel launches, doubled the step (one H200,
+  docs/scaling.md); so one rank at k = 1 splits only every ``--noise-interval`` updates, and the
+  smoothing then spans at least :data:`SMOOTHING_SAMPLES` samples.
 
 The gradients are the ones the loss produces, so the noise scale refers to the mean L1 loss per
 crop. Every quantity stays on the training device until the log all-reduce (no host sync per step).
@@ -42,6 +45,9 @@ import torch
 #: Time constant of the smoothing [optimizer updates]: each window of n updates enters the moving
 #: averages of ``|G|^2`` and ``tr(Sigma)`` with weight ``1 - exp(-n / SMOOTHING_UPDATES)``.
 SMOOTHING_UPDATES = 100.0
+#: Where a sample is taken only every k updates, the time constant is at least this many samples
+#: (``SMOOTHING_SAMPLES x k`` updates), so the sparse estimate is as smooth as a dense one [samples].
+SMOOTHING_SAMPLES = 10.0
 
 
 def estimates(b_small: float, small_sq: Any, b_big: float, big_sq: Any) -> tuple[Any, Any]:
@@ -83,10 +89,19 @@ class GradNoise:
 
     Args:
         device: the training device (the per-step sums stay there).
+        sample_interval: optimizer updates per sample (one rank at sync interval 1 samples every
+            ``--noise-interval`` updates; else 1) [updates].
+
+    Raises:
+        ValueError: ``sample_interval`` is below 1.
     """
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(self, device: torch.device | str = "cpu", sample_interval: int = 1) -> None:
+        if sample_interval < 1:
+            raise ValueError(f"noise-scale sample_interval={sample_interval} must be >= 1 optimizer update")
         self.device = torch.device(device)
+        #: time constant of the moving averages [optimizer updates]
+        self.time_constant = max(SMOOTHING_UPDATES, SMOOTHING_SAMPLES * sample_interval)
         self._local = torch.zeros((), dtype=torch.float64, device=self.device)  # this sync's |G_small|^2 so far
         self._sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # |G|^2, tr(Sigma), samples
         self.g2: float | None = None  # smoothed |G|^2
@@ -128,7 +143,8 @@ class GradNoise:
         return out
 
     def smooth(self, g2_sum: float, trace_sum: float, samples: float, updates: int) -> float | None:
-        """Fold one window (summed over ranks) of ``updates`` optimizer updates into the moving averages.
+        """Fold one window (summed over ranks) of ``updates`` optimizer updates into the moving averages
+        (``updates``: since the last window that had samples).
 
         Returns:
             The smoothed ``B_simple = tr(Sigma) / |G|^2`` [crops], or None while there is none (no
@@ -140,7 +156,7 @@ class GradNoise:
             if self.g2 is None or self.trace is None:
                 self.g2, self.trace = g2, trace
             else:
-                w = 1.0 - math.exp(-max(updates, 1) / SMOOTHING_UPDATES)
+                w = 1.0 - math.exp(-max(updates, 1) / self.time_constant)
                 self.g2 += w * (g2 - self.g2)
                 self.trace += w * (trace - self.trace)
         return self.value

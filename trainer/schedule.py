@@ -17,11 +17,12 @@ from trainer.config import TrainConfig
 
 def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
     """Peak LR for ``cfg.batch_size x sync_interval`` crops per update under ``cfg.lr_scaling`` (module doc):
-    ``sqrt``: ``lr * sqrt(batch * sync / reference)``; ``linear``: ``lr * batch * sync / reference``; ``none``: lr."""
+    ``sqrt``: ``lr * sqrt(batch * sync / reference)``; ``linear``: ``lr * batch * sync / reference``; ``none``: lr
+    (``lr``: ``cfg.base_lr``, the model size's default unless ``--lr`` is given)."""
     if cfg.lr_scaling == "none":
-        return cfg.lr
+        return cfg.base_lr
     ratio = cfg.batch_size * sync_interval / cfg.lr_reference_batch
-    return cfg.lr * (ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio))
+    return cfg.base_lr * (ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio))
 
 
 def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: str = "cosine") -> float:

@@ -133,7 +133,7 @@ class _Loop:
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
-        self.noise = GradNoise(rt.device)  # the gradient noise scale (trainer.noise_scale)
+        self.noise = GradNoise(rt.device, max(self._noise_every(), 1))  # the gradient noise scale (trainer.noise_scale)
         self.ema = WeightEMA(self.net, cfg.ema_decay) if self.master and cfg.ema_decay > 0 else None  # trainer.ema
         self._micro, self._logged_updates = 0, 0  # steps accumulated into the pending update; updates at the last log
         self.divergence = DivergenceWatch(self.peak_lr)  # a blown-up loss stops the run (trainer.divergence)
@@ -237,13 +237,13 @@ class _Loop:
         """Forward and backward of this rank's crops (gradients accumulate in ``.grad``); returns the
         (b,) float32 L1 loss per crop, detached.
 
-        One rank at sync interval 1 runs the batch as two halves and reads the gradient of the first
-        (the small batch of the noise scale, ``trainer.noise_scale``); one rank with a sync interval
-        k > 1 reads the gradient after the first of its k steps.
+        One rank at sync interval 1 runs the batch as two halves on every ``--noise-interval``-th update
+        and reads the gradient of the first (the small batch of the noise scale, ``trainer.noise_scale``);
+        one rank with a sync interval k > 1 reads the gradient after the first of its k steps.
         """
         sync, local = self.env.sync_interval, self.sampler.local_batch
         self._micro += 1
-        halves = self.env.world_size == 1 and sync == 1 and local >= 2
+        halves = self.env.world_size == 1 and sync == 1 and local >= 2 and self._noise_due()
         parts = [(0, local // 2), (local // 2, local)] if halves else [(0, local)]
         losses = []
         no_sync = getattr(model, "no_sync", None)  # a 1-rank gang: the first half must not all-reduce
@@ -261,12 +261,22 @@ class _Loop:
                 self.noise.observe_small(squared_norm(parameter_grads(self.net)) * (local * sync / stop) ** 2)
         return torch.cat(losses) if len(losses) > 1 else losses[0]
 
+    def _noise_every(self) -> int:
+        """Updates between noise-scale samples: ``--noise-interval`` for one rank at sync interval 1 (each
+        sample splits a step in two halves; 0 = none), else 1 (every sync: two squared norms)."""
+        return self.cfg.noise_interval if self.env.world_size == 1 and self.env.sync_interval == 1 else 1
+
+    def _noise_due(self) -> bool:
+        """This update is a noise-scale sample (the update counter advances only in :meth:`_update`)."""
+        every = self._noise_every()
+        return every > 0 and self.updates % every == 0
+
     def _measure_noise(self) -> None:
         """Close this update's noise-scale sample (the all-reduced gradient is in ``.grad``); an update
         with fewer than ``sync_interval`` steps (the last of a run) or one crop per update adds none."""
         sync, local, world = self.env.sync_interval, self.sampler.local_batch, self.env.world_size
         micro, self._micro = self._micro, 0
-        if micro != sync:
+        if micro != sync or not self._noise_due():
             return
         if world > 1:
             b_small, b_big, small_scale = local * sync, self.cfg.batch_size * sync, self.loss_weight
@@ -300,7 +310,8 @@ class _Loop:
         total, identity, count, *noise = distributed.all_reduce_sum(
             [float(sums[0]), float(sums[1]), float(n_local), *self.noise.window()], self.rt)
         noise_scale = self.noise.smooth(*noise, updates=self.updates - self._logged_updates)
-        self._logged_updates = self.updates
+        if noise[2] > 0:  # samples in this window: the next one's weight counts the updates from here
+            self._logged_updates = self.updates
         loss = total / max(count, 1.0)
         images_per_s = count / dt if dt > 0 else 0.0
         lr = self.opt.param_groups[0]["lr"]

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.noise_scale import SMOOTHING_UPDATES, GradNoise, estimates, parameter_grads, squared_norm
+from trainer.noise_scale import SMOOTHING_SAMPLES, SMOOTHING_UPDATES, GradNoise, estimates, parameter_grads, squared_norm
 
 D, SIGMA = 64, 1.0
 
@@ -156,6 +156,18 @@ def test_smoothing_weights_windows_by_their_updates_and_skips_overflows():
     other = GradNoise()
     other.load_state_dict(state)
     assert other.value == pytest.approx(noise.value)
+
+
+def test_sparse_samples_are_smoothed_over_at_least_smoothing_samples():
+    """One rank samples every --noise-interval updates: the time constant spans SMOOTHING_SAMPLES samples."""
+    assert GradNoise().time_constant == SMOOTHING_UPDATES
+    sparse = GradNoise(sample_interval=50)
+    assert sparse.time_constant == SMOOTHING_SAMPLES * 50 > SMOOTHING_UPDATES
+    sparse.smooth(1.0, 10.0, 1.0, updates=50)
+    sparse.smooth(1.0, 0.0, 1.0, updates=50)  # one sample 50 updates later: weight 1 - exp(-50 / 500)
+    assert sparse.trace == pytest.approx(10.0 * math.exp(-50 / sparse.time_constant))
+    with pytest.raises(ValueError, match="sample_interval=0"):
+        GradNoise(sample_interval=0)
 
 
 def test_loss_scale_is_divided_out():

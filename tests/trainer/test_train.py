@@ -69,8 +69,12 @@ def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sy
     """2 ranks x B crops with DDP == 1 rank x 2B crops fed the same crops (allclose weights), in each precision.
 
     The 1-rank reference trains in this process (``train`` with the environment read as a rank reads it:
-    only ``COPYCAT_SYNC_INTERVAL`` set); the 2 ranks are ``cuetrain local``'s processes."""
-    c = cfg(pairs, tmp_path / "one", steps=6, checkpoint_interval=6, precision=precision)
+    only ``COPYCAT_SYNC_INTERVAL`` set); the 2 ranks are ``cuetrain local``'s processes. Under 16-bit
+    autocast the 1-rank run splits every step in two halves (``noise_interval=1``), so its gradient is
+    rounded as the two ranks' is (two rounded halves, added); in one pass (the default between noise
+    samples) the rounding differs and the runs drift apart by ~3.5% of the update in 6 steps (bf16)."""
+    split = {} if precision == "fp32" else {"noise_interval": 1}
+    c = cfg(pairs, tmp_path / "one", steps=6, checkpoint_interval=6, precision=precision, **split)
     with caplog.at_level(logging.INFO, logger="trainer"):
         train_mod.train(c, read_dist_env({"COPYCAT_SYNC_INTERVAL": str(sync)}))
     assert "training non-distributed: COPYCAT_MAIN_ADDR, COPYCAT_MAIN_PORT, COPYCAT_RANK, COPYCAT_WORLD_SIZE not set" \
@@ -154,7 +158,7 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     from trainer.images import read_image
 
     run = RunPaths.of(tmp_path / "run")
-    result = train_mod.train(cfg(pairs, run.root, steps=12, keep_checkpoints=2), NON_DIST)
+    result = train_mod.train(cfg(pairs, run.root, steps=12, keep_checkpoints=2, noise_interval=1), NON_DIST)
     record = json.loads(run.run_json.read_text())
     assert record["state"] == "succeeded" and record["world_size"] == 1
     assert record["config"]["steps"] == 12 and "torch" in record["versions"] and record["started_at"]
@@ -181,12 +185,49 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     assert record["precision"]["requested"] == "auto" and record["precision"]["precision"] == meta["trained_precision"]
 
 
+@pytest.mark.parametrize("interval, split_updates", [(1, 8), (3, 3), (0, 0)])
+def test_one_rank_splits_a_step_for_the_noise_scale_every_noise_interval_updates(pairs, tmp_path, monkeypatch,
+                                                                                 interval, split_updates):
+    """--noise-interval: a split step runs the network twice (two halves); 8 steps at interval 3 split
+    updates 0, 3 and 6 only, and at 0 none (no noise scale is measured)."""
+    passes = []
+    real_l1 = train_mod.per_crop_l1
+
+    def counting_l1(out, target):  # the loss of each forward pass (the identity loss's input needs no grad)
+        if out.requires_grad:
+            passes.append(out.shape[0])
+        return real_l1(out, target)
+
+    monkeypatch.setattr(train_mod, "per_crop_l1", counting_l1)
+    run = RunPaths.of(tmp_path / "run")
+    train_mod.train(cfg(pairs, run.root, noise_interval=interval, ema_decay=0.0), NON_DIST)
+    assert len(passes) == 8 + split_updates
+    assert sum(passes) == 8 * 4  # every crop once: the halves of a split step are the batch
+    noise = [r["noise_scale"] for r in read_metrics(run) if "noise_scale" in r]
+    if interval == 0:
+        assert noise == []
+    if interval == 1:  # a sample every update: positive estimates from the first windows on
+        assert noise and all(v > 0 for v in noise)
+
+
 def test_a_truncated_latest_checkpoint_is_skipped(pairs, tmp_path):
     run = RunPaths.of(tmp_path / "run")
     train_mod.train(cfg(pairs, run.root), NON_DIST)
     newest = run.list_checkpoints()[-1][1]
     newest.write_bytes(newest.read_bytes()[:100])  # a kill mid-write without the atomic rename
     assert load_latest_checkpoint(run)["step"] == 4
+
+
+def test_the_default_lr_follows_the_model_size():
+    """Without --lr, wider networks take smaller steps (trainer.config.DEFAULT_LR: medium and large diverged at
+    1e-3 on a GPU, docs/scaling.md); --lr overrides it and travels in the frames' command lines."""
+    for size, lr in (("small", 1e-3), ("medium", 5e-4), ("large", 1e-4)):
+        c = TrainConfig("i", "t", "r", model_size=size, batch_size=32)
+        assert c.lr is None and c.base_lr == lr
+        assert train_mod.effective_lr(c, 1) == pytest.approx(2 * lr)  # sqrt(32 / 8) x the size's lr
+        assert "--lr" not in c.to_argv()
+    c = TrainConfig("i", "t", "r", model_size="large", lr=3e-4)
+    assert c.base_lr == 3e-4 and c.to_argv()[-2:] == ["--lr", "0.0003"]
 
 
 def test_lr_schedule_is_sqrt_scaled_warmed_up_and_decayed():

@@ -46,7 +46,7 @@ def _reference_run(cfg: TrainConfig, sync: int) -> tuple[list[list[torch.Tensor]
     net = build_model(cfg.model_size, cfg.architecture)
     params = list(net.parameters())
     ratio = cfg.batch_size * sync / cfg.lr_reference_batch  # the default square-root scaling rule, by hand
-    peak = cfg.lr * (ratio if cfg.lr_scaling == "linear" else ratio ** 0.5)
+    peak = cfg.base_lr * (ratio if cfg.lr_scaling == "linear" else ratio ** 0.5)
     opt = torch.optim.Adam(params, lr=peak)
     updates = cfg.steps // sync
     grads_per_update = []
