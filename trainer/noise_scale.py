@@ -38,6 +38,7 @@ crop. Every quantity stays on the training device until the log all-reduce (no h
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -78,6 +79,51 @@ def squared_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
 def parameter_grads(model: torch.nn.Module) -> list[torch.Tensor]:
     """The ``.grad`` tensors of ``model``'s parameters that have one."""
     return [p.grad for p in model.parameters() if p.grad is not None]
+
+
+@dataclass(frozen=True)
+class NoiseSampling:
+    """Which optimizer updates of a rank sample the noise scale, and the two batch sizes of a sample (module doc).
+
+    Attributes:
+        world_size: ranks in the gang [ranks].
+        sync_interval: steps accumulated per optimizer update [steps].
+        local_batch: this rank's crops per step [crops].
+        global_batch: all ranks' crops per step [crops].
+        interval: ``--noise-interval``: one rank at sync interval 1 samples every this many updates, by
+            splitting the step in two halves; 0 = never [updates].
+    """
+
+    world_size: int
+    sync_interval: int
+    local_batch: int
+    global_batch: int
+    interval: int
+
+    @property
+    def every(self) -> int:
+        """Updates between samples: ``interval`` for one rank at sync interval 1 (0 = none), else 1 (every
+        sync: two squared norms, no extra pass) [updates]."""
+        return self.interval if self.world_size == 1 and self.sync_interval == 1 else 1
+
+    def due(self, updates: int) -> bool:
+        """The update after ``updates`` completed ones is a sample."""
+        return self.every > 0 and updates % self.every == 0
+
+    def split(self, updates: int) -> bool:
+        """That update's step runs as two halves (one rank, sync interval 1, >= 2 crops, a sample due)."""
+        return self.world_size == 1 and self.sync_interval == 1 and self.local_batch >= 2 and self.due(updates)
+
+    def batches(self, loss_weight: float) -> tuple[int, int, float] | None:
+        """``(b_small [crops], b_big [crops], small_scale [1])`` of a sample for :meth:`GradNoise.add_sync`, or
+        None where no sample exists (one rank, one crop per update). ``loss_weight``: this rank's
+        ``trainer.data.rank_loss_weight`` (several ranks with uneven batches)."""
+        sync, local = self.sync_interval, self.local_batch
+        if self.world_size > 1:
+            return local * sync, self.global_batch * sync, loss_weight
+        if sync > 1:
+            return local, local * sync, 1.0
+        return (local // 2, local, 1.0) if local >= 2 else None
 
 
 class GradNoise:

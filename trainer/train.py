@@ -38,7 +38,7 @@ from trainer.envvars import DistEnv, read_dist_env
 from trainer.gang import GangError, explain_failure
 from trainer.stop import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
 from trainer.model import build_model, count_parameters, model_config
-from trainer.noise_scale import GradNoise, parameter_grads, squared_norm
+from trainer.noise_scale import GradNoise, NoiseSampling, parameter_grads, squared_norm
 from trainer.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
 from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, wall_clock
@@ -133,7 +133,9 @@ class _Loop:
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
-        self.noise = GradNoise(rt.device, max(self._noise_every(), 1))  # the gradient noise scale (trainer.noise_scale)
+        self.sampling = NoiseSampling(self.env.world_size, self.env.sync_interval, self.sampler.local_batch,
+                                      cfg.batch_size, cfg.noise_interval)  # when the noise scale is sampled
+        self.noise = GradNoise(rt.device, max(self.sampling.every, 1))  # the gradient noise scale (trainer.noise_scale)
         self.ema = WeightEMA(self.net, cfg.ema_decay) if self.master and cfg.ema_decay > 0 else None  # trainer.ema
         self._micro, self._logged_updates = 0, 0  # steps accumulated into the pending update; updates at the last log
         self.divergence = DivergenceWatch(self.peak_lr)  # a blown-up loss stops the run (trainer.divergence)
@@ -243,7 +245,7 @@ class _Loop:
         """
         sync, local = self.env.sync_interval, self.sampler.local_batch
         self._micro += 1
-        halves = self.env.world_size == 1 and sync == 1 and local >= 2 and self._noise_due()
+        halves = self.sampling.split(self.updates)
         parts = [(0, local // 2), (local // 2, local)] if halves else [(0, local)]
         losses = []
         no_sync = getattr(model, "no_sync", None)  # a 1-rank gang: the first half must not all-reduce
@@ -261,32 +263,15 @@ class _Loop:
                 self.noise.observe_small(squared_norm(parameter_grads(self.net)) * (local * sync / stop) ** 2)
         return torch.cat(losses) if len(losses) > 1 else losses[0]
 
-    def _noise_every(self) -> int:
-        """Updates between noise-scale samples: ``--noise-interval`` for one rank at sync interval 1 (each
-        sample splits a step in two halves; 0 = none), else 1 (every sync: two squared norms)."""
-        return self.cfg.noise_interval if self.env.world_size == 1 and self.env.sync_interval == 1 else 1
-
-    def _noise_due(self) -> bool:
-        """This update is a noise-scale sample (the update counter advances only in :meth:`_update`)."""
-        every = self._noise_every()
-        return every > 0 and self.updates % every == 0
-
     def _measure_noise(self) -> None:
-        """Close this update's noise-scale sample (the all-reduced gradient is in ``.grad``); an update
-        with fewer than ``sync_interval`` steps (the last of a run) or one crop per update adds none."""
-        sync, local, world = self.env.sync_interval, self.sampler.local_batch, self.env.world_size
+        """Close this update's noise-scale sample (the all-reduced gradient is in ``.grad``), if it is one;
+        an update with fewer than ``sync_interval`` steps (the last of a run) adds none."""
         micro, self._micro = self._micro, 0
-        if micro != sync or not self._noise_due():
-            return
-        if world > 1:
-            b_small, b_big, small_scale = local * sync, self.cfg.batch_size * sync, self.loss_weight
-        elif sync > 1:
-            b_small, b_big, small_scale = local, local * sync, 1.0
-        elif local >= 2:
-            b_small, b_big, small_scale = local // 2, local, 1.0
-        else:
+        sizes = self.sampling.batches(self.loss_weight)
+        if micro != self.env.sync_interval or sizes is None or not self.sampling.due(self.updates):
             return
         scale = self.scaler._get_scale_async() if self.scaler.is_enabled() else 1.0  # fp16: grads still scaled
+        b_small, b_big, small_scale = sizes
         self.noise.add_sync(b_small, b_big, squared_norm(parameter_grads(self.net)), small_scale, scale)
 
     def _update(self) -> None:

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.noise_scale import SMOOTHING_SAMPLES, SMOOTHING_UPDATES, GradNoise, estimates, parameter_grads, squared_norm
+from trainer.noise_scale import SMOOTHING_SAMPLES, SMOOTHING_UPDATES, GradNoise, NoiseSampling, estimates, parameter_grads, squared_norm
 
 D, SIGMA = 64, 1.0
 
@@ -168,6 +168,21 @@ def test_sparse_samples_are_smoothed_over_at_least_smoothing_samples():
     assert sparse.trace == pytest.approx(10.0 * math.exp(-50 / sparse.time_constant))
     with pytest.raises(ValueError, match="sample_interval=0"):
         GradNoise(sample_interval=0)
+
+
+@pytest.mark.parametrize("world, sync, local, interval, every, split, sizes", [
+    (1, 1, 8, 50, 50, True, (4, 8, 1.0)),  # one rank: halves of the batch, every 50th update
+    (1, 1, 8, 0, 0, False, (4, 8, 1.0)),  # --noise-interval 0: never
+    (1, 1, 1, 50, 50, False, None),  # one crop cannot be halved: no sample
+    (1, 4, 8, 50, 1, False, (8, 32, 1.0)),  # sync 4: first micro-batch vs the update, every update
+    (2, 1, 3, 50, 1, False, (3, 5, 0.75)),  # 2 ranks, global batch 5: this rank's 3 crops vs the 5
+])
+def test_sampling_plan_per_gang_shape(world, sync, local, interval, every, split, sizes):
+    plan = NoiseSampling(world, sync, local, 5 if world > 1 else local, interval)
+    assert plan.every == every
+    assert tuple(u for u in range(101) if plan.due(u)) == (tuple(range(0, 101, every)) if every else ())
+    assert plan.split(0) is split and not plan.split(1)
+    assert plan.batches(0.75) == sizes
 
 
 def test_loss_scale_is_divided_out():
