@@ -45,11 +45,15 @@ class DivergenceWatch:
 
     Attributes:
         peak_lr: the run's peak learning rate, for the message [1].
+        lr: the run's ``--lr`` (``TrainConfig.base_lr``), which ``peak_lr`` scales for the batch; the message
+            suggests half of it (half the peak would be the same ``--lr`` again wherever the scaling doubled
+            it, as at batch 32) [1].
         bad: bad windows in a row so far [log windows].
         first_bad_step: the last step of the first of those windows, or 0 [steps].
     """
 
     peak_lr: float
+    lr: float
     bad: int = 0
     first_bad_step: int = 0
 
@@ -72,5 +76,5 @@ class DivergenceWatch:
             f"training diverged at step {self.first_bad_step}: the loss {loss:.4g} is {loss / base:.3g}x "
             f"that of returning the input unchanged ({identity:.4g}) for {WINDOWS} log windows in a row, so the "
             f"weights are unusable and no model.pt is exported (checkpoints from step {self.first_bad_step} on hold "
-            f"diverged weights). Train again without --resume, with a lower --lr (this run's peak was "
-            f"{self.peak_lr:.3g}; try {self.peak_lr / 2:.3g}) or a smaller --model-size")
+            f"diverged weights). Train again without --resume, with a lower --lr (this run's was {self.lr:.3g}, "
+            f"a peak of {self.peak_lr:.3g} at its batch; try --lr {self.lr / 2:.3g}) or a smaller --model-size")

@@ -138,7 +138,7 @@ class _Loop:
         self.noise = GradNoise(rt.device, max(self.sampling.every, 1))  # the gradient noise scale (trainer.noise_scale)
         self.ema = WeightEMA(self.net, cfg.ema_decay) if self.master and cfg.ema_decay > 0 else None  # trainer.ema
         self._micro, self._logged_updates = 0, 0  # steps accumulated into the pending update; updates at the last log
-        self.divergence = DivergenceWatch(self.peak_lr)  # a blown-up loss stops the run (trainer.divergence)
+        self.divergence = DivergenceWatch(self.peak_lr, cfg.base_lr)  # a blown-up loss stops the run
 
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank

@@ -16,7 +16,7 @@ from trainer.runrecord import FailureKind, read_record
 
 
 def test_three_bad_windows_in_a_row_stop_the_run_and_say_where_and_what_to_do():
-    watch = DivergenceWatch(peak_lr=2e-3)
+    watch = DivergenceWatch(peak_lr=2e-3, lr=1e-3)  # batch 32: the sqrt rule doubled --lr 1e-3
     watch.check(10, 0.03, 0.04)  # healthy: below the identity loss
     watch.check(20, 0.50, 0.04)  # 12.5x: bad (the measured blow-ups were 12-15x)
     watch.check(30, 0.45, 0.04)
@@ -26,11 +26,12 @@ def test_three_bad_windows_in_a_row_stop_the_run_and_say_where_and_what_to_do():
     assert err.exit_code == ExitCode.DIVERGED == 81 and err.kind is FailureKind.DIVERGED
     assert str(err).startswith("training diverged at step 20: the loss 0.48 is 12x that of returning the input "
                                "unchanged (0.04) for 3 log windows in a row")
-    assert "checkpoints from step 20 on" in str(err) and "lower --lr (this run's peak was 0.002; try 0.001)" in str(err)
+    assert "checkpoints from step 20 on" in str(err)
+    assert "lower --lr (this run's was 0.001, a peak of 0.002 at its batch; try --lr 0.0005)" in str(err)
 
 
 def test_a_spike_that_recovers_the_floor_and_nan():
-    watch = DivergenceWatch(peak_lr=1e-3)
+    watch = DivergenceWatch(peak_lr=1e-3, lr=1e-3)
     for step, loss in ((10, 0.5), (20, 0.5), (30, 0.02), (40, 0.5), (50, 0.5), (60, 0.02)):
         watch.check(step, loss, 0.04)  # two bad windows, then a good one: the count starts again
     for step in (70, 80, 90, 100):
