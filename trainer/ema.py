@@ -45,8 +45,9 @@ class WeightEMA:
     def update(self, net: torch.nn.Module) -> None:
         """Average ``net``'s parameters (after an optimizer update) into the copy."""
         weight = 1.0 - self.current_decay()
-        # one multi-tensor kernel per dtype and device, not one per parameter (a GPU step is launch-bound)
-        torch._foreach_lerp_(list(self.module.parameters()), [p.detach() for p in net.parameters()], weight)
+        # one multi-tensor kernel per dtype and device, not one per parameter (a GPU step is launch-bound); under
+        # no_grad the parameters need no .detach() (one dispatcher call each, 47 per step of the small v3)
+        torch._foreach_lerp_(list(self.module.parameters()), list(net.parameters()), weight)
         for ema_b, b in zip(self.module.buffers(), net.buffers()):
             ema_b.copy_(b)
         self.updates += 1
