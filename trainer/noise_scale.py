@@ -91,7 +91,8 @@ class NoiseSampling:
         local_batch: this rank's crops per step [crops].
         global_batch: all ranks' crops per step [crops].
         interval: ``--noise-interval``: one rank at sync interval 1 samples every this many updates, by
-            splitting the step in two halves; 0 = never [updates].
+            splitting the step in two halves; any other gang samples every update; 0 = never, in any gang
+            (no observing DDP hook either: the baseline of the overhead benchmark) [updates].
     """
 
     world_size: int
@@ -102,8 +103,10 @@ class NoiseSampling:
 
     @property
     def every(self) -> int:
-        """Updates between samples: ``interval`` for one rank at sync interval 1 (0 = none), else 1 (every
-        sync: two squared norms, no extra pass) [updates]."""
+        """Updates between samples: ``interval`` for one rank at sync interval 1, else 1 (every sync: two
+        squared norms, no extra pass); 0 = none, with any gang [updates]."""
+        if self.interval == 0:
+            return 0
         return self.interval if self.world_size == 1 and self.sync_interval == 1 else 1
 
     def due(self, updates: int) -> bool:
@@ -113,6 +116,15 @@ class NoiseSampling:
     def split(self, updates: int) -> bool:
         """That update's step runs as two halves (one rank, sync interval 1, >= 2 crops, a sample due)."""
         return self.world_size == 1 and self.sync_interval == 1 and self.local_batch >= 2 and self.due(updates)
+
+    def reads_small(self, updates: int, micro: int, first_half: bool) -> bool:
+        """Whether one rank reads its small-batch gradient now, in the update after ``updates`` completed ones:
+        after the first half of a split step (``first_half``) at sync interval 1, or after the first
+        (``micro`` == 1) of its ``sync_interval`` micro-steps; never in a gang (the DDP hook reads it) or
+        when the update is not a sample."""
+        if self.world_size > 1 or not self.due(updates):
+            return False
+        return first_half if self.sync_interval == 1 else micro == 1
 
     def batches(self, loss_weight: float) -> tuple[int, int, float] | None:
         """``(b_small [crops], b_big [crops], small_scale [1])`` of a sample for :meth:`GradNoise.add_sync`, or

@@ -145,7 +145,7 @@ class _Loop:
             self._resume()
         start = self.step
         model = self._wrap()
-        self.writer.start(self.cfg.to_dict(), self.env.world_size, start, self.rt.backend)
+        self.writer.start(self._config_record(), self.env.world_size, start, self.rt.backend)
         if self.master:
             runrecord.update_record(self.paths, precision=self.precision.to_dict())
         log.info("precision %s (%s), memory format %s", self.precision.name, self.precision.reason,
@@ -181,7 +181,7 @@ class _Loop:
         from trainer.compression import register_hook
 
         register_hook(model, self.cfg.grad_compression,
-                      observe=self.noise.observe_bucket if self.env.world_size > 1 else None)
+                      observe=self.noise.observe_bucket if self.env.world_size > 1 and self.sampling.every else None)
         return maybe_compile(model, self.cfg.compile)
 
     def _steps(self, model: torch.nn.Module) -> float:
@@ -258,7 +258,7 @@ class _Loop:
                 loss_sum = per_crop.sum() / local * self.loss_weight / sync
                 self.scaler.scale(loss_sum).backward()  # scaled for fp16 only
             losses.append(per_crop.detach())
-            if self.env.world_size == 1 and (halves and first == 0 or not halves and sync > 1 and self._micro == 1):
+            if self.sampling.reads_small(self.updates, self._micro, halves and first == 0):
                 # the gradient so far is (crops seen / crops per update) x their mean gradient
                 self.noise.observe_small(squared_norm(parameter_grads(self.net)) * (local * sync / stop) ** 2)
         return torch.cat(losses) if len(losses) > 1 else losses[0]
@@ -370,11 +370,15 @@ class _Loop:
         self._logged_updates = self.updates
         log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
 
+    def _config_record(self) -> dict[str, Any]:
+        """The config as run.json and model.pt record it, with ``base_lr``: the lr used when ``lr`` is None."""
+        return {**self.cfg.to_dict(), "base_lr": self.cfg.base_lr}
+
     def _model_meta(self) -> dict[str, Any]:
         return {"model_size": self.cfg.model_size, "architecture": self.cfg.architecture,
                 "model_config": dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture)),
                 "parameters": count_parameters(self.net), "step": self.step,
-                "channels": 3, "input": "(B, 3, H, W) float32, any H and W", "config": self.cfg.to_dict(),
+                "channels": 3, "input": "(B, 3, H, W) float32, any H and W", "config": self._config_record(),
                 "world_size": self.env.world_size, "colour": self.colour.to_dict(),
                 "trained_precision": self.precision.name}
 

@@ -176,6 +176,8 @@ def test_sparse_samples_are_smoothed_over_at_least_smoothing_samples():
     (1, 1, 1, 50, 50, False, None),  # one crop cannot be halved: no sample
     (1, 4, 8, 50, 1, False, (8, 32, 1.0)),  # sync 4: first micro-batch vs the update, every update
     (2, 1, 3, 50, 1, False, (3, 5, 0.75)),  # 2 ranks, global batch 5: this rank's 3 crops vs the 5
+    (2, 1, 3, 0, 0, False, (3, 5, 0.75)),  # --noise-interval 0 switches it off in a gang too
+    (1, 4, 8, 0, 0, False, (8, 32, 1.0)),  # ... and at sync 4
 ])
 def test_sampling_plan_per_gang_shape(world, sync, local, interval, every, split, sizes):
     plan = NoiseSampling(world, sync, local, 5 if world > 1 else local, interval)
@@ -183,6 +185,16 @@ def test_sampling_plan_per_gang_shape(world, sync, local, interval, every, split
     assert tuple(u for u in range(101) if plan.due(u)) == (tuple(range(0, 101, every)) if every else ())
     assert plan.split(0) is split and not plan.split(1)
     assert plan.batches(0.75) == sizes
+
+
+def test_one_rank_reads_its_small_gradient_only_in_a_sampled_update():
+    split = NoiseSampling(1, 1, 8, 8, 50)  # halves every 50th update
+    assert split.reads_small(0, 1, first_half=True) and not split.reads_small(0, 1, first_half=False)
+    assert not split.reads_small(1, 1, first_half=True)  # not a sample
+    accumulating = NoiseSampling(1, 4, 8, 8, 50)  # sync 4: the first of 4 micro-steps, every update
+    assert [accumulating.reads_small(7, m, False) for m in (1, 2, 3, 4)] == [True, False, False, False]
+    assert not NoiseSampling(1, 4, 8, 8, 0).reads_small(0, 1, False)  # off
+    assert not NoiseSampling(2, 1, 4, 8, 50).reads_small(0, 1, True)  # a gang: the DDP hook reads it
 
 
 def test_loss_scale_is_divided_out():

@@ -162,6 +162,7 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     record = json.loads(run.run_json.read_text())
     assert record["state"] == "succeeded" and record["world_size"] == 1
     assert record["config"]["steps"] == 12 and "torch" in record["versions"] and record["started_at"]
+    assert record["config"]["base_lr"] == cfg(pairs, run.root).base_lr  # the lr in use, also without --lr
     rows = read_metrics(run)
     assert [r["step"] for r in rows] == [2, 4, 6, 8, 10, 12]
     assert set(rows[0]) - {"noise_scale"} == {"step", "loss", "lr", "images_per_s", "wall_s"}

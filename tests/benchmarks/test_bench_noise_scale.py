@@ -1,0 +1,53 @@
+"""benchmarks/bench_noise_scale.py: its learning-rate rules, the seed medians and the prediction table, without
+training (the runs themselves are the benchmark's; their figures are in docs/scaling.md)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_noise_scale as ns  # noqa: E402
+
+
+def test_lr_rules_agree_at_the_reference_batch_and_part_above_it():
+    for rule in ("linear", "sqrt", "noise"):
+        assert ns.lr_of(rule, 8, None) == ns.BASE_LR  # the probe's batch needs no noise scale
+    assert ns.lr_of("linear", 32) == pytest.approx(4 * ns.BASE_LR)
+    assert ns.lr_of("sqrt", 128) == pytest.approx(4 * ns.BASE_LR)
+    # noise: the square-root rule while B << B_noise, a ceiling of sqrt(1 + B_noise / 8) once B >> B_noise
+    assert ns.lr_of("noise", 32, 1e6) == pytest.approx(ns.lr_of("sqrt", 32), rel=1e-3)
+    ceiling = ns.BASE_LR * math.sqrt(1 + 6 / 8)
+    assert ns.lr_of("noise", 32, 6.0) < ns.lr_of("noise", 128, 6.0) < ns.lr_of("noise", 10**6, 6.0) <= ceiling
+    assert ns.lr_of("noise", 10**6, 6.0) == pytest.approx(ceiling, rel=1e-4)
+    with pytest.raises(ValueError, match="noise"):
+        ns.lr_of("noise", 32, None)
+    with pytest.raises(ValueError, match="'cubic'"):
+        ns.lr_of("cubic", 32)
+
+
+def test_a_seed_that_missed_the_target_counts_above_every_number_in_the_median():
+    assert ns._median([100.0, None, 300.0]) == 300.0
+    assert ns._median([100.0, None, None]) is None  # the median seed itself missed it
+    assert ns._median([]) is None
+    assert ns.crossing([(0, 0.0), (10, 0.4), (20, 1.2)], 0.8) == pytest.approx(15.0)
+    assert ns.crossing([(0, 0.0), (10, 0.4)], 0.8) is None
+
+
+def _result(batch, seed, updates, noise=None):
+    return ns.RunResult(batch, seed, ns.lr_of("sqrt", batch), 450, updates, [], 1.0, noise)
+
+
+def test_table_predicts_from_the_median_probe_and_compares_medians():
+    results = [_result(8, 0, 400.0, 4.0), _result(32, 0, 200.0), _result(128, 0, 150.0),
+               _result(8, 1, 300.0, 8.0), _result(32, 1, 240.0), _result(128, 1, None),
+               _result(8, 2, 350.0, 6.0), _result(32, 2, 220.0), _result(128, 2, None)]
+    lines = ns.table("sqrt", results)
+    assert "median 6.0" in lines[0]  # the probes' B_noise 4, 8, 6
+    predicted_32 = 350.0 * (1 + 6 / 32) / (1 + 6 / 8)  # the median S(8) and B_noise in S(B)
+    row_32 = next(line for line in lines if line.startswith("| 32 |"))
+    assert f"| 220 | {predicted_32:.0f} | {(predicted_32 - 220) / 220:+.0%} |" in row_32
+    row_128 = next(line for line in lines if line.startswith("| 128 |"))
+    assert "150 / >450 / >450 | - |" in row_128  # two of three missed: no median to compare
