@@ -77,13 +77,13 @@ class RunResult:
     noise_scale: float | None  # B_simple at the end of the probe (batch 8 only) [crops]
 
 
-def lr_of(rule: str, batch: int, b_noise: float | None = None) -> float:
-    """Peak learning rate at ``batch`` crops per update under ``rule`` [1].
+def lr_of(rule: str, batch: int, b_noise: float | None = None, base: float = BASE_LR) -> float:
+    """Peak learning rate at ``batch`` crops per update under ``rule``, from ``base`` at batch 8 [1].
 
     ``linear``: x B / 8 (Goyal et al. 2017); ``sqrt``: x sqrt(B / 8) (Malladi et al. 2022); ``noise``:
     x sqrt((1 + B_noise / 8) / (1 + B_noise / B)), with ``b_noise`` the probe's B_noise [crops]: the square-root
     rule while B << B_noise, levelling off at sqrt(1 + B_noise / 8) for B >> B_noise, where McCandlish et al.
-    2018 (section 2.2, eq. 2.6) find the optimal step saturating (their form for SGD is 1 / (1 + B_noise / B);
+    2018 (section 2.2) find the optimal step saturating (their form for SGD is 1 / (1 + B_noise / B);
     this interpolation for Adam is ours, tested by this benchmark only).
 
     Raises:
@@ -91,13 +91,13 @@ def lr_of(rule: str, batch: int, b_noise: float | None = None) -> float:
     """
     factor = batch / MICRO
     if rule == "linear":
-        return BASE_LR * factor
+        return base * factor
     if rule == "sqrt":
-        return BASE_LR * math.sqrt(factor)
+        return base * math.sqrt(factor)
     if rule == "noise" and (b_noise or batch == MICRO):
         if batch == MICRO:
-            return BASE_LR
-        return BASE_LR * math.sqrt((1 + b_noise / MICRO) / (1 + b_noise / batch))
+            return base
+        return base * math.sqrt((1 + b_noise / MICRO) / (1 + b_noise / batch))
     raise ValueError(f"lr rule {rule!r} (b_noise {b_noise}): use linear, sqrt, or noise after a batch-8 probe")
 
 
@@ -120,6 +120,7 @@ class Setup:
     probe_updates: int
     device: torch.device
     architecture: str  # trainer.model's network (v1: the one of docs/scaling.md's table)
+    base_lr: float  # peak learning rate at batch 8 [1]
 
 
 def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float | None = None) -> RunResult:
@@ -127,7 +128,7 @@ def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float
     ``probe_noise``: this seed's probe B_noise, for the ``noise`` lr rule [crops]."""
     torch.manual_seed(seed)
     net = build_model("small", s.architecture).to(s.device, memory_format=torch.channels_last)
-    peak = lr_of(rule, batch, probe_noise)
+    peak = lr_of(rule, batch, probe_noise, s.base_lr)
     opt = torch.optim.Adam(net.parameters(), lr=peak)
     sampler = CropSampler(s.train, CROP, MICRO, seed=seed, device=s.device, memory_format=torch.channels_last)
     k = batch // MICRO
@@ -247,9 +248,12 @@ def main() -> None:
     p.add_argument("--lr-rule", default="sqrt,noise", help="comma-separated: linear, sqrt, noise (default "
                    "sqrt,noise)")
     p.add_argument("--architecture", default="v1", help="trainer.model network (default v1, as docs/scaling.md)")
+    p.add_argument("--base-lr", type=float, default=BASE_LR, help=f"peak lr at batch 8 (default {BASE_LR}: the "
+                   "demo's --lr; the trainer's own default for the small model is 1e-3)")
     p.add_argument("--target-db", type=float, default=0.8, help="held-out PSNR gain to reach [dB] (default 0.8)")
     p.add_argument("--probe-updates", type=int, default=200, help="updates of the batch-8 probe (default 200)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per batch and rule (default 1)")
+    p.add_argument("--first-seed", type=int, default=0, help="start the seeds there (to add seeds to a run)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--data", type=Path, help="a folder trainer.demo.extract wrote (default: decode carphone)")
     p.add_argument("--threads", type=int, default=2)
@@ -260,19 +264,21 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     train, held = load_extracted(a.data) if a.data else load_clip("carphone")
     base_db = sum(psnr(i, g) for i, g in held) / len(held)
-    setup = Setup(train, held, base_db, a.target_db, a.probe_updates, torch.device(a.device), a.architecture)
+    setup = Setup(train, held, base_db, a.target_db, a.probe_updates, torch.device(a.device), a.architecture,
+                  a.base_lr)
     caps = {8: 1500, 32: 800, 128: 450}  # updates
     out: dict[str, list[dict]] = {}
     for rule in a.lr_rule.split(","):
         results: list[RunResult] = []
-        for seed in range(a.seeds):  # the table so far after every seed: a run cut short keeps its seeds
+        for seed in range(a.first_seed, a.first_seed + a.seeds):  # the table after every seed: a run cut short
+            # keeps the seeds it finished
             probe = run(MICRO, rule, seed, caps[MICRO], setup)  # the same at batch 8 under every rule
             results += [probe, *(run(b, rule, seed, caps[b], setup, probe.noise_scale) for b in BATCHES[1:])]
             print("\n".join(["", *table(rule, results), ""]), flush=True)
             out[rule] = [asdict(r) for r in results]
             if a.json:
                 write_json(a.json, {"target_db": a.target_db, "probe_updates": a.probe_updates,
-                                    "seeds": seed + 1, "device": a.device, "runs": out})
+                                    "seeds": seed + 1 - a.first_seed, "device": a.device, "runs": out})
 
 
 def write_json(path: Path, record: dict) -> None:
