@@ -47,7 +47,7 @@ def overhead(data: tuple[Path, Path], world: int, a: argparse.Namespace) -> floa
             times[name].append(mean_step_s(data, world, a, extra))
             print(f"  {world} rank(s), repeat {rep + 1}: {name:<38} {times[name][-1] * 1e3:8.2f} ms/step", flush=True)
     off, on = times.values()
-    ratios = [b / a_ - 1 for a_, b in zip(off, on)]
+    ratios = [with_noise / without - 1 for without, with_noise in zip(off, on)]
     print(f"{world} rank(s): off {statistics.median(off) * 1e3:.2f} ms/step, defaults "
           f"{statistics.median(on) * 1e3:.2f} ms/step (medians of {a.repeats}); overhead per repeat "
           + ", ".join(f"{r:+.1%}" for r in ratios) + f"; median {statistics.median(ratios):+.1%}", flush=True)

@@ -193,11 +193,14 @@ def table(rule: str, results: list[RunResult]) -> list[str]:
              + (f" crops (median {b_noise:.1f})" if b_noise else ""),
              "", "| global batch | peak lr | measured updates per seed | median | predicted (medians) | error "
              "| per-seed errors | crops to target (median) |", "|---|---|---|---|---|---|---|---|"]
+    reached = []  # (batch, median updates) where the median seed reached the target
     for batch in BATCHES:
         runs = [at[batch, sd] for sd in seeds if (batch, sd) in at]
         if not runs:
             continue
         meas = _median([r.updates_to_target for r in runs])
+        if meas:
+            reached.append((batch, meas))
         pred = predicted(s8, b_noise, batch) if s8 and b_noise else None
         per_seed = []
         for r in runs:
@@ -213,16 +216,12 @@ def table(rule: str, results: list[RunResult]) -> list[str]:
                  f"{meas * batch:.0f}" if meas else "-"]
         lrs = sorted({f"{r.lr:.2g}" for r in runs})  # the noise rule's differ by seed
         lines.append(f"| {batch} | {' / '.join(lrs)} | " + " | ".join(shown) + " |")
-    return lines + _fit_line(results, seeds)
+    return lines + _fit_line(reached)
 
 
-def _fit_line(results: list[RunResult], seeds: list[int]) -> list[str]:
-    """The S(B) least-squares fit to the median measured updates, when at least two batches reached the target."""
-    reached = []
-    for batch in BATCHES:
-        meas = _median([r.updates_to_target for r in results if r.batch == batch and r.seed in seeds] or [None])
-        if meas:
-            reached.append((batch, meas))
+def _fit_line(reached: list[tuple[int, float]]) -> list[str]:
+    """The S(B) least-squares fit to the median measured updates ``reached`` [(batch, updates)], when at least
+    two batches reached the target."""
     if len(reached) < 2:
         return []
     try:
@@ -234,11 +233,11 @@ def _fit_line(results: list[RunResult], seeds: list[int]) -> list[str]:
 
 def load_extracted(folder: Path) -> tuple[list, list]:
     """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 from a folder ``trainer.demo.extract`` wrote."""
-    from trainer.images import find_sequence, read_image
+    from trainer.images import pair_frames, read_image
 
-    def pairs(sub: str) -> list:
-        inputs, targets = find_sequence(folder / sub / "input"), find_sequence(folder / sub / "target")
-        return [(read_image(inputs[n]), read_image(targets[n])) for n in sorted(targets)]
+    def pairs(sub: str) -> list:  # float32, not load_pairs' float16: the held-out PSNR is taken on these
+        return [(read_image(p.input), read_image(p.target)) for p in pair_frames(folder / sub / "input",
+                                                                                 folder / sub / "target")]
 
     return pairs("train"), pairs("holdout")
 
