@@ -3,9 +3,11 @@
 Each variant trains through :func:`bench_time_to_quality.train_recipe` (the same crops, seed, schedule code,
 EMA and held-out evaluation as the time-to-quality benchmark), one after the other in this process, and
 prints its held-out gain [dB] against training seconds. The variant networks are registered here only
-(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); two options the trainer does not
+(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); three options the trainer does not
 have are applied here: ``zero`` (every residual block's second convolution zero-initialised, SkipInit-style:
-De & Smith 2020) and ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm).
+De & Smith 2020), ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm) and ``betas``
+(Adam's), and ``ema_warmup`` (k of the EMA's warm-up decay (1 + n) / (k + n); the trainer's by default). The
+``v3*`` variants are stop 33's screen (docs/time_to_quality.md); their k was TensorFlow's 10 then.
 
 Usage::
 
@@ -16,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from dataclasses import dataclass
 
@@ -25,14 +28,21 @@ import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
 from trainer import model as model_mod
+from trainer.ema import EMA_WARMUP, WeightEMA
 from trainer.model import ModelConfigV2
 
 #: Variant networks (v2 structure): ``w48`` 1.27 M parameters, ``w40d`` 0.94 M, ``s1`` = no space-to-depth stem;
-#: ``fre`` (1.04 M) is :class:`FullResEnds`.
+#: ``fre`` (1.04 M) is :class:`FullResEnds`. Stop 33's v3 variants (stem 1): ``v3l3`` a third level (1.02 M),
+#: ``v3s`` one block per way at the second level (0.22 M), ``v3e0`` no full-resolution block on the way down
+#: (0.25 M), ``v3e0x`` that with three blocks per way at the second level.
 VARIANT_SIZES = {
     "w48": ModelConfigV2(width=48, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1)),
     "w40d": ModelConfigV2(width=40, enc_blocks=(2, 1), mid_blocks=1, dec_blocks=(2, 1)),
     "s1": ModelConfigV2(width=16, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1), stem=1),
+    "v3l3": ModelConfigV2(width=16, enc_blocks=(1, 1, 2), mid_blocks=2, dec_blocks=(1, 1, 2), stem=1),
+    "v3e0": ModelConfigV2(width=16, enc_blocks=(0, 2), mid_blocks=2, dec_blocks=(1, 2), stem=1),
+    "v3e0x": ModelConfigV2(width=16, enc_blocks=(0, 3), mid_blocks=2, dec_blocks=(1, 3), stem=1),
+    "v3s": ModelConfigV2(width=16, enc_blocks=(1, 1), mid_blocks=2, dec_blocks=(1, 1), stem=1),
 }
 
 
@@ -69,11 +79,14 @@ class FullResEnds(model_mod.CopyCatUNetV2):
 
 @dataclass(frozen=True)
 class Variant:
-    """A recipe plus the two options above: ``zero`` (bool) and ``clip`` (max gradient L2 norm, 0 = off)."""
+    """A recipe plus the options above: ``zero`` (bool), ``clip`` (max gradient L2 norm, 0 = off), ``betas``
+    (Adam's (beta1, beta2)) and ``ema_warmup`` (k)."""
 
     recipe: ttq.Recipe
     zero: bool = False
     clip: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    ema_warmup: float = EMA_WARMUP
 
 
 R = ttq.Recipe
@@ -92,12 +105,24 @@ VARIANTS: dict[str, Variant] = {
     "w48-1c-clip": Variant(R("v2", "w48", 3000, **ONE_CYCLE), clip=0.1),
     "v2med-1c": Variant(R("v2", "medium", 1500, **ONE_CYCLE)),
     "fre-1c": Variant(R("v2", "fre", 3000, **ONE_CYCLE)),
+    "v3-ema": Variant(R("v3", "small", 3000, ema=0.999)),
+    "v3-ema-b4": Variant(R("v3", "small", 6000, batch=4, lr=1.4e-3, warmup=100, ema=0.9995)),
+    "v3-ema-b99": Variant(R("v3", "small", 3000, ema=0.999), betas=(0.9, 0.99)),
+    "v3l3-ema": Variant(R("v2", "v3l3", 3000, ema=0.999)),
+    "v3s-ema": Variant(R("v2", "v3s", 3000, ema=0.999)),
+    "v3e0-ema": Variant(R("v2", "v3e0", 3000, ema=0.999)),
+    "v3e0x-ema": Variant(R("v2", "v3e0x", 3000, ema=0.999)),
+    "v3-ema9995": Variant(R("v3", "small", 3000, ema=0.9995)),
+    "v3-ema-w4": Variant(R("v3", "small", 3000, ema=0.999), ema_warmup=4.0),
+    "v3-ema-w2": Variant(R("v3", "small", 3000, ema=0.999), ema_warmup=2.0),
+    "v3-ema-w20": Variant(R("v3", "small", 3000, ema=0.999), ema_warmup=20.0),
+    "v3-ema-w40": Variant(R("v3", "small", 3000, ema=0.999), ema_warmup=40.0),
 }
 
 
 def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 1.0) -> list[tuple[float, int, float]]:
     """Train ``v`` as ``ttq.train_recipe`` does, with its ``zero`` and ``clip`` applied; returns the curve."""
-    build, adam = ttq.build_model, torch.optim.Adam
+    build, adam, current_decay = ttq.build_model, torch.optim.Adam, WeightEMA.current_decay
 
     def built(size: str, architecture: str = "v1") -> torch.nn.Module:
         net = FullResEnds() if size == "fre" else build(size, architecture)
@@ -112,12 +137,18 @@ def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 
             torch.nn.utils.clip_grad_norm_(params, v.clip)
             return super().step(closure)
 
+    def ema_decay(self: WeightEMA) -> float:  # the trainer's warm-up with another constant
+        return min(self.decay, (1 + self.updates) / (v.ema_warmup + self.updates))
+
     ttq.build_model = built
     torch.optim.Adam = ClippedAdam if v.clip else adam
+    if v.betas != (0.9, 0.999):
+        torch.optim.Adam = functools.partial(torch.optim.Adam, betas=v.betas)
+    WeightEMA.current_decay = ema_decay
     try:
         return ttq.train_recipe(v.recipe, train, held, scale, evals, "auto")
     finally:
-        ttq.build_model, torch.optim.Adam = build, adam
+        ttq.build_model, torch.optim.Adam, WeightEMA.current_decay = build, adam, current_decay
 
 
 def main() -> None:

@@ -24,7 +24,8 @@ Clips:
 Every recipe trains in the same loop: one process, ``torch.set_num_threads(--threads)``, crops from
 ``trainer.data.CropSampler`` (the trainer's crops and flips), the trainer's precision (``--precision auto``
 resolves to bf16 on CPUs with AVX512-BF16, fp32 elsewhere; evaluation is always fp32, as export is).
-It is not the DDP trainer; the per-step overhead outside forward/backward is the same for all recipes.
+It is not the DDP trainer; the per-step overhead outside forward/backward is the same for all recipes
+(``Recipe.fused`` aside).
 
 Metrics per clip and recipe: final held-out gain, seconds to reach v1's final gain (linear interpolation
 between evaluations) and its ratio to v1's seconds, the gain at v1's full training time, ms per full
@@ -76,6 +77,9 @@ class Recipe:
             rise from lr/25, cosine fall to lr/1e4).
         loss: ``l1`` (v1) or ``charbonnier`` (sqrt(d^2 + 1e-6), Charbonnier et al. 1994; as in NAFNet's tables).
         ema: decay of the exponential moving average of the weights used for evaluation, 0 = none [1].
+        fused: Adam's fused implementation instead of torch's default foreach one (the trainer's): the same
+            update, ~2% less time a step on a 2-core CPU (benchmarks/bench_adam.py); docs/time_to_quality.md
+            says why the trainer does not use it.
     """
 
     architecture: str
@@ -88,6 +92,7 @@ class Recipe:
     schedule: str = "cosine"
     loss: str = "l1"
     ema: float = 0.0
+    fused: bool = False
 
 
 RECIPES: dict[str, Recipe] = {
@@ -101,7 +106,8 @@ RECIPES: dict[str, Recipe] = {
     "v1-1cycle-ema": Recipe("v1", "small", 3000, schedule="onecycle", ema=0.999),
     # v3: v2's blocks with v1's full-resolution first level (trainer.model); v1's schedule, with and without EMA
     "v3": Recipe("v3", "small", 3000),
-    "v3-ema": Recipe("v3", "small", 3000, ema=0.999),
+    "v3-ema": Recipe("v3", "small", 3000, ema=0.999),  # the trainer's defaults
+    "v3-ema-fused": Recipe("v3", "small", 3000, ema=0.999, fused=True),  # stop 33's run (docs/time_to_quality.md)
     "v3-1cycle-ema": Recipe("v3", "small", 3000, schedule="onecycle", ema=0.999),
 }
 CLIPS = ("carphone", "bikes-blur-noise")
@@ -168,7 +174,7 @@ def train_recipe(r: Recipe, train: list, held: list, scale: float, evals: int, p
     torch.manual_seed(0)
     net = build_model(r.size, r.architecture).to(memory_format=torch.channels_last)
     ema = WeightEMA(net, r.ema) if r.ema else None  # the trainer's EMA (--ema-decay)
-    opt = torch.optim.Adam(net.parameters(), lr=r.lr)
+    opt = torch.optim.Adam(net.parameters(), lr=r.lr, fused=r.fused)
     prec = resolve_precision(precision, torch.device("cpu"))
     steps, warmup = max(1, round(r.steps * scale)), round(r.warmup * scale)
     sampler = CropSampler(train, r.crop, r.batch, memory_format=torch.channels_last)

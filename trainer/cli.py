@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from trainer.config import PRECISIONS, ConfigError, add_train_arguments, config_from_args
 from trainer.rankfailure import record_failure
@@ -163,7 +163,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
 
 
-if __name__ == "__main__":  # `python -m trainer.cli`: ends as a rank does (trainer.exitcodes.exit_rank)
+def console_main() -> NoReturn:
+    """The ``cuetrain`` console script: :func:`main`, ended as a rank ends (:func:`trainer.exitcodes.exit_rank`).
+
+    ``cuetrain train`` run by hand with the COPYCAT variables is a rank like any other, and its interpreter
+    finalization can abort it after it succeeded (exit 134; see ``exit_rank``), so every entry point ends so.
+    """
     from trainer.exitcodes import exit_rank
 
     exit_rank(main)
+
+
+if __name__ == "__main__":  # `python -m trainer.cli`: ends as a rank does (trainer.exitcodes.exit_rank)
+    console_main()

@@ -70,8 +70,8 @@ class TrainConfig:
             (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
             ``warmup_steps`` is not used) (see ``trainer.schedule.lr_at``).
         ema_decay: export (and show in contact sheets) an exponential moving average of the weights with
-            this decay per update (default 0.999, warmed up so it averages about the last 1/9 of the updates
-            until ~9,000 updates); 0 = the last weights (see ``trainer.ema``; chosen with the v3 network by
+            this decay per update (default 0.999, warmed up so it averages about the last 1/19 of the updates
+            until ~19,000 updates); 0 = the last weights (see ``trainer.ema``; chosen with the v3 network by
             the time-to-quality benchmark, docs/time_to_quality.md) [1].
         noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer
             update only, because a measured step runs its batch as two halves (two forward and backward

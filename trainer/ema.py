@@ -2,9 +2,11 @@
 
 Averaging the iterates (Polyak & Juditsky 1992) gives a smoother model than the last one; restoration
 networks are usually evaluated and shipped with an EMA of their weights (e.g. NAFNet, Chen et al. 2022).
-The decay warms up as TensorFlow's ``tf.train.ExponentialMovingAverage`` with ``num_updates`` does,
-``min(decay, (1 + n) / (10 + n))`` after ``n`` updates, so the first updates are not an average dominated by
-the random initial weights. ``benchmarks/bench_time_to_quality.py`` measured it (docs/time_to_quality.md).
+The decay warms up as TensorFlow's ``tf.train.ExponentialMovingAverage`` with ``num_updates`` does, with the
+constant :data:`EMA_WARMUP` in place of its 10: ``min(decay, (1 + n) / (20 + n))`` after ``n`` updates, so the
+first updates are not an average dominated by the random initial weights and, until the cap, the average
+covers about the last ``n / 19`` updates. ``benchmarks/bench_time_to_quality.py`` measured the EMA and
+``benchmarks/bench_ema_warmup.py`` the constant (docs/time_to_quality.md).
 
 Only rank 0 keeps one (DDP keeps every rank's weights identical); it is saved in the checkpoint, so a resumed
 or restarted gang continues the same average.
@@ -16,6 +18,11 @@ import copy
 from typing import Any, Mapping
 
 import torch
+
+#: k of the warm-up decay ``(1 + n) / (k + n)``. 20, not TensorFlow's 10: on one trajectory of the default
+#: recipe, 20 was 0.02-0.05 dB higher than 10 at every evaluation on both clips of the time-to-quality benchmark,
+#: 40 the same as 20, 4 and 2 lower (bench_ema_warmup.py, bench_recipe_variants.py; docs/time_to_quality.md).
+EMA_WARMUP = 20
 
 
 class WeightEMA:
@@ -38,8 +45,8 @@ class WeightEMA:
         self.module.requires_grad_(False)
 
     def current_decay(self) -> float:
-        """The decay the next update uses: ``min(decay, (1 + n) / (10 + n))`` after ``n`` updates."""
-        return min(self.decay, (1 + self.updates) / (10 + self.updates))
+        """The decay the next update uses: ``min(decay, (1 + n) / (EMA_WARMUP + n))`` after ``n`` updates."""
+        return min(self.decay, (1 + self.updates) / (EMA_WARMUP + self.updates))
 
     @torch.no_grad()
     def update(self, net: torch.nn.Module) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainer.config import ConfigError
 from trainer.images import write_image
 from trainer import runrecord
 from trainer.rundir import RunPaths, append_metrics, atomic_write_bytes, atomic_write_json
@@ -226,6 +227,21 @@ def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:
         except Exception as exc:  # corrupt/truncated files raise many types
             log.warning("skipping unreadable checkpoint %s: %s", path, exc)
     return None
+
+
+def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: str, architecture: str) -> None:
+    """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture``.
+
+    Checkpoints written before architectures were named are v1. Raises:
+        ConfigError: the size or architecture differs (names the file, both values and the fix).
+    """
+    if ckpt["model_size"] != model_size:
+        raise ConfigError(f"checkpoint {path} is a {ckpt['model_size']} model, but --model-size is {model_size}; "
+                          "use the same size or another --run-dir")
+    saved = ckpt.get("architecture", "v1")
+    if saved != architecture:
+        raise ConfigError(f"checkpoint {path} is a {saved} network, but --architecture is {architecture}; "
+                          f"resume with --architecture {saved} or start another --run-dir")
 
 
 def wall_clock() -> float:

@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer import distributed
 from trainer.colour import ColourSpec
-from trainer.config import ConfigError, TrainConfig
+from trainer.config import TrainConfig
 from trainer.data import CropBatch, CropSampler, per_crop_l1, rank_loss_weight, rank_slice, warn_identity
 from trainer.dataphase import open_data
 from trainer.divergence import DivergenceWatch
@@ -41,7 +41,7 @@ from trainer.model import build_model, count_parameters, model_config
 from trainer.noise_scale import GradNoise, NoiseSampling, parameter_grads, squared_norm
 from trainer.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
-from trainer.outputs import RunWriter, cpu_copy, export_model, load_latest_checkpoint, wall_clock
+from trainer.outputs import RunWriter, check_resumable, cpu_copy, export_model, load_latest_checkpoint, wall_clock
 from trainer.rundir import RunPaths
 from trainer.schedule import effective_lr, lr_at
 from trainer import runrecord
@@ -128,7 +128,7 @@ class _Loop:
         self.net = build_model(cfg.model_size, cfg.architecture).to(rt.device, memory_format=fmt)  # float32 master weights
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.peak_lr)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.peak_lr)  # not fused: docs/time_to_quality.md
         self.total_updates = math.ceil(cfg.steps / self.env.sync_interval)
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
@@ -350,14 +350,7 @@ class _Loop:
             if self.cfg.resume and self.master:
                 log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
-        if ckpt["model_size"] != self.cfg.model_size:
-            raise ConfigError(f"checkpoint {self.paths.checkpoint(step)} is a {ckpt['model_size']} model, but "
-                             f"--model-size is {self.cfg.model_size}; use the same size or another --run-dir")
-        architecture = ckpt.get("architecture", "v1")  # checkpoints from before architectures were named are v1
-        if architecture != self.cfg.architecture:
-            raise ConfigError(f"checkpoint {self.paths.checkpoint(step)} is a {architecture} network, but "
-                              f"--architecture is {self.cfg.architecture}; resume with --architecture {architecture} "
-                              "or start another --run-dir")
+        check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
         if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far

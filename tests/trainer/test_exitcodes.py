@@ -69,3 +69,16 @@ def test_an_uncaught_keyboard_interrupt_ends_the_process_by_sigint():
                  "def stop():\n    raise KeyboardInterrupt\nexit_rank(stop)")
     assert done.returncode == -signal.SIGINT, (done.returncode, done.stderr)
 
+
+
+def test_the_cuetrain_console_script_ends_as_a_rank_does():
+    """pyproject's ``cuetrain`` entry point is ``console_main``: with finalization set to abort, a bad argument
+    still exits with its own code (2) and message, so a hand-started ``cuetrain train`` rank cannot end in 134."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, func = scripts["cuetrain"].split(":")
+    done = child(f"import sys\nsys.argv = ['cuetrain', 'train', '--steps', '1']\n"
+                 f"from {module} import {func}\n{func}()")
+    assert done.returncode == ExitCode.USAGE, (done.returncode, done.stderr[-3000:])
+    assert "cuetrain: error: missing required argument(s)" in done.stderr
