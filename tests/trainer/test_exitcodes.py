@@ -70,7 +70,6 @@ def test_an_uncaught_keyboard_interrupt_ends_the_process_by_sigint():
     assert done.returncode == -signal.SIGINT, (done.returncode, done.stderr)
 
 
-
 def test_the_cuetrain_console_script_ends_as_a_rank_does():
     """pyproject's ``cuetrain`` entry point is ``console_main``: with finalization set to abort, a bad argument
     still exits with its own code (2) and message, so a hand-started ``cuetrain train`` rank cannot end in 134."""
