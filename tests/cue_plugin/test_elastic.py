@@ -40,12 +40,12 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "e1a5c0de" * 4
 STEPS, EVERY = 100, 10  # steps, checkpoint interval [steps]
 COLLECTIVE_TIMEOUT_S, HOLD_S = 90, 60  # [s]: the held gang's collectives must not time out during the hold
-# Float32 sums in another order (2 ranks instead of 3) differ by ~1e-8, and training can amplify that past the
-# peak of the schedule (step 50): seed 11 ended 7e-8 (max abs) from the uninterrupted run at step 100 but 7e-3 at step 160;
-# seed 12's per-step losses matched to 1e-9 from the shrink (step 21) to step 62, then grew 100x by step 64 and
-# its weights ended 5.1e-3 apart at step 100 (Adam on near-zero gradients; measured, stops 13 and 33). So the
-# weights are compared at COMPARE_AT, after the shrink and the grow-back and before that peak, to 1e-6; the run
-# itself still trains to STEPS, frame 2 returns at once.
+# Float32 sums in another order (2 ranks instead of 3) differ by ~1e-8, and training can amplify that past
+# the peak of the schedule (step 50): seed 11 ended 7e-8 (max abs) from the uninterrupted run at step 100 but
+# 7e-3 at step 160; seed 12's per-step losses matched to 1e-9 from the shrink (step 21) to step 62, then grew
+# 100x by step 64 and its weights ended 5.1e-3 apart at step 100 (Adam on near-zero gradients; measured, stops
+# 13 and 33). So the weights are compared at COMPARE_AT, after the shrink and the grow-back and before that
+# peak, to 1e-6; the run itself still trains to STEPS, frame 2 returns at once.
 COMPARE_AT = 40  # [steps]: a checkpoint after the grow-back (its resume at step 30) and before the peak
 
 
