@@ -1,11 +1,10 @@
-"""Adam's update, ``fused=True`` against torch's default (foreach, the trainer's), per training step.
+"""Adam's update, ``fused=True`` (the trainer's since stop 33) against torch's default (foreach), per training step.
 
 One training step of the default network (v3 small, batch 8, crop 64, channels_last, the precision ``auto``
 picks, one or more threads) with each optimizer, alternated (A B A B ...) so a noisy neighbour hits both alike.
 Prints the median milliseconds of the optimizer's ``step()`` + ``zero_grad()`` and of the whole step, and the
 ratio of the whole steps (fused / foreach): below 1 is faster. Both implement the same update (torch's
-``_fused_adam`` and ``_multi_tensor_adam``; Kingma & Ba 2015). The trainer keeps foreach: with fused, its elastic
-3 -> 2 -> 3 test ended 8.5e-5 from an uninterrupted run instead of 7e-8, not resolved (docs/time_to_quality.md).
+``_fused_adam`` and ``_multi_tensor_adam``; Kingma & Ba 2015), to float rounding.
 
 Run: .venv/bin/python benchmarks/bench_adam.py [--steps 200] [--threads 2] [--architecture v3] [--device cpu]
 """

@@ -10,8 +10,8 @@ Recipes:
 - ``v1``: the recipe as it landed at c47904a, frozen: ``--architecture v1 --model-size small``, Adam,
   L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.schedule.lr_at``),
   3000 steps (``trainer.demo.DEMO_TRAIN_ARGS``). Every other figure is a ratio against it.
-- ``v3-ema``: the default recipe since 2026-11-26 (``--architecture v3``, ``--ema-decay 0.999``), with ``v3``
-  (no EMA) and ``v3-1cycle-ema`` beside it.
+- ``v3-ema``: the default recipe since 2026-11-26 (``--architecture v3``, ``--ema-decay 0.999``; Adam fused as
+  the trainer's since stop 33), with ``v3`` (no EMA) and ``v3-1cycle-ema`` beside it.
 - the candidates listed in issue 18 (PixelUnshuffle stem = ``v2``, Charbonnier loss, one-cycle schedule,
   EMA of the weights for evaluation/export, larger crops with fewer steps).
 
@@ -77,9 +77,8 @@ class Recipe:
             rise from lr/25, cosine fall to lr/1e4).
         loss: ``l1`` (v1) or ``charbonnier`` (sqrt(d^2 + 1e-6), Charbonnier et al. 1994; as in NAFNet's tables).
         ema: decay of the exponential moving average of the weights used for evaluation, 0 = none [1].
-        fused: Adam's fused implementation instead of torch's default foreach one (the trainer's): the same
-            update, ~2% less time a step on a 2-core CPU (benchmarks/bench_adam.py); docs/time_to_quality.md
-            says why the trainer does not use it.
+        fused: Adam's fused implementation (the trainer's since stop 33) instead of torch's default foreach
+            one: the same update, ~2% less time a step on a 2-core CPU (benchmarks/bench_adam.py).
     """
 
     architecture: str
@@ -106,8 +105,7 @@ RECIPES: dict[str, Recipe] = {
     "v1-1cycle-ema": Recipe("v1", "small", 3000, schedule="onecycle", ema=0.999),
     # v3: v2's blocks with v1's full-resolution first level (trainer.model); v1's schedule, with and without EMA
     "v3": Recipe("v3", "small", 3000),
-    "v3-ema": Recipe("v3", "small", 3000, ema=0.999),  # the trainer's defaults
-    "v3-ema-fused": Recipe("v3", "small", 3000, ema=0.999, fused=True),  # stop 33's run (docs/time_to_quality.md)
+    "v3-ema": Recipe("v3", "small", 3000, ema=0.999, fused=True),  # the trainer's defaults
     "v3-1cycle-ema": Recipe("v3", "small", 3000, schedule="onecycle", ema=0.999),
 }
 CLIPS = ("carphone", "bikes-blur-noise")
