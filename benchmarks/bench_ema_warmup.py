@@ -3,8 +3,9 @@
 ``trainer.ema.WeightEMA`` decays by ``min(decay, (1 + n) / (k + n))`` after ``n`` updates (TensorFlow's
 ``ExponentialMovingAverage`` with ``num_updates`` has k = 10), so until the cap it averages about the last
 ``n / (k - 1)`` updates. The EMA does not change training, so one run of the default recipe (v3-ema of
-``bench_time_to_quality.py``) keeps one average per ``k`` and evaluates each on the held-out frames at the
-same steps: the differences are the averages alone, with no seed or clock noise between them. ``v1`` trains
+``bench_time_to_quality.py``, through its ``train_averages``) keeps one average per ``k`` and evaluates each
+on the held-out frames at the same steps: the differences are the averages alone, with no seed or clock noise
+between them. ``v1`` trains
 beside it for the time ratios (seconds to v1's final gain / v1's seconds; evaluation is off the clock).
 
 Run (heavy: under the lock on a shared host; ~8 min at --scale 1 on 2 cores in bf16):
@@ -16,62 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 
 import bench_time_to_quality as ttq
-from trainer.data import CropSampler
-from trainer.ema import WeightEMA
-from trainer.precision import resolve_precision
-
-
-class _KEMA(WeightEMA):
-    """WeightEMA with warm-up constant ``k`` (the trainer's is ``trainer.ema.EMA_WARMUP``)."""
-
-    def __init__(self, net: torch.nn.Module, decay: float, k: float) -> None:
-        super().__init__(net, decay)
-        self.k = k
-
-    def current_decay(self) -> float:
-        return min(self.decay, (1 + self.updates) / (self.k + self.updates))
-
-
-def train_averages(r: ttq.Recipe, train: list, held: list, scale: float, evals: int,
-                   ks: list[float]) -> dict[str, list[tuple[float, int, float]]]:
-    """Train ``r`` as ``ttq.train_recipe`` does, keeping one EMA per ``k``; {"k=K": curve} of each average."""
-    torch.manual_seed(0)
-    net = ttq.build_model(r.size, r.architecture).to(memory_format=torch.channels_last)
-    emas = {f"k={k:g}": _KEMA(net, r.ema, k) for k in ks}
-    opt = torch.optim.Adam(net.parameters(), lr=r.lr, fused=r.fused)
-    prec = resolve_precision("auto", torch.device("cpu"))
-    steps, warmup = max(1, round(r.steps * scale)), round(r.warmup * scale)
-    sampler = CropSampler(train, r.crop, r.batch, memory_format=torch.channels_last)
-    every = max(1, steps // evals)
-    start = ttq.heldout_psnr(net, held)
-    curves = {name: [(0.0, 0, start)] for name in emas}
-    clock = 0.0
-    for step in range(steps):
-        t0 = time.perf_counter()
-        batch = sampler.batch(step)
-        with prec.autocast():
-            out = net(batch.input)
-        ttq.per_crop_loss(r, out.float(), batch.target.float()).mean().backward()
-        for group in opt.param_groups:
-            group["lr"] = ttq.lr_for(r, step, steps, warmup)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        t1 = time.perf_counter()
-        for ema in emas.values():  # on the clock once: the trainer keeps one average
-            ema.update(net)
-        clock += t1 - t0 + (time.perf_counter() - t1) / len(emas)
-        if (step + 1) % every == 0 or step + 1 == steps:
-            for name, ema in emas.items():
-                curves[name].append((clock, step + 1, ttq.heldout_psnr(ema.module, held)))
-            print(f"    step {step + 1}/{steps} {clock:6.1f} s  "
-                  + "  ".join(f"{n} {c[-1][2]:.2f} dB" for n, c in curves.items()), flush=True)
-    return curves
 
 
 def main() -> None:
@@ -90,7 +40,8 @@ def main() -> None:
         train, held = ttq.load_clip(clip)
         base = sum(ttq.psnr(i, t) for i, t in held) / len(held)
         v1 = ttq.train_recipe(ttq.RECIPES["v1"], train, held, a.scale, a.evals, "auto")
-        curves = {"v1": v1, **train_averages(ttq.RECIPES["v3-ema"], train, held, a.scale, a.evals, ks)}
+        averages = ttq.train_averages(ttq.RECIPES["v3-ema"], train, held, a.scale, a.evals, "auto", ks)
+        curves = {"v1": v1, **{f"k={k:g}": curve for k, curve in zip(ks, averages)}}
         results[clip] = {"input_psnr": base, "curves": curves}
         target, seconds = v1[-1][2], v1[-1][0]
         print(f"{clip}: v1 +{target - base:.2f} dB in {seconds:.0f} s")

@@ -6,8 +6,8 @@ prints its held-out gain [dB] against training seconds. The variant networks are
 (``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); three options the trainer does not
 have are applied here: ``zero`` (every residual block's second convolution zero-initialised, SkipInit-style:
 De & Smith 2020), ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm) and ``betas``
-(Adam's), and ``ema_warmup`` (k of the EMA's warm-up decay (1 + n) / (k + n); the trainer's by default). The
-``v3*`` variants are stop 33's screen (docs/time_to_quality.md); their k was TensorFlow's 10 then.
+(Adam's). The ``v3*`` variants are stop 33's screen (docs/time_to_quality.md); the EMA's warm-up constant
+(``Recipe.ema_warmup``) was TensorFlow's 10 then where they do not name one (``v3-ema-w10`` is that default).
 
 Usage::
 
@@ -28,7 +28,6 @@ import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
 from trainer import model as model_mod
-from trainer.ema import EMA_WARMUP, WeightEMA
 from trainer.model import ModelConfigV2
 
 #: Variant networks (v2 structure): ``w48`` 1.27 M parameters, ``w40d`` 0.94 M, ``s1`` = no space-to-depth stem;
@@ -79,14 +78,13 @@ class FullResEnds(model_mod.CopyCatUNetV2):
 
 @dataclass(frozen=True)
 class Variant:
-    """A recipe plus the options above: ``zero`` (bool), ``clip`` (max gradient L2 norm, 0 = off), ``betas``
-    (Adam's (beta1, beta2)) and ``ema_warmup`` (k)."""
+    """A recipe plus the options above: ``zero`` (bool), ``clip`` (max gradient L2 norm, 0 = off) and ``betas``
+    (Adam's (beta1, beta2))."""
 
     recipe: ttq.Recipe
     zero: bool = False
     clip: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
-    ema_warmup: float = EMA_WARMUP
 
 
 R = ttq.Recipe
@@ -113,16 +111,17 @@ VARIANTS: dict[str, Variant] = {
     "v3e0-ema": Variant(R("v2", "v3e0", 3000, ema=0.999)),
     "v3e0x-ema": Variant(R("v2", "v3e0x", 3000, ema=0.999)),
     "v3-ema9995": Variant(R("v3", "small", 3000, ema=0.9995)),
-    "v3-ema-w4": Variant(R("v3", "small", 3000, ema=0.999), ema_warmup=4.0),
-    "v3-ema-w2": Variant(R("v3", "small", 3000, ema=0.999), ema_warmup=2.0),
-    "v3-ema-w20": Variant(R("v3", "small", 3000, ema=0.999), ema_warmup=20.0),
-    "v3-ema-w40": Variant(R("v3", "small", 3000, ema=0.999), ema_warmup=40.0),
+    "v3-ema-w10": Variant(R("v3", "small", 3000, ema=0.999, ema_warmup=10.0)),
+    "v3-ema-w4": Variant(R("v3", "small", 3000, ema=0.999, ema_warmup=4.0)),
+    "v3-ema-w2": Variant(R("v3", "small", 3000, ema=0.999, ema_warmup=2.0)),
+    "v3-ema-w20": Variant(R("v3", "small", 3000, ema=0.999, ema_warmup=20.0)),
+    "v3-ema-w40": Variant(R("v3", "small", 3000, ema=0.999, ema_warmup=40.0)),
 }
 
 
 def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 1.0) -> list[tuple[float, int, float]]:
     """Train ``v`` as ``ttq.train_recipe`` does, with its ``zero`` and ``clip`` applied; returns the curve."""
-    build, adam, current_decay = ttq.build_model, torch.optim.Adam, WeightEMA.current_decay
+    build, adam = ttq.build_model, torch.optim.Adam
 
     def built(size: str, architecture: str = "v1") -> torch.nn.Module:
         net = FullResEnds() if size == "fre" else build(size, architecture)
@@ -137,18 +136,14 @@ def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 
             torch.nn.utils.clip_grad_norm_(params, v.clip)
             return super().step(closure)
 
-    def ema_decay(self: WeightEMA) -> float:  # the trainer's warm-up with another constant
-        return min(self.decay, (1 + self.updates) / (v.ema_warmup + self.updates))
-
     ttq.build_model = built
     torch.optim.Adam = ClippedAdam if v.clip else adam
     if v.betas != (0.9, 0.999):
         torch.optim.Adam = functools.partial(torch.optim.Adam, betas=v.betas)
-    WeightEMA.current_decay = ema_decay
     try:
         return ttq.train_recipe(v.recipe, train, held, scale, evals, "auto")
     finally:
-        ttq.build_model, torch.optim.Adam, WeightEMA.current_decay = build, adam, current_decay
+        ttq.build_model, torch.optim.Adam = build, adam
 
 
 def main() -> None:

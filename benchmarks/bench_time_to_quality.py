@@ -47,6 +47,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Sequence
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import numpy as np
@@ -55,7 +56,7 @@ import torch.nn.functional as F
 
 from trainer.data import CropSampler, per_crop_l1
 from trainer.demo import HOLDOUT_EVERY, _decode, clip_path
-from trainer.ema import WeightEMA
+from trainer.ema import EMA_WARMUP, WeightEMA
 from trainer.infer import psnr
 from trainer.model import build_model, count_parameters
 from trainer.precision import resolve_precision
@@ -77,6 +78,7 @@ class Recipe:
             rise from lr/25, cosine fall to lr/1e4).
         loss: ``l1`` (v1) or ``charbonnier`` (sqrt(d^2 + 1e-6), Charbonnier et al. 1994; as in NAFNet's tables).
         ema: decay of the exponential moving average of the weights used for evaluation, 0 = none [1].
+        ema_warmup: k of the EMA's warm-up decay (1 + n) / (k + n) (``trainer.ema.WeightEMA``) [1].
         fused: Adam's fused implementation (the trainer's since stop 33) instead of torch's default foreach
             one: the same update, ~2% less time a step on a 2-core CPU (benchmarks/bench_adam.py).
     """
@@ -91,6 +93,7 @@ class Recipe:
     schedule: str = "cosine"
     loss: str = "l1"
     ema: float = 0.0
+    ema_warmup: float = EMA_WARMUP
     fused: bool = False
 
 
@@ -169,15 +172,25 @@ def heldout_psnr(net: torch.nn.Module, held: list[tuple[np.ndarray, np.ndarray]]
 
 def train_recipe(r: Recipe, train: list, held: list, scale: float, evals: int, precision: str) -> list[tuple[float, int, float]]:
     """Train ``r`` on ``train`` and return its curve: [(training seconds, step, held-out PSNR dB)], step 0 first."""
+    return train_averages(r, train, held, scale, evals, precision)[0]
+
+
+def train_averages(r: Recipe, train: list, held: list, scale: float, evals: int, precision: str,
+                   warmups: Sequence[float] = ()) -> list[list[tuple[float, int, float]]]:
+    """Train ``r`` once and return one curve per EMA of its weights, one EMA per warm-up constant in ``warmups``
+    (default ``r.ema_warmup``): the averages differ, the training does not. With ``r.ema`` 0, one curve: the
+    network's own. The clock counts one EMA update a step, as the trainer keeps one."""
     torch.manual_seed(0)
     net = build_model(r.size, r.architecture).to(memory_format=torch.channels_last)
-    ema = WeightEMA(net, r.ema) if r.ema else None  # the trainer's EMA (--ema-decay)
+    emas = [WeightEMA(net, r.ema, k) for k in warmups or [r.ema_warmup]] if r.ema else []  # the trainer's EMA
+    evaluated = [e.module for e in emas] or [net]
     opt = torch.optim.Adam(net.parameters(), lr=r.lr, fused=r.fused)
     prec = resolve_precision(precision, torch.device("cpu"))
     steps, warmup = max(1, round(r.steps * scale)), round(r.warmup * scale)
     sampler = CropSampler(train, r.crop, r.batch, memory_format=torch.channels_last)
     every = max(1, steps // evals)
-    curve, clock = [(0.0, 0, heldout_psnr(net, held))], 0.0
+    start = heldout_psnr(net, held)
+    curves, clock = [[(0.0, 0, start)] for _ in evaluated], 0.0
     for step in range(steps):
         t0 = time.perf_counter()
         batch = sampler.batch(step)
@@ -188,13 +201,16 @@ def train_recipe(r: Recipe, train: list, held: list, scale: float, evals: int, p
             group["lr"] = lr_for(r, step, steps, warmup)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if ema is not None:
+        t1 = time.perf_counter()
+        for ema in emas:
             ema.update(net)
-        clock += time.perf_counter() - t0
+        clock += t1 - t0 + (time.perf_counter() - t1) / max(1, len(emas))
         if (step + 1) % every == 0 or step + 1 == steps:
-            curve.append((clock, step + 1, heldout_psnr(ema.module if ema is not None else net, held)))
-            print(f"    step {step + 1}/{steps}  {clock:6.1f} s  {curve[-1][2]:.2f} dB", flush=True)
-    return curve
+            for curve, model in zip(curves, evaluated):
+                curve.append((clock, step + 1, heldout_psnr(model, held)))
+            print(f"    step {step + 1}/{steps}  {clock:6.1f} s  " + "  ".join(f"{c[-1][2]:.2f} dB" for c in curves),
+                  flush=True)
+    return curves
 
 
 def infer_ms(r: Recipe, repeats: int = 3) -> float:

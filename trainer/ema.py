@@ -31,22 +31,26 @@ class WeightEMA:
     Args:
         net: the training network (float32 master weights; the copy keeps its device and memory format).
         decay: the long-run decay per optimizer update, in (0, 1) [1] (e.g. 0.999: ~1000 updates of memory).
+        warmup: k of the warm-up decay ``(1 + n) / (k + n)``, above 1 [1]: :data:`EMA_WARMUP` (the trainer's);
+            other values are for benchmarks/bench_ema_warmup.py and its kind.
 
     Raises:
-        ValueError: ``decay`` is not in (0, 1).
+        ValueError: ``decay`` is not in (0, 1), or ``warmup`` is not above 1 (the average would never move).
     """
 
-    def __init__(self, net: torch.nn.Module, decay: float) -> None:
+    def __init__(self, net: torch.nn.Module, decay: float, warmup: float = EMA_WARMUP) -> None:
         if not 0.0 < decay < 1.0:
             raise ValueError(f"EMA decay {decay} must be between 0 and 1 (e.g. 0.999)")
-        self.decay = decay
+        if not warmup > 1.0:
+            raise ValueError(f"EMA warm-up constant {warmup} must be above 1 (the trainer's is {EMA_WARMUP})")
+        self.decay, self.warmup = decay, warmup
         self.updates = 0  # optimizer updates averaged so far [updates]
         self.module = copy.deepcopy(net).eval()
         self.module.requires_grad_(False)
 
     def current_decay(self) -> float:
-        """The decay the next update uses: ``min(decay, (1 + n) / (EMA_WARMUP + n))`` after ``n`` updates."""
-        return min(self.decay, (1 + self.updates) / (EMA_WARMUP + self.updates))
+        """The decay the next update uses: ``min(decay, (1 + n) / (warmup + n))`` after ``n`` updates."""
+        return min(self.decay, (1 + self.updates) / (self.warmup + self.updates))
 
     @torch.no_grad()
     def update(self, net: torch.nn.Module) -> None:

@@ -109,6 +109,11 @@ class NoiseSampling:
             return 0
         return self.interval if self.world_size == 1 and self.sync_interval == 1 else 1
 
+    @property
+    def observes_buckets(self) -> bool:
+        """Whether DDP's communication hook reads each rank's local gradient (a gang that samples at all)."""
+        return self.world_size > 1 and self.every > 0
+
     def due(self, updates: int) -> bool:
         """The update after ``updates`` completed ones is a sample."""
         return self.every > 0 and updates % self.every == 0

@@ -182,7 +182,7 @@ class _Loop:
         from trainer.compression import register_hook
 
         register_hook(model, self.cfg.grad_compression,
-                      observe=self.noise.observe_bucket if self.env.world_size > 1 and self.sampling.every else None)
+                      observe=self.noise.observe_bucket if self.sampling.observes_buckets else None)
         return maybe_compile(model, self.cfg.compile)
 
     def _steps(self, model: torch.nn.Module) -> float:

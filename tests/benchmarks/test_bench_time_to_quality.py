@@ -84,3 +84,16 @@ def test_training_curve_starts_at_the_identity_and_its_clock_excludes_evaluation
     assert [s for _, s, _ in curve] == [0, 20, 40, 60]
     assert curve[-1][2] > curve[0][2] + 1.0
     assert 0 < curve[-1][0] <= wall - 4 * 0.5  # four evaluations slept 2 s; the training clock did not count them
+
+
+def test_averages_of_one_trajectory_differ_only_by_their_warm_up_constant():
+    """train_averages keeps one EMA per warm-up constant of a single run: each equals the curve of a run with
+    that constant alone (same crops, same weights), and the constants give different averages."""
+    rng = np.random.default_rng(2)
+    pairs = [(i, 0.5 * i + 0.25) for i in (rng.random((24, 24, 3), dtype=np.float32) for _ in range(4))]
+    recipe = replace(ttq.RECIPES["v1"], steps=20, batch=4, crop=16, lr=3e-3, warmup=2, ema=0.99)
+    k10, k40 = ttq.train_averages(recipe, pairs, pairs[:2], 1.0, 2, "fp32", (10.0, 40.0))
+    alone = ttq.train_recipe(replace(recipe, ema_warmup=40.0), pairs, pairs[:2], 1.0, 2, "fp32")
+    assert [s for _, s, _ in k10] == [s for _, s, _ in k40] == [s for _, s, _ in alone] == [0, 10, 20]
+    assert [p for *_, p in alone] == pytest.approx([p for *_, p in k40], abs=1e-4)
+    assert abs(k10[-1][2] - k40[-1][2]) > 1e-3

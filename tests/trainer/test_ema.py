@@ -47,6 +47,9 @@ def test_ema_averages_with_the_warm_up_decay_and_round_trips() -> None:
     assert again.updates == 0 and torch.equal(again.module.weight, net.weight)
     with pytest.raises(ValueError, match="between 0 and 1"):
         WeightEMA(net, 1.0)
+    assert WeightEMA(net, 0.9, warmup=4.0).current_decay() == pytest.approx(1 / 4)  # (1 + 0) / (4 + 0)
+    with pytest.raises(ValueError, match="warm-up constant 1.0 must be above 1"):
+        WeightEMA(net, 0.9, warmup=1.0)
 
 
 @pytest.mark.parametrize("value", [-0.1, 1.0])

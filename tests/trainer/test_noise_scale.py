@@ -185,6 +185,7 @@ def test_sampling_plan_per_gang_shape(world, sync, local, interval, every, split
     assert tuple(u for u in range(101) if plan.due(u)) == (tuple(range(0, 101, every)) if every else ())
     assert plan.split(0) is split and not plan.split(1)
     assert plan.batches(0.75) == sizes
+    assert plan.observes_buckets is (world > 1 and every > 0)  # the DDP hook: a gang that samples
 
 
 def test_one_rank_reads_its_small_gradient_only_in_a_sampled_update():
