@@ -20,16 +20,21 @@ def test_heavy_files_sort_first_in_table_order_and_others_keep_theirs():
 
 
 CRASHING = """
-import os, time
+import os, threading, time
 import pytest
 
 @pytest.mark.parametrize("i", range(4))
 def test_before(i):
     time.sleep(0.1)
 
+def abort_on_a_worker_thread():
+    os.abort()  # stands for a C++ abort in a worker (issue 20: one was seen; stop 33's CI another)
+
 def test_crash():
     time.sleep(0.3)
-    os.abort()  # stands for a C++ abort in a worker (issue 20: one was seen)
+    worker = threading.Thread(target=abort_on_a_worker_thread, name="like-a-gloo-thread")
+    worker.start()
+    worker.join()
 
 @pytest.mark.parametrize("i", range(4))
 def test_after(i):
@@ -57,3 +62,13 @@ def test_a_crashed_xdist_worker_fails_the_run_instead_of_hanging_it():
     assert done.returncode == 1, done.stdout[-2000:]
     assert "test_crash - worker 'gw" in done.stdout and "crashed" in done.stdout
     assert "1 failed" in done.stdout  # and the session ended (before: it waited until the timeout above)
+    # The worker's faulthandler dump is printed at the end (tests/faults.py), before the short summary, with the
+    # error's name and the crashing thread's stack, and without the extension modules' list
+    out = done.stdout
+    section = out.index("fatal error in pytest-xdist worker gw")
+    assert out.index("slowest") < section < out.index("short test summary info"), out[-3000:]
+    dump = out[section:out.index("short test summary info")]
+    assert "Fatal Python error: Aborted" in dump, dump
+    current = dump[dump.index("Current thread"):]
+    assert "in abort_on_a_worker_thread" in current.split("\n\n")[0], dump
+    assert "Extension modules" not in dump
