@@ -6,7 +6,8 @@ prints its held-out gain [dB] against training seconds. The variant networks are
 (``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); three options the trainer does not
 have are applied here: ``zero`` (every residual block's second convolution zero-initialised, SkipInit-style:
 De & Smith 2020), ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm) and ``betas``
-(Adam's). The ``v3*`` variants are stop 33's screen (docs/time_to_quality.md); the EMA's warm-up constant
+(Adam's). The ``v3*`` variants are stop 33's screen, ``v3-ema-c*`` (crop sizes) stop 34's
+(docs/time_to_quality.md); the EMA's warm-up constant
 (``Recipe.ema_warmup``) was TensorFlow's 10 then where they do not name one (``v3-ema-w10`` is that default).
 
 Usage::
@@ -116,6 +117,13 @@ VARIANTS: dict[str, Variant] = {
     "v3-ema-w2": Variant(R("v3", "small", 3000, ema=0.999, ema_warmup=2.0)),
     "v3-ema-w20": Variant(R("v3", "small", 3000, ema=0.999, ema_warmup=20.0)),
     "v3-ema-w40": Variant(R("v3", "small", 3000, ema=0.999, ema_warmup=40.0)),
+    # Stop 34: the same pixels per step (~32,800) in fewer, larger crops or more, smaller ones
+    "v3-ema-c96b4": Variant(R("v3", "small", 3000, batch=4, crop=96, ema=0.999)),
+    "v3-ema-c128b2": Variant(R("v3", "small", 3000, batch=2, crop=128, ema=0.999)),
+    "v3-ema-c48b14": Variant(R("v3", "small", 3000, batch=14, crop=48, ema=0.999)),
+    "v3-ema-c48b16": Variant(R("v3", "small", 3000, batch=16, crop=48, ema=0.999)),
+    "v3-ema-c40b20": Variant(R("v3", "small", 3000, batch=20, crop=40, ema=0.999)),
+    "v3-ema-c32b32": Variant(R("v3", "small", 3000, batch=32, crop=32, ema=0.999)),
 }
 
 
