@@ -89,7 +89,8 @@ def _garbage_dies_on_the_main_thread(request: pytest.FixtureRequest):
     there, a gloo object aborts ("Resource deadlock avoided", seen once after an in-process run that raised:
     trainer/train.py) and a Qt object segfaults (tests/gui/conftest.py). Stop 33's CI lost a worker in a test that
     only builds models on the meta device, after in-process training runs (what crashed was not printed:
-    tests/faults.py now prints it); this removes the class of crash the suite has met twice.
+    tests/faults.py now prints it). Collected here, a test's garbage cannot meet a later test's threads: only
+    what a test makes while its own threads run can still be collected on one of them.
     """
     yield
     if not request.node.nodeid.startswith("tests/gui/"):
