@@ -8,7 +8,8 @@ prediction on real data, in one invocation:
    1-rank trainer does (``trainer.noise_scale.GradNoise``: each batch split in two halves, the first
    half's gradient is ``G_small``, the whole batch's ``G_big``; smoothed over ~100 updates).
 2. **Runs.** The v1 network (``--architecture``, default v1; small, L1 loss, Adam) trains on
-   carphone (every 6th frame held out, as ``cuetrain demo``) at global batches 8, 32 and 128, made
+   carphone (every 6th frame held out, as ``cuetrain demo``; ``--clip bikes-blur-noise`` for
+   bench_time_to_quality's second clip, with a ``--target-db`` of its own) at global batches 8, 32 and 128, made
    exactly as ``COPYCAT_SYNC_INTERVAL`` k = 1, 4, 16 makes them: k micro-batches of 8 crops
    accumulated into one update (``trainer.train``'s ``no_sync`` accumulation). The learning rate is
    held constant after a short warmup (so the schedule's length does not decide the step counts) and
@@ -254,14 +255,16 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per batch and rule (default 1)")
     p.add_argument("--first-seed", type=int, default=0, help="start the seeds there (to add seeds to a run)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--data", type=Path, help="a folder trainer.demo.extract wrote (default: decode carphone)")
+    p.add_argument("--clip", default="carphone", help="bench_time_to_quality's clip: carphone (default) or "
+                   "bikes-blur-noise (pick --target-db for it)")
+    p.add_argument("--data", type=Path, help="a folder trainer.demo.extract wrote (default: decode --clip)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, help="also write the runs there (docs/noise_scale_validation*.json)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.backends.cudnn.allow_tf32 = False  # fp32 maths on a GPU too, as on the CPU
     torch.backends.cuda.matmul.allow_tf32 = False
-    train, held = load_extracted(a.data) if a.data else load_clip("carphone")
+    train, held = load_extracted(a.data) if a.data else load_clip(a.clip)
     base_db = sum(psnr(i, g) for i, g in held) / len(held)
     setup = Setup(train, held, base_db, a.target_db, a.probe_updates, torch.device(a.device), a.architecture,
                   a.base_lr)
@@ -276,8 +279,9 @@ def main() -> None:
             print("\n".join(["", *table(rule, results), ""]), flush=True)
             out[rule] = [asdict(r) for r in results]
             if a.json:
-                write_json(a.json, {"target_db": a.target_db, "probe_updates": a.probe_updates,
-                                    "seeds": seed + 1 - a.first_seed, "device": a.device, "runs": out})
+                write_json(a.json, {"clip": str(a.data) if a.data else a.clip, "target_db": a.target_db,
+                                    "probe_updates": a.probe_updates, "seeds": seed + 1 - a.first_seed,
+                                    "device": a.device, "runs": out})
 
 
 def write_json(path: Path, record: dict) -> None:
