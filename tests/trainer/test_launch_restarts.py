@@ -33,14 +33,19 @@ FAKE_RANK = textwrap.dedent("""
     with open(os.environ["STARTS_FILE"], "a") as fh:
         fh.write(os.environ["COPYCAT_RANK"] + "\\n")
     mode = os.environ["FAKE_MODE"]
-    if mode == "usage":  # after every rank of this gang has started (else a slow one is stopped before it counts)
+
+    def every_rank_started():  # else a slow rank is stopped before it counts (a gang start is `world` lines)
         world, deadline = int(os.environ["COPYCAT_WORLD_SIZE"]), time.monotonic() + 10
         while len(open(os.environ["STARTS_FILE"]).read().splitlines()) % world and time.monotonic() < deadline:
             time.sleep(0.01)
+
+    if mode == "usage":
+        every_rank_started()
         print("cuetrain: error: frame sizes do not match", flush=True)
         sys.exit(2)
     if mode == "done_then_abort":  # rank 0 records the run as complete, then dies as in interpreter finalization
         if os.environ["COPYCAT_RANK"] == "0":
+            every_rank_started()  # a fresh-clone suite once counted 1 start: rank 1 was stopped before it wrote
             import datetime, json
             now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             with open(os.path.join(os.environ["FAKE_RUN_DIR"], "run.json"), "w") as fh:
