@@ -16,7 +16,6 @@ Run (heavy: under the lock on a shared host; ~8 min at --scale 1 on 2 cores in b
 from __future__ import annotations
 
 import argparse
-import json
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
@@ -38,7 +37,7 @@ def main() -> None:
     results = {}
     for clip in a.clips.split(","):
         train, held = ttq.load_clip(clip)
-        base = sum(ttq.psnr(i, t) for i, t in held) / len(held)
+        base = ttq.input_psnr(held)
         v1 = ttq.train_recipe(ttq.RECIPES["v1"], train, held, a.scale, a.evals, "auto")
         averages = ttq.train_averages(ttq.RECIPES["v3-ema"], train, held, a.scale, a.evals, "auto", ks)
         curves = {"v1": v1, **{f"k={k:g}": curve for k, curve in zip(ks, averages)}}
@@ -51,8 +50,7 @@ def main() -> None:
             print(f"  {name:6s} final {curve[-1][2] - base:+.2f} dB, to v1's final gain {ratio}, "
                   f"at v1's time {ttq.value_at(curve, seconds) - base:+.2f} dB", flush=True)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
+        ttq.write_json(a.json, results)
 
 
 if __name__ == "__main__":

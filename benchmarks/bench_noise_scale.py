@@ -40,7 +40,6 @@ Run (under the heavy lock on a shared host; ~6-11 min per seed and --lr-rule on 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import time
@@ -49,11 +48,10 @@ from pathlib import Path
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
-from bench_time_to_quality import heldout_psnr, load_clip
+from bench_time_to_quality import heldout_psnr, input_psnr, load_clip, write_json
 
 from trainer.advise_quality import fit_steps_curve, steps_to_quality
 from trainer.data import CropSampler
-from trainer.infer import psnr
 from trainer.model import build_model
 from trainer.noise_scale import GradNoise, parameter_grads, squared_norm
 
@@ -265,7 +263,7 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = False  # fp32 maths on a GPU too, as on the CPU
     torch.backends.cuda.matmul.allow_tf32 = False
     train, held = load_extracted(a.data) if a.data else load_clip(a.clip)
-    base_db = sum(psnr(i, g) for i, g in held) / len(held)
+    base_db = input_psnr(held)
     setup = Setup(train, held, base_db, a.target_db, a.probe_updates, torch.device(a.device), a.architecture,
                   a.base_lr)
     caps = {8: 1500, 32: 800, 128: 450}  # updates
@@ -283,12 +281,6 @@ def main() -> None:
                                     "probe_updates": a.probe_updates, "seeds": seed + 1 - a.first_seed,
                                     "device": a.device, "runs": out})
 
-
-def write_json(path: Path, record: dict) -> None:
-    """Write ``record`` to ``path`` atomically (a temp file beside it, then a rename)."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    tmp.replace(path)
 
 
 if __name__ == "__main__":

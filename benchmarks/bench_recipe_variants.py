@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 from dataclasses import dataclass
 
 import common  # noqa: F401  (puts the checkout on sys.path)
@@ -171,7 +170,7 @@ def main() -> None:
     results: dict[str, dict] = {}
     for clip in a.clips.split(","):
         train, held = ttq.load_clip(clip)
-        base = sum(ttq.psnr(i, t) for i, t in held) / len(held)
+        base = ttq.input_psnr(held)
         results[clip] = {"input_psnr": base, "curves": {}}
         for name in a.variants.split(","):
             curve = run_variant(VARIANTS[name], train, held, a.evals, a.scale)
@@ -179,8 +178,7 @@ def main() -> None:
             print(f"{clip} {name}: final {curve[-1][2] - base:+.2f} dB in {curve[-1][0]:.0f} s "
                   f"(best {max(p for _, _, p in curve) - base:+.2f} dB)", flush=True)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
+        ttq.write_json(a.json, results)
 
 
 if __name__ == "__main__":

@@ -131,6 +131,19 @@ def load_clip(name: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tupl
     return [p for n, p in enumerate(pairs, 1) if n % HOLDOUT_EVERY != 0], held
 
 
+def input_psnr(held: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """Mean PSNR [dB] of the held-out Inputs against their Ground Truth: a curve's gain 0."""
+    return float(np.mean([psnr(i, t) for i, t in held]))
+
+
+def write_json(path: Path | str, record: dict) -> None:
+    """Write ``record`` to ``path`` atomically (a temp file beside it, then a rename)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(path)
+
+
 def _degrade(frames: np.ndarray, blur_sigma: float = 1.2, noise_sigma: float = 0.04) -> np.ndarray:
     """(T, H, W, 3) float32 -> the same blurred (separable Gaussian, reflect edges) plus seeded Gaussian noise."""
     radius = int(math.ceil(3 * blur_sigma))
@@ -326,7 +339,7 @@ def main() -> None:
     results = {}
     for clip in a.clips.split(","):
         train, held = load_clip(clip)
-        base = float(np.mean([psnr(i, t) for i, t in held]))
+        base = input_psnr(held)
         print(f"{clip}: {len(train)} training frames, {len(held)} held out, Input {base:.2f} dB", flush=True)
         curves = {}
         for n in names:
