@@ -120,6 +120,7 @@ class Setup:
     device: torch.device
     architecture: str  # trainer.model's network (v1: the one of docs/scaling.md's table)
     base_lr: float  # peak learning rate at batch 8 [1]
+    beta2: float = 0.999  # Adam's second-moment decay (the trainer's --adam-beta2 default; the demo's is 0.9) [1]
 
 
 def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float | None = None) -> RunResult:
@@ -128,7 +129,7 @@ def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float
     torch.manual_seed(seed)
     net = build_model("small", s.architecture).to(s.device, memory_format=torch.channels_last)
     peak = lr_of(rule, batch, probe_noise, s.base_lr)
-    opt = torch.optim.Adam(net.parameters(), lr=peak)
+    opt = torch.optim.Adam(net.parameters(), lr=peak, betas=(0.9, s.beta2))
     sampler = CropSampler(s.train, CROP, MICRO, seed=seed, device=s.device, memory_format=torch.channels_last)
     k = batch // MICRO
     noise = GradNoise(s.device) if batch == MICRO else None
@@ -248,6 +249,8 @@ def main() -> None:
     p.add_argument("--architecture", default="v1", help="trainer.model network (default v1, as docs/scaling.md)")
     p.add_argument("--base-lr", type=float, default=BASE_LR, help=f"peak lr at batch 8 (default {BASE_LR}: the "
                    "demo's --lr; the trainer's own default for the small model is 1e-3)")
+    p.add_argument("--beta2", type=float, default=0.999, help="Adam's second-moment decay (default 0.999, the "
+                   "trainer's; the demo trains with 0.9)")
     p.add_argument("--target-db", type=float, default=0.8, help="held-out PSNR gain to reach [dB] (default 0.8)")
     p.add_argument("--probe-updates", type=int, default=200, help="updates of the batch-8 probe (default 200)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per batch and rule (default 1)")
@@ -265,7 +268,7 @@ def main() -> None:
     train, held = load_extracted(a.data) if a.data else load_clip(a.clip)
     base_db = input_psnr(held)
     setup = Setup(train, held, base_db, a.target_db, a.probe_updates, torch.device(a.device), a.architecture,
-                  a.base_lr)
+                  a.base_lr, a.beta2)
     caps = {8: 1500, 32: 800, 128: 450}  # updates
     out: dict[str, list[dict]] = {}
     for rule in a.lr_rule.split(","):
@@ -279,7 +282,8 @@ def main() -> None:
             if a.json:
                 write_json(a.json, {"clip": str(a.data) if a.data else a.clip, "target_db": a.target_db,
                                     "probe_updates": a.probe_updates, "seeds": seed + 1 - a.first_seed,
-                                    "device": a.device, "runs": out})
+                                    "device": a.device, "architecture": a.architecture, "base_lr": a.base_lr,
+                                    "beta2": a.beta2, "runs": out})
 
 
 

@@ -3,30 +3,41 @@
 Each variant trains through :func:`bench_time_to_quality.train_recipe` (the same crops, seed, schedule code,
 EMA and held-out evaluation as the time-to-quality benchmark), one after the other in this process, and
 prints its held-out gain [dB] against training seconds. The variant networks are registered here only
-(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); three options the trainer does not
+(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); two options the trainer does not
 have are applied here: ``zero`` (every residual block's second convolution zero-initialised, SkipInit-style:
-De & Smith 2020), ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm) and ``betas``
-(Adam's). The ``v3*`` variants are stop 33's screen, ``v3-ema-c*`` (crop sizes) stop 34's
-(docs/time_to_quality.md); the EMA's warm-up constant
-(``Recipe.ema_warmup``) was TensorFlow's 10 then where they do not name one (``v3-ema-w10`` is that default).
+De & Smith 2020) and ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm); Adam's
+``beta2`` is the recipe's (``ttq.Recipe.beta2``). The ``v3*`` variants are stop 33's screen, ``v3-ema-c*`` (crop
+sizes) stop 34's, ``v3-ema-z``/``-b9``/``-zb9``/``-lr3`` stop 35's (docs/time_to_quality.md); the EMA's warm-up
+constant (``Recipe.ema_warmup``) was TensorFlow's 10 then where they do not name one (``v3-ema-w10`` is that
+default).
+
+``--seeds N`` trains every variant with seeds ``--first-seed`` .. +N-1 (weights and crops) and ends with a
+summary per clip: medians over seeds of the gain at fixed steps and of the steps to each seed's own ``v1`` final
+gain (steps, so that a GPU's runs measure the per-step quality; CPU seconds are what the time-to-quality
+benchmark reports). Parallel processes (one per seed or variant, each with its own ``--json``) are merged by
+``--from-json``.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_recipe_variants.py [--variants v1,v2-1c,...] [--clips bikes-blur-noise]
-        [--scale 1.0] [--json out.json]
+        [--scale 1.0] [--json out.json] [--seeds 6] [--device cuda --data carphone=FOLDER]
+    .venv/bin/python benchmarks/bench_recipe_variants.py --from-json a.json b.json
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import json
+import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
+from bench_noise_scale import load_extracted
 from trainer import model as model_mod
 from trainer.model import ModelConfigV2
 
@@ -78,13 +89,11 @@ class FullResEnds(model_mod.CopyCatUNetV2):
 
 @dataclass(frozen=True)
 class Variant:
-    """A recipe plus the options above: ``zero`` (bool), ``clip`` (max gradient L2 norm, 0 = off) and ``betas``
-    (Adam's (beta1, beta2))."""
+    """A recipe plus the options above: ``zero`` (bool) and ``clip`` (max gradient L2 norm, 0 = off)."""
 
     recipe: ttq.Recipe
     zero: bool = False
     clip: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
 
 
 R = ttq.Recipe
@@ -105,7 +114,7 @@ VARIANTS: dict[str, Variant] = {
     "fre-1c": Variant(R("v2", "fre", 3000, **ONE_CYCLE)),
     "v3-ema": Variant(R("v3", "small", 3000, ema=0.999)),
     "v3-ema-b4": Variant(R("v3", "small", 6000, batch=4, lr=1.4e-3, warmup=100, ema=0.9995)),
-    "v3-ema-b99": Variant(R("v3", "small", 3000, ema=0.999), betas=(0.9, 0.99)),
+    "v3-ema-b99": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.99)),
     "v3l3-ema": Variant(R("v2", "v3l3", 3000, ema=0.999)),
     "v3s-ema": Variant(R("v2", "v3s", 3000, ema=0.999)),
     "v3e0-ema": Variant(R("v2", "v3e0", 3000, ema=0.999)),
@@ -123,19 +132,28 @@ VARIANTS: dict[str, Variant] = {
     "v3-ema-c48b16": Variant(R("v3", "small", 3000, batch=16, crop=48, ema=0.999)),
     "v3-ema-c40b20": Variant(R("v3", "small", 3000, batch=20, crop=40, ema=0.999)),
     "v3-ema-c32b32": Variant(R("v3", "small", 3000, batch=32, crop=32, ema=0.999)),
+    # Stop 35: free per-update knobs on the default, over seeds (--seeds): SkipInit, NAFNet's betas, a higher peak
+    "v3-ema-z": Variant(R("v3", "small", 3000, ema=0.999), zero=True),
+    "v3-ema-b9": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9)),  # ttq's v3-ema-b9 (unfused): the default
+    "v3-ema-zb9": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9), zero=True),
+    "v3-ema-lr3": Variant(R("v3", "small", 3000, lr=3e-3, ema=0.999)),
+    # the same two at the trainer's own default lr for the small size (1e-3; the demo and the variants above: 2e-3)
+    "v3-ema-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999)),
+    "v3-ema-zb9-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999, beta2=0.9), zero=True),
+    "v3-ema-z-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999), zero=True),
+    "v3-ema-b9-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999, beta2=0.9)),
 }
 
 
-def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 1.0) -> list[tuple[float, int, float]]:
-    """Train ``v`` as ``ttq.train_recipe`` does, with its ``zero`` and ``clip`` applied; returns the curve."""
+def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 1.0, seed: int = 0,
+                device: torch.device = torch.device("cpu")) -> list[tuple[float, int, float]]:
+    """Train ``v`` as ``ttq.train_recipe`` does (``seed``, ``device`` as there), with its ``zero`` and ``clip``
+    applied; returns the curve [(training seconds, step, held-out PSNR dB)]."""
     build, adam = ttq.build_model, torch.optim.Adam
 
-    def built(size: str, architecture: str = "v1") -> torch.nn.Module:
-        net = FullResEnds() if size == "fre" else build(size, architecture)
-        for block in (m for m in net.modules() if isinstance(m, model_mod.ResBlock)) if v.zero else ():
-            torch.nn.init.zeros_(block.conv2.weight)
-            torch.nn.init.zeros_(block.conv2.bias)
-        return net
+    def built(size: str, architecture: str = "v1", skip_init: bool | None = None) -> torch.nn.Module:
+        net = FullResEnds() if size == "fre" else build(size, architecture, skip_init=False)
+        return model_mod.zero_residual_branches(net) if v.zero else net  # as measured: torch's init unless zero
 
     class ClippedAdam(adam):
         def step(self, closure=None):  # noqa: ANN001, ANN202 - torch's signature
@@ -145,12 +163,55 @@ def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 
 
     ttq.build_model = built
     torch.optim.Adam = ClippedAdam if v.clip else adam
-    if v.betas != (0.9, 0.999):
-        torch.optim.Adam = functools.partial(torch.optim.Adam, betas=v.betas)
     try:
-        return ttq.train_recipe(v.recipe, train, held, scale, evals, "auto")
+        return ttq.train_recipe(v.recipe, train, held, scale, evals, "auto", seed=seed, device=device)
     finally:
         ttq.build_model, torch.optim.Adam = build, adam
+
+
+def at_step(curve: list, step: float) -> float:
+    """Held-out PSNR [dB] of ``curve`` at ``step``, linear between its evaluations (its last one past its end)."""
+    for (_, s0, p0), (_, s1, p1) in zip(curve, curve[1:]):
+        if s1 >= step:
+            return p0 + (p1 - p0) * (step - s0) / (s1 - s0)
+    return curve[-1][2]
+
+
+def steps_to(curve: list, target: float) -> float | None:
+    """First step at which ``curve`` reaches ``target`` dB, linear between evaluations; None if it never does."""
+    for (_, s0, p0), (_, s1, p1) in zip(curve, curve[1:]):
+        if p1 >= target:
+            return s0 + (s1 - s0) * (target - p0) / (p1 - p0) if p1 > p0 else s1
+    return None
+
+
+def summary(clip: str, record: dict) -> list[str]:
+    """Per variant, medians over seeds: gain at 1/3, 1/2, 2/3 and all of ``v1``'s steps, and the steps at which it
+    reaches its seed's ``v1`` final gain as a fraction of ``v1``'s steps (seeds without a ``v1`` run are left out).
+    ``record``: ``{"input_psnr": dB, "runs": {variant: {seed: curve}}}``. Steps, not seconds: on another device
+    only the per-step quality transfers (ms/step is the device's)."""
+    runs, base = record["runs"], record["input_psnr"]
+    v1 = runs.get("v1", {})
+    seeds = sorted(v1, key=int)
+    if not seeds:
+        return [f"{clip}: no v1 run to compare with"]
+    total = v1[seeds[0]][-1][1]
+    marks = [round(total * f) for f in (1 / 3, 1 / 2, 2 / 3, 1)]
+    med = statistics.median
+    lines = [f"{clip}: {len(seeds)} seed(s), v1 final gain median {med(v1[sd][-1][2] - base for sd in seeds):+.2f} dB "
+             f"at {total} steps; medians over seeds (range of the steps ratio)",
+             f"  {'variant':<14}" + "".join(f"  at {m:>5}" for m in marks) + "   to v1's final (x v1)  ms/step"]
+    for name, per_seed in runs.items():
+        common_seeds = [sd for sd in seeds if sd in per_seed]
+        if not common_seeds:
+            continue
+        gains = [med(at_step(per_seed[sd], m) - base for sd in common_seeds) for m in marks]
+        ratios = [steps_to(per_seed[sd], v1[sd][-1][2]) for sd in common_seeds]
+        ratios = [r / total if r is not None else float("inf") for r in ratios]
+        ms = med(c[-1][0] / c[-1][1] * 1000 for c in per_seed.values())
+        lines.append(f"  {name:<14}" + "".join(f" {g:+7.2f}" for g in gains)
+                     + f"   {med(ratios):5.2f} ({min(ratios):.2f}-{max(ratios):.2f})       {ms:6.1f}")
+    return lines
 
 
 def main() -> None:
@@ -161,24 +222,50 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of every variant's steps")
     ap.add_argument("--json", help="write the curves here")
+    ap.add_argument("--seeds", type=int, default=1, help="seeds per variant, from --first-seed (default 1)")
+    ap.add_argument("--first-seed", type=int, default=0, help="first seed (default 0: docs' single-seed figures)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda: per-step quality, not CPU seconds")
+    ap.add_argument("--data", action="append", default=[], metavar="CLIP=FOLDER",
+                    help="read a clip from a folder trainer.demo.extract wrote instead of decoding it (repeatable)")
+    ap.add_argument("--from-json", nargs="+", help="print the summary of these --json files (merged) and exit")
     a = ap.parse_args()
+    if a.from_json:
+        merged = merge([json.loads(Path(f).read_text()) for f in a.from_json])
+        print("\n".join(line for clip, rec in merged.items() for line in summary(clip, rec)))
+        return
     unknown = [n for n in a.variants.split(",") if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
     model_mod.MODEL_SIZES_V2.update(VARIANT_SIZES)
     torch.set_num_threads(a.threads)
+    folders = dict(d.split("=", 1) for d in a.data)
     results: dict[str, dict] = {}
     for clip in a.clips.split(","):
-        train, held = ttq.load_clip(clip)
+        train, held = load_extracted(Path(folders[clip])) if clip in folders else ttq.load_clip(clip)
         base = ttq.input_psnr(held)
-        results[clip] = {"input_psnr": base, "curves": {}}
-        for name in a.variants.split(","):
-            curve = run_variant(VARIANTS[name], train, held, a.evals, a.scale)
-            results[clip]["curves"][name] = curve
-            print(f"{clip} {name}: final {curve[-1][2] - base:+.2f} dB in {curve[-1][0]:.0f} s "
-                  f"(best {max(p for _, _, p in curve) - base:+.2f} dB)", flush=True)
-    if a.json:
-        ttq.write_json(a.json, results)
+        results[clip] = {"input_psnr": base, "runs": {}}
+        for seed in range(a.first_seed, a.first_seed + a.seeds):
+            for name in a.variants.split(","):
+                curve = run_variant(VARIANTS[name], train, held, a.evals, a.scale, seed, torch.device(a.device))
+                results[clip]["runs"].setdefault(name, {})[str(seed)] = curve
+                print(f"{clip} {name} seed {seed}: final {curve[-1][2] - base:+.2f} dB in {curve[-1][0]:.0f} s "
+                      f"(best {max(p for _, _, p in curve) - base:+.2f} dB)", flush=True)
+                if a.json:
+                    ttq.write_json(a.json, results)
+        print("\n".join(summary(clip, results[clip])), flush=True)
+
+
+def merge(records: list[dict]) -> dict:
+    """One ``{clip: {"input_psnr", "runs": {variant: {seed: curve}}}}`` from several ``--json`` files (e.g. one per
+    process of a parallel screen); older files' single-seed ``curves`` count as seed 0."""
+    out: dict[str, dict] = {}
+    for rec in records:
+        for clip, r in ((c, r) for c, r in rec.items() if isinstance(r, dict)):  # a "what" line is not a clip
+            dest = out.setdefault(clip, {"input_psnr": r["input_psnr"], "runs": {}})
+            runs = r.get("runs") or {name: {"0": c} for name, c in r.get("curves", {}).items()}
+            for name, per_seed in runs.items():
+                dest["runs"].setdefault(name, {}).update(per_seed)
+    return out
 
 
 if __name__ == "__main__":

@@ -10,8 +10,11 @@ Recipes:
 - ``v1``: the recipe as it landed at c47904a, frozen: ``--architecture v1 --model-size small``, Adam,
   L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.schedule.lr_at``),
   3000 steps (``trainer.demo.DEMO_TRAIN_ARGS``). Every other figure is a ratio against it.
-- ``v3-ema``: the default recipe since 2026-11-26 (``--architecture v3``, ``--ema-decay 0.999``; Adam fused as
-  the trainer's since stop 33), with ``v3`` (no EMA) and ``v3-1cycle-ema`` beside it.
+- ``v3z-ema-b9``: the default recipe (``cuetrain demo``'s) since stop 35: ``v3-ema`` with every residual block
+  starting as the identity (SkipInit, the v3 network's init now) and Adam's second-moment decay 0.9 (NAFNet's;
+  the demo passes ``--adam-beta2 0.9``).
+- ``v3-ema``: the default recipe from 2026-11-26 to stop 35 (``--architecture v3``, ``--ema-decay 0.999``; Adam
+  fused as the trainer's since stop 33), with ``v3`` (no EMA) and ``v3-1cycle-ema`` beside it.
 - the candidates listed in issue 18 (PixelUnshuffle stem = ``v2``, Charbonnier loss, one-cycle schedule,
   EMA of the weights for evaluation/export, larger crops with fewer steps).
 
@@ -81,6 +84,10 @@ class Recipe:
         ema_warmup: k of the EMA's warm-up decay (1 + n) / (k + n) (``trainer.ema.WeightEMA``) [1].
         fused: Adam's fused implementation (the trainer's since stop 33) instead of torch's default foreach
             one: the same update, ~2% less time a step on a 2-core CPU (benchmarks/bench_adam.py).
+        beta2: Adam's second-moment decay [1]: 0.999 (Kingma & Ba; the trainer's default, v1 and every recipe
+            before stop 35) or 0.9 (NAFNet's; ``cuetrain demo``'s ``--adam-beta2`` since stop 35).
+        skip_init: every residual block starts as the identity (``trainer.model.zero_residual_branches``; the v3
+            network's init since stop 35); False = torch's init, as every recipe before stop 35 trained.
     """
 
     architecture: str
@@ -95,6 +102,8 @@ class Recipe:
     ema: float = 0.0
     ema_warmup: float = EMA_WARMUP
     fused: bool = False
+    beta2: float = 0.999
+    skip_init: bool = False
 
 
 RECIPES: dict[str, Recipe] = {
@@ -108,7 +117,9 @@ RECIPES: dict[str, Recipe] = {
     "v1-1cycle-ema": Recipe("v1", "small", 3000, schedule="onecycle", ema=0.999),
     # v3: v2's blocks with v1's full-resolution first level (trainer.model); v1's schedule, with and without EMA
     "v3": Recipe("v3", "small", 3000),
-    "v3-ema": Recipe("v3", "small", 3000, ema=0.999, fused=True),  # the trainer's defaults
+    "v3-ema": Recipe("v3", "small", 3000, ema=0.999, fused=True),  # the trainer's defaults until stop 35
+    # cuetrain demo's recipe since stop 35: v3-ema with SkipInit (v3's init now) and Adam's beta2 0.9 (NAFNet's)
+    "v3z-ema-b9": Recipe("v3", "small", 3000, ema=0.999, fused=True, beta2=0.9, skip_init=True),
     "v3-1cycle-ema": Recipe("v3", "small", 3000, schedule="onecycle", ema=0.999),
 }
 CLIPS = ("carphone", "bikes-blur-noise")
@@ -183,24 +194,30 @@ def heldout_psnr(net: torch.nn.Module, held: list[tuple[np.ndarray, np.ndarray]]
     return float(np.mean(values))
 
 
-def train_recipe(r: Recipe, train: list, held: list, scale: float, evals: int, precision: str) -> list[tuple[float, int, float]]:
-    """Train ``r`` on ``train`` and return its curve: [(training seconds, step, held-out PSNR dB)], step 0 first."""
-    return train_averages(r, train, held, scale, evals, precision)[0]
+def train_recipe(r: Recipe, train: list, held: list, scale: float, evals: int, precision: str, seed: int = 0,
+                 device: torch.device = torch.device("cpu")) -> list[tuple[float, int, float]]:
+    """Train ``r`` on ``train`` and return its curve: [(training seconds, step, held-out PSNR dB)], step 0 first
+    (``seed`` and ``device`` as :func:`train_averages`)."""
+    return train_averages(r, train, held, scale, evals, precision, seed=seed, device=device)[0]
 
 
 def train_averages(r: Recipe, train: list, held: list, scale: float, evals: int, precision: str,
-                   warmups: Sequence[float] = ()) -> list[list[tuple[float, int, float]]]:
+                   warmups: Sequence[float] = (), seed: int = 0,
+                   device: torch.device = torch.device("cpu")) -> list[list[tuple[float, int, float]]]:
     """Train ``r`` once and return one curve per EMA of its weights, one EMA per warm-up constant in ``warmups``
     (default ``r.ema_warmup``): the averages differ, the training does not. With ``r.ema`` 0, one curve: the
-    network's own. The clock counts one EMA update a step, as the trainer keeps one."""
-    torch.manual_seed(0)
-    net = build_model(r.size, r.architecture).to(memory_format=torch.channels_last)
+    network's own. The clock counts one EMA update a step, as the trainer keeps one. ``seed`` draws the initial
+    weights and the crops (0: the figures in docs/time_to_quality.md); ``device`` trains there (a GPU's clock is
+    synchronised each step)."""
+    torch.manual_seed(seed)
+    net = build_model(r.size, r.architecture, r.skip_init).to(device, memory_format=torch.channels_last)
     emas = [WeightEMA(net, r.ema, k) for k in warmups or [r.ema_warmup]] if r.ema else []  # the trainer's EMA
     evaluated = [e.module for e in emas] or [net]
-    opt = torch.optim.Adam(net.parameters(), lr=r.lr, fused=r.fused)
-    prec = resolve_precision(precision, torch.device("cpu"))
+    opt = torch.optim.Adam(net.parameters(), lr=r.lr, betas=(0.9, r.beta2), fused=r.fused)
+    prec = resolve_precision(precision, device)
     steps, warmup = max(1, round(r.steps * scale)), round(r.warmup * scale)
-    sampler = CropSampler(train, r.crop, r.batch, memory_format=torch.channels_last)
+    sampler = CropSampler(train, r.crop, r.batch, seed=seed, device=device, memory_format=torch.channels_last)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     every = max(1, steps // evals)
     start = heldout_psnr(net, held)
     curves, clock = [[(0.0, 0, start)] for _ in evaluated], 0.0
@@ -214,9 +231,11 @@ def train_averages(r: Recipe, train: list, held: list, scale: float, evals: int,
             group["lr"] = lr_for(r, step, steps, warmup)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()
         t1 = time.perf_counter()
         for ema in emas:
             ema.update(net)
+        sync()
         clock += t1 - t0 + (time.perf_counter() - t1) / max(1, len(emas))
         if (step + 1) % every == 0 or step + 1 == steps:
             for curve, model in zip(curves, evaluated):

@@ -137,7 +137,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
         precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
         configure_backends(device)
         net = build_model(cfg.model_size, cfg.architecture).to(device, memory_format=fmt)  # the trainer's settings
-        opt = torch.optim.Adam(net.parameters(), lr=cfg.base_lr)
+        opt = torch.optim.Adam(net.parameters(), lr=cfg.base_lr, betas=(0.9, cfg.adam_beta2), fused=True)  # as trained
         step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)
         batches = probe_batches(cfg.batch_size, sizes)
         samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt)

@@ -73,6 +73,11 @@ class TrainConfig:
             this decay per update (default 0.999, warmed up so it averages about the last 1/19 of the updates
             until ~19,000 updates); 0 = the last weights (see ``trainer.ema``; chosen with the v3 network by
             the time-to-quality benchmark, docs/time_to_quality.md) [1].
+        adam_beta2: decay of Adam's second-moment (squared-gradient) average [1]: 0.999 (Kingma & Ba, the
+            default) or e.g. 0.9 (NAFNet's, Chen et al. 2022; ``cuetrain demo``'s since stop 35). The
+            time-to-quality benchmark measured 0.9 better at the demo's ``--lr 2e-3`` on both of its clips and
+            0.2 dB worse at the small size's default 1e-3 on carphone (docs/time_to_quality.md, "Stop 35"). A
+            resumed checkpoint keeps the value it was written with (its optimizer state carries it).
         noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer
             update only, because a measured step runs its batch as two halves (two forward and backward
             passes: about twice a step's kernel launches, which on a GPU doubled the step of the small model,
@@ -119,6 +124,7 @@ class TrainConfig:
     warmup_steps: int = 50
     lr_schedule: str = "cosine"
     ema_decay: float = 0.999
+    adam_beta2: float = 0.999
     noise_interval: int = 50
     checkpoint_interval: int = 250
     contact_sheet_interval: int = 100
@@ -149,6 +155,8 @@ class TrainConfig:
             raise ConfigError(f"noise_interval={self.noise_interval} must be >= 0 optimizer updates (0: off, e.g. 50)")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"ema_decay={self.ema_decay} must be 0 (off) or between 0 and 1 (e.g. 0.999)")
+        if not 0.0 < self.adam_beta2 < 1.0:
+            raise ConfigError(f"adam_beta2={self.adam_beta2} must be between 0 and 1, exclusive (e.g. 0.9 or 0.999)")
         if self.lr is not None and not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
         for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s", "shot_check_s"):
@@ -238,6 +246,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ema-decay", type=float,
                    help="export an exponential moving average of the weights with this decay per update "
                         f"(default {d['ema_decay']}; 0: the last weights)")
+    g.add_argument("--adam-beta2", type=float,
+                   help=f"decay of Adam's squared-gradient average (default {d['adam_beta2']}; the demo uses "
+                        "0.9, NAFNet's, with --lr 2e-3)")
     g.add_argument("--noise-interval", type=int,
                    help="one rank at --sync-interval 1: measure the gradient noise scale every N updates "
                         f"(default {d['noise_interval']}; each costs a second forward/backward pass; "

@@ -14,6 +14,7 @@ Three architectures, each in three sizes (:data:`ARCHITECTURES`):
   (v1 runs a 3x3 convolution on the upsampled features and a 1x1 merge of a concatenation there), and
   what that saves buys more residual blocks at the lower levels. Chosen by the time-to-quality
   benchmark (docs/time_to_quality.md): better than v1 on both of its clips at the same inference cost.
+  Its residual blocks start as the identity (:data:`SKIP_INIT_ARCHITECTURES`).
 - ``v1`` (:class:`CopyCatUNet`): the U-Net cuetrain started with, at full resolution from the first
   convolution. Kept unchanged so runs and checkpoints made with it still resume (checkpoints without an
   architecture are v1) and the time-to-quality comparison keeps it as its baseline.
@@ -275,14 +276,41 @@ def model_config(size: str, architecture: str) -> ModelConfig | ModelConfigV2:
     return sizes[size]
 
 
-def build_model(size: str, architecture: str) -> nn.Module:
-    """The network for a model size and architecture name (see :data:`ARCHITECTURES`).
+#: Architectures whose residual blocks start as the identity (SkipInit, De & Smith 2020, "Batch Normalization
+#: Biases Residual Blocks Towards the Identity Function in Deep Networks": each block's last convolution starts
+#: at zero, as Goyal et al. 2017 zero each block's last batch-norm scale): v3 since stop 35, chosen by the
+#: time-to-quality benchmark (docs/time_to_quality.md, "Stop 35": better at lr 2e-3, the same at 1e-3). v1 and v2
+#: keep torch's init.
+SKIP_INIT_ARCHITECTURES = ("v3",)
+
+
+def zero_residual_branches(net: nn.Module) -> nn.Module:
+    """Zero the second convolution (weight and bias) of every :class:`ResBlock` of ``net`` in place, so each block
+    starts as the identity; returns ``net``. Only the initial weights change: shapes, checkpoints and exported
+    files are the same."""
+    for block in (m for m in net.modules() if isinstance(m, ResBlock)):
+        nn.init.zeros_(block.conv2.weight)
+        nn.init.zeros_(block.conv2.bias)
+    return net
+
+
+def build_model(size: str, architecture: str, skip_init: bool | None = None) -> nn.Module:
+    """The network for a model size and architecture name (see :data:`ARCHITECTURES`), initialised.
+
+    ``skip_init``: start every residual block as the identity (:func:`zero_residual_branches`); None = the
+    architecture's default (:data:`SKIP_INIT_ARCHITECTURES`). The weights torch draws for the other layers are
+    the same either way (the blocks are zeroed after they are drawn).
 
     Raises:
         ValueError: unknown size or architecture (the valid names are listed).
     """
     cfg = model_config(size, architecture)
-    return CopyCatUNet(cfg) if isinstance(cfg, ModelConfig) else CopyCatUNetV2(cfg)
+    net = CopyCatUNet(cfg) if isinstance(cfg, ModelConfig) else CopyCatUNetV2(cfg)
+    if skip_init is None:
+        skip_init = architecture in SKIP_INIT_ARCHITECTURES
+    if skip_init:
+        zero_residual_branches(net)
+    return net
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -129,7 +129,7 @@ class _Loop:
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
         # fused (CPU since torch 2.4): one pass over every parameter, 2% of a small step (benchmarks/bench_adam.py)
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.peak_lr, fused=True)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.peak_lr, betas=(0.9, cfg.adam_beta2), fused=True)
         self.total_updates = math.ceil(cfg.steps / self.env.sync_interval)
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)

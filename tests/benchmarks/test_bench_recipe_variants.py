@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -22,7 +23,7 @@ def test_zero_init_and_gradient_clipping_apply_inside_the_run_only(monkeypatch):
     seen: dict[str, object] = {}
     real_train = ttq.train_recipe
 
-    def spy(recipe, train, held, scale, evals, precision):
+    def spy(recipe, train, held, scale, evals, precision, **kw):
         net = ttq.build_model(recipe.size, recipe.architecture)
         blocks = [m for m in net.modules() if isinstance(m, brv.model_mod.ResBlock)]
         seen["zeroed"] = bool(blocks) and all(not b.conv2.weight.any() and not b.conv2.bias.any() for b in blocks)
@@ -31,7 +32,7 @@ def test_zero_init_and_gradient_clipping_apply_inside_the_run_only(monkeypatch):
         p.grad = torch.full((4,), 10.0)  # L2 norm 20
         opt.step()
         seen["norm"] = float(p.grad.norm())
-        return real_train(recipe, train, held, scale, evals, precision)
+        return real_train(recipe, train, held, scale, evals, precision, **kw)
 
     monkeypatch.setattr(ttq, "train_recipe", spy)
     build_before, adam_before = ttq.build_model, torch.optim.Adam
@@ -55,3 +56,40 @@ def test_full_resolution_ends_start_as_the_identity_at_any_size():
     x = torch.rand(2, 3, 37, 50)
     assert torch.equal(net(x), x)  # its last conv is zero, as every cuetrain network starts
     assert sum(p.numel() for p in net.parameters()) == 1_043_091
+
+
+def test_summary_compares_each_seed_with_its_own_v1_in_steps():
+    # seed 0: v1 ends at 24 dB at step 300, the variant reaches 24 at step 150; seed 1: v1 ends at 23, the
+    # variant never gets there; medians over the two seeds
+    runs = {"v1": {"0": [(0.0, 0, 20.0), (1.0, 150, 22.0), (2.0, 300, 24.0)],
+                   "1": [(0.0, 0, 20.0), (1.0, 150, 21.0), (2.0, 300, 23.0)]},
+            "fast": {"0": [(0.0, 0, 20.0), (3.0, 150, 24.0), (6.0, 300, 25.0)],
+                     "1": [(0.0, 0, 20.0), (3.0, 150, 21.5), (6.0, 300, 22.0)]}}
+    assert brv.at_step(runs["v1"]["0"], 75) == pytest.approx(21.0)
+    assert brv.at_step(runs["v1"]["0"], 999) == 24.0
+    assert brv.steps_to(runs["fast"]["0"], 24.0) == pytest.approx(150.0)
+    assert brv.steps_to(runs["fast"]["0"], 22.0) == pytest.approx(75.0)
+    assert brv.steps_to(runs["fast"]["1"], 23.0) is None
+    lines = brv.summary("clip", {"input_psnr": 20.0, "runs": runs})
+    assert "2 seed(s), v1 final gain median +3.50 dB at 300 steps" in lines[0]
+    fast = next(line for line in lines if line.strip().startswith("fast")).split()
+    # gains at steps 100, 150, 200, 300: medians of (22.67, 21.0), (24, 21.5), (24.33, 21.67), (25, 22)
+    assert fast[1:5] == ["+1.83", "+2.75", "+3.00", "+3.50"]
+    assert fast[5:7] == ["inf", "(0.50-inf)"]  # seed 0 at half of v1's steps, seed 1 never
+    assert float(fast[7]) == pytest.approx(20.0)  # 6 s over 300 steps
+
+
+def test_merge_joins_seeds_of_parallel_runs_and_reads_single_seed_files():
+    a = {"c": {"input_psnr": 20.0, "runs": {"v1": {"0": [(0.0, 0, 20.0)]}}}}
+    b = {"c": {"input_psnr": 20.0, "runs": {"v1": {"1": [(0.0, 0, 21.0)]}, "x": {"1": [(0.0, 0, 22.0)]}}}}
+    old = {"c": {"input_psnr": 20.0, "curves": {"y": [(0.0, 0, 23.0)]}}}
+    merged = brv.merge([a, b, old])["c"]["runs"]
+    assert sorted(merged["v1"]) == ["0", "1"] and list(merged["x"]) == ["1"] and list(merged["y"]) == ["0"]
+
+
+def test_a_seed_draws_other_weights_and_crops_and_the_same_seed_repeats():
+    recipe = ttq.Recipe("v3", "small", 3, batch=2, crop=16)
+    train, held = _pairs(), _pairs(1)
+    runs = [ttq.train_recipe(recipe, train, held, 1.0, 1, "fp32", seed=s) for s in (0, 0, 1)]
+    finals = [c[-1][2] for c in runs]
+    assert finals[0] == finals[1] and finals[0] != finals[2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.cli import main
+from trainer.config import ConfigError
 
 
 def run(capsys, monkeypatch, *argv, env=None):
@@ -86,7 +87,26 @@ def test_config_file_values_are_used_and_flags_override(tmp_path, pairs):
     p = argparse.ArgumentParser()
     add_train_arguments(p)
     cfg = config_from_args(p.parse_args(["--config", str(toml), "--steps", "7"]))
-    assert (cfg.steps, cfg.model_size, cfg.input_dir) == (7, "medium", str(pairs[0]))
+    assert (cfg.steps, cfg.model_size, cfg.input_dir, cfg.adam_beta2) == (7, "medium", str(pairs[0]), 0.999)
+    assert config_from_args(p.parse_args(["--config", str(toml), "--adam-beta2", "0.9"])).adam_beta2 == 0.9
+    with pytest.raises(ConfigError, match=r"adam_beta2=1.0 must be between 0 and 1"):
+        config_from_args(p.parse_args(["--config", str(toml), "--adam-beta2", "1"]))
+
+
+def test_the_demo_trains_the_recipe_the_time_to_quality_benchmark_chose(tmp_path, pairs):
+    """cuetrain demo's arguments give benchmarks/bench_time_to_quality.py's default recipe (v3z-ema-b9)."""
+    import argparse
+
+    from trainer.config import add_train_arguments, config_from_args
+    from trainer.demo import DEMO_TRAIN_ARGS
+
+    p = argparse.ArgumentParser()
+    add_train_arguments(p)
+    paths = ["--input", str(pairs[0]), "--target", str(pairs[1]), "--run-dir", str(tmp_path)]
+    cfg = config_from_args(p.parse_args([*paths, *DEMO_TRAIN_ARGS]))
+    got = (cfg.architecture, cfg.model_size, cfg.batch_size, cfg.crop_size, cfg.base_lr, cfg.adam_beta2,
+           cfg.ema_decay, cfg.lr_schedule, cfg.warmup_steps)
+    assert got == ("v3", "small", 8, 64, 2e-3, 0.9, 0.999, "cosine", 50)
 
 
 def test_infer_with_a_bad_model_path(capsys, monkeypatch, tmp_path, pairs):

@@ -86,3 +86,23 @@ def test_v3_parameter_counts_and_full_resolution_first_level(size, params):
 def test_unknown_architecture_is_named():
     with pytest.raises(ValueError, match="v1, v2, v3"):
         build_model("small", "v4")
+
+
+def test_v3_residual_blocks_start_as_the_identity_and_only_they_change():
+    from trainer.model import ResBlock
+
+    torch.manual_seed(0)
+    skip = build_model("small", "v3")  # SkipInit: the default for v3 since stop 35
+    torch.manual_seed(0)
+    plain = build_model("small", "v3", skip_init=False)
+    blocks = [m for m in skip.modules() if isinstance(m, ResBlock)]
+    assert len(blocks) == 8 and all(not b.conv2.weight.any() and not b.conv2.bias.any() for b in blocks)
+    x = torch.rand(1, 16, 8, 8)
+    assert torch.equal(blocks[0](x), x)
+    a, b = skip.state_dict(), plain.state_dict()
+    assert {k for k in a if not torch.equal(a[k], b[k])} == {k for k in a if ".conv2." in k}  # the rest: same draw
+    for architecture in ("v1", "v2"):  # torch's init, as their runs and checkpoints were made
+        net = build_model("small", architecture)
+        assert all(m.conv2.weight.any() for m in net.modules() if isinstance(m, ResBlock))
+    forced = build_model("small", "v1", skip_init=True)
+    assert not any(m.conv2.weight.any() for m in forced.modules() if isinstance(m, ResBlock))
