@@ -134,7 +134,7 @@ VARIANTS: dict[str, Variant] = {
     "v3-ema-c32b32": Variant(R("v3", "small", 3000, batch=32, crop=32, ema=0.999)),
     # Stop 35: free per-update knobs on the default, over seeds (--seeds): SkipInit, NAFNet's betas, a higher peak
     "v3-ema-z": Variant(R("v3", "small", 3000, ema=0.999), zero=True),
-    "v3-ema-b9": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9)),  # ttq's v3-ema-b9 (unfused): the default
+    "v3-ema-b9": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9)),
     "v3-ema-zb9": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9), zero=True),
     "v3-ema-lr3": Variant(R("v3", "small", 3000, lr=3e-3, ema=0.999)),
     # the same two at the trainer's own default lr for the small size (1e-3; the demo and the variants above: 2e-3)
@@ -238,6 +238,9 @@ def main() -> None:
         raise SystemExit(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
     model_mod.MODEL_SIZES_V2.update(VARIANT_SIZES)
     torch.set_num_threads(a.threads)
+    bad = [d for d in a.data if "=" not in d or d.split("=", 1)[0] not in ttq.CLIPS]
+    if bad:
+        raise SystemExit(f"--data {bad[0]!r}: give CLIP=FOLDER with CLIP one of {', '.join(ttq.CLIPS)}")
     folders = dict(d.split("=", 1) for d in a.data)
     results: dict[str, dict] = {}
     for clip in a.clips.split(","):
