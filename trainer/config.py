@@ -75,8 +75,9 @@ class TrainConfig:
             the time-to-quality benchmark, docs/time_to_quality.md) [1].
         adam_beta2: decay of Adam's second-moment (squared-gradient) average [1]: 0.999 (Kingma & Ba, the
             default) or e.g. 0.9 (NAFNet's, Chen et al. 2022; ``cuetrain demo``'s since stop 35). The
-            time-to-quality benchmark measured 0.9 better at the demo's ``--lr 2e-3`` on both of its clips and
-            0.2 dB worse at the small size's default 1e-3 on carphone (docs/time_to_quality.md, "Stop 35"). A
+            time-to-quality benchmark measured 0.9 better at the demo's ``--lr 2e-3`` on blur + noise (six seeds;
+            carphone within a seed's spread) and 0.2 dB worse at the small size's default 1e-3 on carphone
+            (docs/time_to_quality.md, "Stop 35"). A
             resumed checkpoint keeps the value it was written with (its optimizer state carries it).
         noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer
             update only, because a measured step runs its batch as two halves (two forward and backward
