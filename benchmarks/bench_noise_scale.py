@@ -48,7 +48,7 @@ from pathlib import Path
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
-from bench_time_to_quality import heldout_psnr, input_psnr, load_clip, write_json
+from bench_time_to_quality import heldout_psnr, input_psnr, load_clip, load_extracted, write_json
 
 from trainer.advise_quality import fit_steps_curve, steps_to_quality
 from trainer.data import CropSampler
@@ -231,17 +231,6 @@ def _fit_line(reached: list[tuple[int, float]]) -> list[str]:
     return ["", f"fitted to the measured medians: S_min = {s_min:.0f} updates, B_noise = {fitted:.1f} crops"]
 
 
-def load_extracted(folder: Path) -> tuple[list, list]:
-    """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 from a folder ``trainer.demo.extract`` wrote."""
-    from trainer.images import pair_frames, read_image
-
-    def pairs(sub: str) -> list:  # float32, not load_pairs' float16: the held-out PSNR is taken on these
-        return [(read_image(p.input), read_image(p.target)) for p in pair_frames(folder / sub / "input",
-                                                                                 folder / sub / "target")]
-
-    return pairs("train"), pairs("holdout")
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--lr-rule", default="sqrt,noise", help="comma-separated: linear, sqrt, noise (default "
@@ -284,7 +273,6 @@ def main() -> None:
                                     "probe_updates": a.probe_updates, "seeds": seed + 1 - a.first_seed,
                                     "device": a.device, "architecture": a.architecture, "base_lr": a.base_lr,
                                     "beta2": a.beta2, "runs": out})
-
 
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@
 Each variant trains through :func:`bench_time_to_quality.train_recipe` (the same crops, seed, schedule code,
 EMA and held-out evaluation as the time-to-quality benchmark), one after the other in this process, and
 prints its held-out gain [dB] against training seconds. The variant networks are registered here only
-(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); two options the trainer does not
-have are applied here: ``zero`` (every residual block's second convolution zero-initialised, SkipInit-style:
-De & Smith 2020) and ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm); Adam's
-``beta2`` is the recipe's (``ttq.Recipe.beta2``). The ``v3*`` variants are stop 33's screen, ``v3-ema-c*`` (crop
+(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); one option the trainer does not
+have is applied here: ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm). SkipInit (every
+residual block's second convolution zero-initialised: De & Smith 2020; variants named ``z``) and Adam's ``beta2``
+are the recipe's (``ttq.Recipe.skip_init``, ``ttq.Recipe.beta2``). The ``v3*`` variants are stop 33's screen, ``v3-ema-c*`` (crop
 sizes) stop 34's, ``v3-ema-z``/``-b9``/``-zb9``/``-lr3`` stop 35's (docs/time_to_quality.md); the EMA's warm-up
 constant (``Recipe.ema_warmup``) was TensorFlow's 10 then where they do not name one (``v3-ema-w10`` is that
 default).
@@ -37,7 +37,6 @@ import torch
 import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
-from bench_noise_scale import load_extracted
 from trainer import model as model_mod
 from trainer.model import ModelConfigV2
 
@@ -89,10 +88,9 @@ class FullResEnds(model_mod.CopyCatUNetV2):
 
 @dataclass(frozen=True)
 class Variant:
-    """A recipe plus the options above: ``zero`` (bool) and ``clip`` (max gradient L2 norm, 0 = off)."""
+    """A recipe plus the option above: ``clip`` (max gradient L2 norm, 0 = off)."""
 
     recipe: ttq.Recipe
-    zero: bool = False
     clip: float = 0.0
 
 
@@ -104,10 +102,10 @@ VARIANTS: dict[str, Variant] = {
     "v1-1c-lr4": Variant(R("v1", "small", 3000, lr=4e-3, **ONE_CYCLE)),
     "v2-1c-b4": Variant(R("v2", "small", 3000, batch=4, lr=1.4e-3, **ONE_CYCLE)),
     "v2-1c-c96": Variant(R("v2", "small", 1350, crop=96, **ONE_CYCLE)),
-    "v2z-1c": Variant(R("v2", "small", 3000, **ONE_CYCLE), zero=True),
-    "s1z-1c": Variant(R("v2", "s1", 3000, **ONE_CYCLE), zero=True),
+    "v2z-1c": Variant(R("v2", "small", 3000, **ONE_CYCLE, skip_init=True)),
+    "s1z-1c": Variant(R("v2", "s1", 3000, **ONE_CYCLE, skip_init=True)),
     "w48-1c": Variant(R("v2", "w48", 3000, **ONE_CYCLE)),
-    "w48z-1c": Variant(R("v2", "w48", 3000, **ONE_CYCLE), zero=True),
+    "w48z-1c": Variant(R("v2", "w48", 3000, **ONE_CYCLE, skip_init=True)),
     "w40d-1c": Variant(R("v2", "w40d", 3000, **ONE_CYCLE)),
     "w48-1c-clip": Variant(R("v2", "w48", 3000, **ONE_CYCLE), clip=0.1),
     "v2med-1c": Variant(R("v2", "medium", 1500, **ONE_CYCLE)),
@@ -133,27 +131,28 @@ VARIANTS: dict[str, Variant] = {
     "v3-ema-c40b20": Variant(R("v3", "small", 3000, batch=20, crop=40, ema=0.999)),
     "v3-ema-c32b32": Variant(R("v3", "small", 3000, batch=32, crop=32, ema=0.999)),
     # Stop 35: free per-update knobs on the default, over seeds (--seeds): SkipInit, NAFNet's betas, a higher peak
-    "v3-ema-z": Variant(R("v3", "small", 3000, ema=0.999), zero=True),
+    "v3-ema-z": Variant(R("v3", "small", 3000, ema=0.999, skip_init=True)),
     "v3-ema-b9": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9)),
-    "v3-ema-zb9": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9), zero=True),
+    "v3-ema-zb9": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9, skip_init=True)),
     "v3-ema-lr3": Variant(R("v3", "small", 3000, lr=3e-3, ema=0.999)),
     # the same two at the trainer's own default lr for the small size (1e-3; the demo and the variants above: 2e-3)
     "v3-ema-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999)),
-    "v3-ema-zb9-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999, beta2=0.9), zero=True),
-    "v3-ema-z-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999), zero=True),
+    "v3-ema-zb9-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999, beta2=0.9, skip_init=True)),
+    "v3-ema-z-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999, skip_init=True)),
     "v3-ema-b9-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999, beta2=0.9)),
 }
 
 
 def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 1.0, seed: int = 0,
                 device: torch.device = torch.device("cpu")) -> list[tuple[float, int, float]]:
-    """Train ``v`` as ``ttq.train_recipe`` does (``seed``, ``device`` as there), with its ``zero`` and ``clip``
-    applied; returns the curve [(training seconds, step, held-out PSNR dB)]."""
+    """Train ``v`` as ``ttq.train_recipe`` does (``seed``, ``device`` as there), with its ``clip`` applied and the
+    ``fre`` network built; returns the curve [(training seconds, step, held-out PSNR dB)]."""
     build, adam = ttq.build_model, torch.optim.Adam
 
-    def built(size: str, architecture: str = "v1", skip_init: bool | None = None) -> torch.nn.Module:
-        net = FullResEnds() if size == "fre" else build(size, architecture, skip_init=False)
-        return model_mod.zero_residual_branches(net) if v.zero else net  # as measured: torch's init unless zero
+    def built(size: str, architecture: str = "v1", skip_init: bool = False) -> torch.nn.Module:
+        if size != "fre":
+            return build(size, architecture, skip_init)
+        return model_mod.zero_residual_branches(FullResEnds()) if skip_init else FullResEnds()
 
     class ClippedAdam(adam):
         def step(self, closure=None):  # noqa: ANN001, ANN202 - torch's signature
@@ -244,7 +243,7 @@ def main() -> None:
     folders = dict(d.split("=", 1) for d in a.data)
     results: dict[str, dict] = {}
     for clip in a.clips.split(","):
-        train, held = load_extracted(Path(folders[clip])) if clip in folders else ttq.load_clip(clip)
+        train, held = ttq.load_extracted(Path(folders[clip])) if clip in folders else ttq.load_clip(clip)
         base = ttq.input_psnr(held)
         results[clip] = {"input_psnr": base, "runs": {}}
         for seed in range(a.first_seed, a.first_seed + a.seeds):

@@ -142,6 +142,18 @@ def load_clip(name: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tupl
     return [p for n, p in enumerate(pairs, 1) if n % HOLDOUT_EVERY != 0], held
 
 
+def load_extracted(folder: Path) -> tuple[list, list]:
+    """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 from a folder ``trainer.demo.extract`` wrote (e.g. a
+    clip carried to a GPU machine as PNGs instead of decoded there)."""
+    from trainer.images import pair_frames, read_image
+
+    def pairs(sub: str) -> list:  # float32, not load_pairs' float16: the held-out PSNR is taken on these
+        return [(read_image(p.input), read_image(p.target)) for p in pair_frames(folder / sub / "input",
+                                                                                 folder / sub / "target")]
+
+    return pairs("train"), pairs("holdout")
+
+
 def input_psnr(held: list[tuple[np.ndarray, np.ndarray]]) -> float:
     """Mean PSNR [dB] of the held-out Inputs against their Ground Truth: a curve's gain 0."""
     return float(np.mean([psnr(i, t) for i, t in held]))

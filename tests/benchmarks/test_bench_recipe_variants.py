@@ -24,7 +24,7 @@ def test_zero_init_and_gradient_clipping_apply_inside_the_run_only(monkeypatch):
     real_train = ttq.train_recipe
 
     def spy(recipe, train, held, scale, evals, precision, **kw):
-        net = ttq.build_model(recipe.size, recipe.architecture)
+        net = ttq.build_model(recipe.size, recipe.architecture, recipe.skip_init)  # as train_averages builds it
         blocks = [m for m in net.modules() if isinstance(m, brv.model_mod.ResBlock)]
         seen["zeroed"] = bool(blocks) and all(not b.conv2.weight.any() and not b.conv2.bias.any() for b in blocks)
         p = torch.nn.Parameter(torch.ones(4))
@@ -36,7 +36,7 @@ def test_zero_init_and_gradient_clipping_apply_inside_the_run_only(monkeypatch):
 
     monkeypatch.setattr(ttq, "train_recipe", spy)
     build_before, adam_before = ttq.build_model, torch.optim.Adam
-    variant = brv.Variant(ttq.Recipe("v2", "small", 4, batch=2, crop=16), zero=True, clip=0.1)
+    variant = brv.Variant(ttq.Recipe("v2", "small", 4, batch=2, crop=16, skip_init=True), clip=0.1)
     curve = brv.run_variant(variant, _pairs(), _pairs(1), evals=1)
     assert seen["zeroed"] is True and abs(seen["norm"] - 0.1) < 1e-6  # clipped from 20 to 0.1 before the step
     assert [step for _, step, _ in curve] == [0, 4]

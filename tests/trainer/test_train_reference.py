@@ -47,7 +47,7 @@ def _reference_run(cfg: TrainConfig, sync: int) -> tuple[list[list[torch.Tensor]
     params = list(net.parameters())
     ratio = cfg.batch_size * sync / cfg.lr_reference_batch  # the default square-root scaling rule, by hand
     peak = cfg.base_lr * (ratio if cfg.lr_scaling == "linear" else ratio ** 0.5)
-    opt = torch.optim.Adam(params, lr=peak, betas=(0.9, cfg.adam_beta2))  # the trainer's betas (its default 0.9)
+    opt = torch.optim.Adam(params, lr=peak, betas=(0.9, cfg.adam_beta2))  # the trainer's betas
     updates = cfg.steps // sync
     grads_per_update = []
     for update in range(updates):
