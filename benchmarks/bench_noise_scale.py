@@ -40,6 +40,7 @@ Run (under the heavy lock on a shared host; ~6-11 min per seed and --lr-rule on 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import time
@@ -51,6 +52,8 @@ import torch
 from bench_time_to_quality import heldout_psnr, input_psnr, load_clip, load_extracted, write_json
 
 from trainer.advise_quality import fit_steps_curve, steps_to_quality
+from trainer.config import TrainConfig
+from trainer.critical_batch import QualityProbe, measure_critical_batch
 from trainer.data import CropSampler
 from trainer.model import build_model
 from trainer.noise_scale import GradNoise, parameter_grads, squared_norm
@@ -121,13 +124,14 @@ class Setup:
     architecture: str  # trainer.model's network (v1: the one of docs/scaling.md's table)
     base_lr: float  # peak learning rate at batch 8 [1]
     beta2: float = 0.999  # Adam's second-moment decay (the trainer's --adam-beta2 default; the demo's is 0.9) [1]
+    skip_init: bool | None = None  # trainer.model.build_model's (None: the trainer's, SkipInit for v3 since stop 35)
 
 
 def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float | None = None) -> RunResult:
     """Train at ``batch`` (``batch / 8`` accumulated micro-batches per update) until the target gain or ``cap``;
     ``probe_noise``: this seed's probe B_noise, for the ``noise`` lr rule [crops]."""
     torch.manual_seed(seed)
-    net = build_model("small", s.architecture).to(s.device, memory_format=torch.channels_last)
+    net = build_model("small", s.architecture, s.skip_init).to(s.device, memory_format=torch.channels_last)
     peak = lr_of(rule, batch, probe_noise, s.base_lr)
     opt = torch.optim.Adam(net.parameters(), lr=peak, betas=(0.9, s.beta2))
     sampler = CropSampler(s.train, CROP, MICRO, seed=seed, device=s.device, memory_format=torch.channels_last)
@@ -219,6 +223,49 @@ def table(rule: str, results: list[RunResult]) -> list[str]:
     return lines + _fit_line(reached)
 
 
+def quality_probe(seed: int, rule: str, s: Setup, factors: tuple[int, ...]) -> QualityProbe:
+    """``cuetrain advise --quality-probe``'s measurement (``trainer.critical_batch``) for ``seed``, in fp32 on the
+    training frames: batches 8 and 32 from the runs' initial weights (the same seed and ``s.skip_init``)."""
+    cfg = TrainConfig(input_dir=".", target_dir=".", run_dir=".", architecture=s.architecture, lr=s.base_lr,
+                      adam_beta2=s.beta2, lr_scaling="linear" if rule == "linear" else "sqrt", precision="fp32",
+                      memory_format="channels_last", crop_size=CROP, batch_size=MICRO, seed=seed)
+    build = (lambda: build_model("small", s.architecture, s.skip_init)) if s.skip_init is not None else None
+    return measure_critical_batch(cfg, s.train, device=s.device, build=build, factors=factors)
+
+
+def probe_table(results: list[RunResult], probes: dict[int, QualityProbe]) -> list[str]:
+    """Markdown rows: the median measured updates at each batch against the two-batch quality probe's prediction
+    (the median batch-8 updates and the median probe ``B_noise``), with every seed's own error."""
+    seeds = sorted(probes)
+    at = {(r.batch, r.seed): r for r in results}
+    s8 = _median([at[MICRO, sd].updates_to_target for sd in seeds if (MICRO, sd) in at])
+    b_crit = statistics.median([probes[sd].critical_batch for sd in seeds])
+    first = probes[seeds[0]]
+    lines = [f"quality probe (trainer.critical_batch: batches {'/'.join(map(str, first.batches))} to one eval loss), "
+             "B_noise per seed " + ", ".join(f"{probes[sd].critical_batch:.1f}" for sd in seeds)
+             + f" crops (median {b_crit:.1f}; updates "
+             + ", ".join("/".join(f"{u:.0f}" for u in probes[sd].updates) for sd in seeds)
+             + "; " + f"{statistics.median([p.seconds for p in probes.values()]):.0f} s each)", "",
+             "| global batch | measured (median) | predicted by the quality probe | error | per-seed errors |",
+             "|---|---|---|---|---|"]
+    for batch in BATCHES[1:]:
+        runs = [at[batch, sd] for sd in seeds if (batch, sd) in at]
+        meas = _median([r.updates_to_target for r in runs])
+        pred = predicted(s8, b_crit, batch) if s8 else None
+        errs = []
+        for r in runs:
+            base = at.get((MICRO, r.seed))
+            if r.updates_to_target and base and base.updates_to_target:
+                p = predicted(base.updates_to_target, probes[r.seed].critical_batch, batch)
+                errs.append(f"{(p - r.updates_to_target) / r.updates_to_target:+.0%}")
+            else:
+                errs.append("-")
+        lines.append(f"| {batch} | {meas:.0f} | " if meas else f"| {batch} | - | ")
+        lines[-1] += (f"{pred:.0f} | {(pred - meas) / meas:+.0%} | " if pred and meas else "- | - | ") \
+            + " / ".join(errs) + " |"
+    return lines
+
+
 def _fit_line(reached: list[tuple[int, float]]) -> list[str]:
     """The S(B) least-squares fit to the median measured updates ``reached`` [(batch, updates)], when at least
     two batches reached the target."""
@@ -250,6 +297,14 @@ def main() -> None:
     p.add_argument("--data", type=Path, help="a folder trainer.demo.extract wrote (default: decode --clip)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, help="also write the runs there (docs/noise_scale_validation*.json)")
+    p.add_argument("--quality-probe", action="store_true", help="also run cuetrain advise --quality-probe's "
+                   "two-batch probe (trainer.critical_batch) per seed and compare its prediction")
+    p.add_argument("--probe-factors", default="4,16", help="the quality probe's bigger batches as multiples of 8 "
+                   "(default 4,16: trainer.critical_batch.FACTORS)")
+    p.add_argument("--measured", type=Path, help="take the runs at batches 8, 32 and 128 from this JSON (an earlier "
+                   "--json of the same settings) instead of training them: with --quality-probe, only the probes run")
+    p.add_argument("--torch-init", action="store_true", help="v3 without SkipInit (torch's initialisation), as "
+                   "every run recorded before stop 35")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.backends.cudnn.allow_tf32 = False  # fp32 maths on a GPU too, as on the CPU
@@ -257,22 +312,35 @@ def main() -> None:
     train, held = load_extracted(a.data) if a.data else load_clip(a.clip)
     base_db = input_psnr(held)
     setup = Setup(train, held, base_db, a.target_db, a.probe_updates, torch.device(a.device), a.architecture,
-                  a.base_lr, a.beta2)
+                  a.base_lr, a.beta2, False if a.torch_init else None)
+    earlier = json.loads(a.measured.read_text())["runs"] if a.measured else None
     caps = {8: 1500, 32: 800, 128: 450}  # updates
     out: dict[str, list[dict]] = {}
+    probes_out: dict[str, list[dict]] = {}
     for rule in a.lr_rule.split(","):
         results: list[RunResult] = []
+        probes: dict[int, QualityProbe] = {}
         for seed in range(a.first_seed, a.first_seed + a.seeds):  # the table after every seed: a run cut short
             # keeps the seeds it finished
-            probe = run(MICRO, rule, seed, caps[MICRO], setup)  # the same at batch 8 under every rule
-            results += [probe, *(run(b, rule, seed, caps[b], setup, probe.noise_scale) for b in BATCHES[1:])]
-            print("\n".join(["", *table(rule, results), ""]), flush=True)
+            if earlier is not None:
+                results += [RunResult(**r) for r in earlier[rule] if r["seed"] == seed]
+            else:
+                probe = run(MICRO, rule, seed, caps[MICRO], setup)  # the same at batch 8 under every rule
+                results += [probe, *(run(b, rule, seed, caps[b], setup, probe.noise_scale) for b in BATCHES[1:])]
+            if a.quality_probe:
+                probes[seed] = quality_probe(seed, rule, setup, tuple(int(f) for f in a.probe_factors.split(",")))
+                print(probes[seed].line(), flush=True)
+            print("\n".join(["", *table(rule, results), "", *(probe_table(results, probes) if probes else [])]),
+                  flush=True)
             out[rule] = [asdict(r) for r in results]
+            probes_out[rule] = [{"seed": sd, **asdict(q)} for sd, q in probes.items()]
             if a.json:
                 write_json(a.json, {"clip": str(a.data) if a.data else a.clip, "target_db": a.target_db,
                                     "probe_updates": a.probe_updates, "seeds": seed + 1 - a.first_seed,
                                     "device": a.device, "architecture": a.architecture, "base_lr": a.base_lr,
-                                    "beta2": a.beta2, "runs": out})
+                                    "beta2": a.beta2, "skip_init": setup.skip_init,
+                                    "measured_from": str(a.measured) if a.measured else None, "runs": out,
+                                    "quality_probes": probes_out})
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 
 from qtpy.QtCore import QObject, QProcess, QProcessEnvironment, Qt, Signal
 from qtpy.QtGui import QFontDatabase
-from qtpy.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QToolButton,
-                            QVBoxLayout, QWidget)
+from qtpy.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+                            QToolButton, QVBoxLayout, QWidget)
 
 from gui.farm_process import child_environment, cuetrain_command
 
@@ -50,10 +50,14 @@ class AdviseRequest:
     bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS
     ranks_per_frame: int = 1  # ranks sharing one host: the advisor predicts multiples of it
     noise_scale: float | None = None  # crops, measured by an earlier run of this run directory (time to quality)
+    quality_probe: bool = False  # measure the critical batch now (cuetrain advise --quality-probe), not noise_scale
 
     def arguments(self) -> list[str]:
         per_frame = ["--ranks-per-frame", str(self.ranks_per_frame)] if self.ranks_per_frame > 1 else []
-        per_frame += ["--noise-scale", f"{self.noise_scale:.4g}"] if self.noise_scale is not None else []
+        if self.quality_probe:
+            per_frame.append("--quality-probe")
+        elif self.noise_scale is not None:
+            per_frame += ["--noise-scale", f"{self.noise_scale:.4g}"]
         return ["--input", self.input_dir, "--target", self.target_dir, "--model-size", self.model_size,
                 "--crop-size", str(self.crop_size), "--batch-size", str(self.batch_size), "--steps", str(self.steps),
                 "--max-world-size", str(self.max_world_size), "--bandwidth-gbps", f"{self.bandwidth_gbps:g}",
@@ -207,6 +211,12 @@ class AdvisorView(QWidget):
         self.bandwidth_spin.setValue(DEFAULT_BANDWIDTH_GBPS)
         self.bandwidth_spin.setSuffix(" Gb/s")
         self.bandwidth_spin.setToolTip("network bandwidth between farm hosts ('cuetrain advise link' measures it)")
+        self.quality_box = QCheckBox("Time to quality")
+        self.quality_box.setToolTip("also train briefly at 1x, 4x and 16x the batch from the same weights and measure "
+                                    "how many updates each needs to one loss (the critical batch): the table then "
+                                    "says which world size and sync interval reach the same quality soonest. About "
+                                    "a minute on a CPU, seconds on a GPU. Unticked, an earlier run's noise scale in "
+                                    "this run directory is used when there is one.")
         self.advise_button = QPushButton("Advise…")
         self.advise_button.setToolTip("time a few training steps on this host and predict images/s per world size")
         self.advise_button.clicked.connect(self.advise)
@@ -236,6 +246,7 @@ class AdvisorView(QWidget):
         controls = QHBoxLayout()
         controls.addWidget(QLabel("Bandwidth between hosts"))
         controls.addWidget(self.bandwidth_spin)
+        controls.addWidget(self.quality_box)
         controls.addStretch(1)
         controls.addWidget(self.advise_button)
         controls.addWidget(self.cancel_button)
@@ -267,13 +278,15 @@ class AdvisorView(QWidget):
         """Start the advisor for the dialog's values; False (reason shown) when they are not ready."""
         self.set_expanded(True)
         try:
-            request = dataclasses.replace(self._request(), bandwidth_gbps=self.bandwidth_spin.value())
+            request = dataclasses.replace(self._request(), bandwidth_gbps=self.bandwidth_spin.value(),
+                                          quality_probe=self.quality_box.isChecked())
         except ValueError as exc:
             self._show_status(str(exc), error=True)
             return False
         self._show_result("", None)
         self._set_running(True)
-        self._show_status("probing… (timing the training step on this host)")
+        self._show_status("probing… (timing the training step on this host" + (
+            ", then short trainings at 1x, 4x and 16x the batch)" if request.quality_probe else ")"))
         self.runner.start(request.arguments())
         return True
 

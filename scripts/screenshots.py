@@ -13,7 +13,7 @@ What it does, each step in its own process where torch is involved (the GUI neve
    short run selected (labelled contact sheet, the model files line and "Open Model Folder"), offscreen
    (:func:`gui.screenshots.save_panel_screenshot`). Then the main run is waited for.
 3. ``docs/gui_submit_dialog_advisor.png``: the submit dialog filled in with the demo's folders, with the
-   advisor's table from a real ``cuetrain advise`` probe.
+   advisor's tables from a real ``cuetrain advise --quality-probe`` ("Time to quality" ticked).
 4. ``docs/cuegui_job.png``, ``docs/cuegui_frames.png``, ``docs/cuegui_training_runs.png``: real CueGUI
    against the Cuebot double with a real 2-rank job run by two real RQDs, through
    ``tests/gui/test_cuegui_plugin.py`` with ``CUETRAIN_UPDATE_DOCS=1`` (needs ``.venv-cuegui``;
@@ -97,6 +97,7 @@ def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 3
     dialog.target_edit.setText(str(data_dir / "train" / "target"))
     dialog.run_dir_edit.setText(str(run_dir))
     dialog.advisor.set_expanded(True)
+    dialog.advisor.quality_box.setChecked(True)  # the time-to-quality table too (trainer.critical_batch)
     dialog.show()
     if not dialog.advisor.advise():
         raise RuntimeError(f"the advisor did not start: {dialog.advisor.status.text()}")

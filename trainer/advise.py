@@ -4,7 +4,7 @@ Usage::
 
     cuetrain advise --input IN --target GT [train args] [--max-world-size 8] [--sync-intervals 1 2 4 8]
                     [--bandwidth-gbps 10 --latency-us 100 | --measure-link] [--ranks-per-frame 1]
-                    [--intra-bandwidth-gbps 20 --intra-latency-us 50]
+                    [--intra-bandwidth-gbps 20 --intra-latency-us 50] [--quality-probe | --noise-scale CROPS]
     cuetrain advise link [--link-mb 16] [--repeats 5]
 
 The probe (``trainer.advise_probe.run_probe``) times the real training step on this host; the
@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--noise-scale", type=float, default=None,
                    help="gradient noise scale B_noise in crops (a run's metrics.jsonl 'noise_scale'): adds the "
                         "time-to-quality speedup S(B) x step time (trainer/advise_quality.py) to the table and --json")
+    g.add_argument("--quality-probe", action="store_true",
+                   help="measure the critical batch for the time-to-quality column: short trainings from the same "
+                        "weights at the global batch, 4x and 16x it on the frames (trainer/critical_batch.py; about "
+                        "a minute on a CPU, seconds on a GPU); in place of --noise-scale")
     g.add_argument("--json", action="store_true", help="end with one JSON line: the recommendation and every "
                    "prediction (the submit dialog reads it)")
     return p
@@ -155,6 +159,8 @@ def main(argv: Sequence[str]) -> int:
                      "--latency-us and --intra-latency-us >= 0")
     if ns.noise_scale is not None and not ns.noise_scale >= 0:
         parser.error(f"--noise-scale {ns.noise_scale} must be >= 0 crops")
+    if ns.noise_scale is not None and ns.quality_probe:
+        parser.error("give --noise-scale (an earlier run's) or --quality-probe (measure it now), not both")
     per_frame = ns.ranks_per_host
     if per_frame < 1 or per_frame > ns.max_world_size:
         parser.error(f"--ranks-per-frame {per_frame} must be in 1..--max-world-size ({ns.max_world_size})")
@@ -188,20 +194,48 @@ def main(argv: Sequence[str]) -> int:
         plain = recommend(every, ns.min_efficiency)
         print(f"at sync interval 1 (the effective batch you chose): {plain.world_size} rank(s), "
               f"{plain.images_per_s:.1f} images/s, efficiency {plain.efficiency:.2f}")
-    quality = _quality_speedups(ns.noise_scale, cfg.batch_size, predictions)
+    _time_to_quality(ns, cfg, probe, predictions, chosen)
+    return 0
+
+
+def _time_to_quality(ns: argparse.Namespace, cfg: Any, probe: Probe, predictions: list[Prediction],
+                     chosen: Prediction) -> None:
+    """The time-to-quality line (from ``--noise-scale``, or the ``--quality-probe`` it runs) and the ``--json``
+    line (``trainer.advise_quality``, ``trainer.critical_batch``)."""
+    noise_scale, source, measured = ns.noise_scale, "--noise-scale" if ns.noise_scale is not None else None, None
+    if ns.quality_probe:
+        from trainer.critical_batch import measure_critical_batch, probe_frames
+
+        measured = measure_critical_batch(cfg, probe_frames(cfg))
+        noise_scale, source = measured.critical_batch, "quality probe"
+        print(measured.line())
+    quality = _quality_speedups(noise_scale, cfg.batch_size, predictions)
     if quality:
+        from trainer.advise_quality import format_quality_table
+
         best = max(range(len(predictions)), key=quality.__getitem__)
-        print(f"time to quality (noise scale {ns.noise_scale:g} crops): fastest is {predictions[best].world_size} "
-              f"rank(s) at sync interval {predictions[best].sync_interval}, {quality[best]:.2f}x 1 rank")
+        print(f"\ntime to the same quality, x 1 rank at sync interval 1 (S(B) with critical batch "
+              f"{noise_scale:.3g} crops, {source}):")
+        print(format_quality_table({(p.world_size, p.sync_interval): q for p, q in zip(predictions, quality)}))
+        print(f"time to quality: fastest is {predictions[best].world_size} rank(s) at sync interval "
+              f"{predictions[best].sync_interval}, {quality[best]:.2f}x 1 rank")
     if ns.json:
         rows = [{**dataclasses.asdict(p), "time_to_quality_speedup": quality[i] if quality else None}
                 for i, p in enumerate(predictions)]
         chosen_quality = quality[predictions.index(chosen)] if quality and chosen in predictions else None
         print(json.dumps({"recommended": {**dataclasses.asdict(chosen), "time_to_quality_speedup": chosen_quality,
-                                          "line": recommendation_line(
-            chosen, ns.min_efficiency)}, "predictions": rows, "noise_scale": ns.noise_scale,
-            "rank_memory_mb": rank_memory_mb(cfg.data_cache_mb, probe.device == "cuda")}))
-    return 0
+                                          "line": recommendation_line(chosen, ns.min_efficiency)},
+                          "predictions": rows, "noise_scale": noise_scale, "noise_scale_source": source,
+                          "quality_probe": _probe_record(measured),
+                          "rank_memory_mb": rank_memory_mb(cfg.data_cache_mb, probe.device == "cuda")}))
+
+
+def _probe_record(probe: Any) -> dict[str, Any] | None:
+    """The quality probe's figures for ``--json`` (its curves left out), or None without one."""
+    if probe is None:
+        return None
+    return {"batches": list(probe.batches), "updates": list(probe.updates), "level_l1": probe.level,
+            "critical_batch": probe.critical_batch, "seconds": probe.seconds}
 
 
 def _quality_speedups(noise_scale: float | None, batch: int, predictions: Sequence[Any]) -> list[float]:

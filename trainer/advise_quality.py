@@ -14,7 +14,7 @@ to quality is ``S(B) x step_time(B)``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 
 def steps_to_quality(s_min: float, b_noise: float, batch: float) -> float:
@@ -93,3 +93,20 @@ def prediction_speedups(noise_scale: float, batch: int, rows: Sequence[tuple[int
     base_k, base_step = rows[0]
     return [time_to_quality_speedup(1.0, noise_scale, k * batch, k * step, base_k * batch, base_k * base_step)
             for k, step in rows]
+
+
+def format_quality_table(speedups: Mapping[tuple[int, int], float]) -> str:
+    """Text table of time-to-quality speedups: one row per world size, one column per sync interval.
+
+    Args:
+        speedups: ``{(world_size, sync_interval): speedup}`` against 1 rank at sync interval 1 [1]
+            (:func:`prediction_speedups`); a missing pair prints ``-``.
+    """
+    sizes = sorted({n for n, _ in speedups})
+    intervals = sorted({k for _, k in speedups})
+    head = f"{'ranks':>5} |" + "|".join(f"{f'sync {k}':>9} " for k in intervals)
+    rows = [head, "-" * len(head)]
+    for n in sizes:
+        rows.append(f"{n:>5} |" + "|".join(f"{speedups[n, k]:>8.2f}x " if (n, k) in speedups else f"{'-':>9} "
+                                            for k in intervals))
+    return "\n".join(rows)

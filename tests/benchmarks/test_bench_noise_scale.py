@@ -51,3 +51,23 @@ def test_table_predicts_from_the_median_probe_and_compares_medians():
     assert f"| 220 | {predicted_32:.0f} | {(predicted_32 - 220) / 220:+.0%} |" in row_32
     row_128 = next(line for line in lines if line.startswith("| 128 |"))
     assert "150 / >450 / >450 | - |" in row_128  # two of three missed: no median to compare
+
+
+def test_probe_table_predicts_from_the_median_critical_batch():
+    from trainer.critical_batch import QualityProbe
+
+    def probe(b_crit):
+        return QualityProbe((8, 32, 128), (100.0, 60.0, 50.0), 0.05, b_crit, ((), (), ()), 30.0)
+
+    results = [_result(8, 0, 200.0), _result(32, 0, 110.0), _result(128, 0, 100.0),
+               _result(8, 1, 180.0), _result(32, 1, 100.0), _result(128, 1, 90.0),
+               _result(8, 2, 160.0), _result(32, 2, 95.0), _result(128, 2, None)]
+    lines = ns.probe_table(results, {0: probe(8.0), 1: probe(12.0), 2: probe(20.0)})
+    assert "8.0, 12.0, 20.0 crops (median 12.0" in lines[0] and "batches 8/32/128" in lines[0]
+    row_32 = next(line for line in lines if line.startswith("| 32 |"))
+    predicted_32 = 180.0 * (1 + 12 / 32) / (1 + 12 / 8)  # the median S(8) and the median critical batch
+    assert row_32.startswith(f"| 32 | 100 | {predicted_32:.0f} | {(predicted_32 - 100) / 100:+.0%} |")
+    own_0 = 200.0 * (1 + 8 / 32) / (1 + 8 / 8)  # seed 0's own S(8) and critical batch
+    assert f"{(own_0 - 110) / 110:+.0%} / " in row_32
+    row_128 = next(line for line in lines if line.startswith("| 128 |"))
+    assert row_128.endswith(" / -  |") or row_128.rstrip().endswith("/ - |")  # seed 2 missed the target

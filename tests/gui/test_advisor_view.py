@@ -6,6 +6,7 @@ the real advisor on a tiny data set.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import textwrap
 
@@ -68,6 +69,11 @@ def test_request_arguments_are_the_cli_flags():
                     "--batch-size", "8", "--steps", "1000", "--max-world-size", "16", "--bandwidth-gbps", "25",
                     "--json"]
     assert default_command()[1:] == ["-m", "trainer.cli", "advise"]
+    with_noise = AdviseRequest("/in", "/gt", "small", 64, 8, 1000, noise_scale=4.5)
+    assert with_noise.arguments()[-3:] == ["--noise-scale", "4.5", "--json"]
+    # the quality probe measures the critical batch now, in place of an earlier run's noise scale
+    probe = dataclasses.replace(with_noise, quality_probe=True).arguments()
+    assert probe[-2:] == ["--quality-probe", "--json"] and "--noise-scale" not in probe
 
 
 def test_advisor_shows_table_and_uses_recommendation(qtbot, controller, tmp_path):
@@ -91,6 +97,12 @@ def test_advisor_shows_table_and_uses_recommendation(qtbot, controller, tmp_path
     args = (tmp_path / "advise_stub.py.args").read_text()
     assert f"--input {tmp_path / 'in'} --target {tmp_path / 'gt'}" in args
     assert "--batch-size 16" in args and "--max-world-size 12" in args and "--bandwidth-gbps 25" in args
+    assert "--quality-probe" not in args
+    view.quality_box.setChecked(True)  # "Time to quality": the advisor trains its short probes too
+    with qtbot.waitSignal(view.runner.probe_finished, timeout=10_000):
+        assert view.advise()
+        assert "short trainings at 1x, 4x and 16x the batch" in view.status.text()
+    assert "--quality-probe" in (tmp_path / "advise_stub.py.args").read_text()
     view.use_button.click()
     assert (dialog.world_spin.value(), dialog.sync_spin.value()) == (4, 4)
 

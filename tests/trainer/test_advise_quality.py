@@ -60,3 +60,59 @@ def test_advise_json_reports_noise_scale_and_time_to_quality(pairs, capsys):
     speedups = [p["time_to_quality_speedup"] for p in out["predictions"]]
     assert speedups[0] == pytest.approx(1.0) and all(s > 0 for s in speedups)
     assert out["recommended"]["time_to_quality_speedup"] > 0
+
+
+def test_advise_quality_probe_measures_the_critical_batch_it_reports(pairs, capsys, monkeypatch):
+    """``cuetrain advise --quality-probe --json``: the probe trains on the pairs (here with a short budget), and
+    its critical batch is the noise scale behind every row's time-to-quality speedup."""
+    import functools
+    import json
+
+    import trainer.critical_batch as cb
+    from trainer.advise import main
+    from trainer.advise_quality import prediction_speedups
+
+    seen = []
+
+    def short(cfg, frames, **kw):
+        seen.append((cfg.batch_size, len(frames)))
+        return real(cfg, frames, factors=(2, 4), small_updates=6, big_updates=4, **kw)
+
+    real = cb.measure_critical_batch
+    monkeypatch.setattr(cb, "measure_critical_batch", functools.wraps(real)(short))
+    assert main(["--input", str(pairs[0]), "--target", str(pairs[1]), "--crop-size", "16", "--batch-size", "4",
+                 "--max-world-size", "2", "--sync-intervals", "1", "2", "--warmup", "1", "--iters", "1",
+                 "--quality-probe", "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    out = json.loads(lines[-1])
+    assert seen == [(4, len(list(pairs[0].iterdir())))]  # the global batch, every frame of a short shot
+    probe = out["quality_probe"]
+    assert probe["batches"] == [4, 8, 16] and len(probe["updates"]) == 3
+    assert out["noise_scale"] == probe["critical_batch"] and out["noise_scale_source"] == "quality probe"
+    assert any(line.startswith("quality probe: updates to the same loss") for line in lines)
+    head = next(i for i, line in enumerate(lines) if line.startswith("time to the same quality"))
+    assert lines[head + 3].startswith("    1 |    1.00x |")  # the table the submit dialog shows: 1 rank, sync 1
+    rows = out["predictions"]
+    base = next(r for r in rows if r["world_size"] == 1 and r["sync_interval"] == 1)
+    expect = prediction_speedups(out["noise_scale"], 4, [(base["sync_interval"], base["step_s"])]
+                                 + [(r["sync_interval"], r["step_s"]) for r in rows])[1:]
+    assert [r["time_to_quality_speedup"] for r in rows] == pytest.approx(expect)
+
+
+def test_advise_takes_a_noise_scale_or_a_quality_probe_not_both(pairs, capsys):
+    from trainer.advise import main
+
+    with pytest.raises(SystemExit):
+        main(["--input", str(pairs[0]), "--target", str(pairs[1]), "--noise-scale", "5", "--quality-probe"])
+    assert "not both" in capsys.readouterr().err
+
+
+def test_quality_table_has_a_row_per_world_size_and_a_column_per_sync_interval():
+    from trainer.advise_quality import format_quality_table
+
+    text = format_quality_table({(1, 1): 1.0, (1, 4): 0.61, (2, 1): 1.93, (4, 1): 3.5, (4, 4): 2.25})
+    lines = text.splitlines()
+    assert lines[0].split("|")[1:] == ["   sync 1 ", "   sync 4 "]
+    assert lines[2] == "    1 |    1.00x |    0.61x "
+    assert lines[3] == "    2 |    1.93x |        - "  # not predicted
+    assert lines[4] == "    4 |    3.50x |    2.25x "
