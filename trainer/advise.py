@@ -200,8 +200,10 @@ def main(argv: Sequence[str]) -> int:
 
 def _time_to_quality(ns: argparse.Namespace, cfg: Any, probe: Probe, predictions: list[Prediction],
                      chosen: Prediction) -> None:
-    """The time-to-quality line (from ``--noise-scale``, or the ``--quality-probe`` it runs) and the ``--json``
-    line (``trainer.advise_quality``, ``trainer.critical_batch``)."""
+    """The time-to-quality table and recommendation (from ``--noise-scale``, or the ``--quality-probe`` it runs;
+    ``trainer.advise_quality``, ``trainer.critical_batch``) and the ``--json`` line. With a critical batch the
+    JSON's ``recommended`` is the time-to-quality choice (the one the submit dialog applies) and
+    ``recommended_for_images_per_s`` the images/s one; without, both are the images/s choice."""
     noise_scale, source, measured = ns.noise_scale, "--noise-scale" if ns.noise_scale is not None else None, None
     if ns.quality_probe:
         from trainer.critical_batch import measure_critical_batch, probe_frames
@@ -210,21 +212,25 @@ def _time_to_quality(ns: argparse.Namespace, cfg: Any, probe: Probe, predictions
         noise_scale, source = measured.critical_batch, "quality probe"
         print(measured.line())
     quality = _quality_speedups(noise_scale, cfg.batch_size, predictions)
+    line = recommendation_line(chosen, ns.min_efficiency)
+    by_speed = chosen
     if quality:
-        from trainer.advise_quality import format_quality_table
+        from trainer.advise_quality import format_quality_table, quality_recommendation
 
-        best = max(range(len(predictions)), key=quality.__getitem__)
         print(f"\ntime to the same quality, x 1 rank at sync interval 1 (S(B) with critical batch "
               f"{noise_scale:.3g} crops, {source}):")
         print(format_quality_table({(p.world_size, p.sync_interval): q for p, q in zip(predictions, quality)}))
-        print(f"time to quality: fastest is {predictions[best].world_size} rank(s) at sync interval "
-              f"{predictions[best].sync_interval}, {quality[best]:.2f}x 1 rank")
+        n, k, line = quality_recommendation([(p.world_size, p.sync_interval, q) for p, q in zip(predictions, quality)])
+        chosen = next(p for p in predictions if (p.world_size, p.sync_interval) == (n, k))
+        print(line)
     if ns.json:
         rows = [{**dataclasses.asdict(p), "time_to_quality_speedup": quality[i] if quality else None}
                 for i, p in enumerate(predictions)]
-        chosen_quality = quality[predictions.index(chosen)] if quality and chosen in predictions else None
+        chosen_quality = quality[predictions.index(chosen)] if quality else None
         print(json.dumps({"recommended": {**dataclasses.asdict(chosen), "time_to_quality_speedup": chosen_quality,
-                                          "line": recommendation_line(chosen, ns.min_efficiency)},
+                                          "line": line},
+                          "recommended_for_images_per_s": {**dataclasses.asdict(by_speed),
+                                                           "line": recommendation_line(by_speed, ns.min_efficiency)},
                           "predictions": rows, "noise_scale": noise_scale, "noise_scale_source": source,
                           "quality_probe": _probe_record(measured),
                           "rank_memory_mb": rank_memory_mb(cfg.data_cache_mb, probe.device == "cuda")}))

@@ -110,3 +110,30 @@ def format_quality_table(speedups: Mapping[tuple[int, int], float]) -> str:
         rows.append(f"{n:>5} |" + "|".join(f"{speedups[n, k]:>8.2f}x " if (n, k) in speedups else f"{'-':>9} "
                                             for k in intervals))
     return "\n".join(rows)
+
+
+def quality_recommendation(rows: Sequence[tuple[int, int, float]], tolerance: float = 0.05) -> tuple[int, int, str]:
+    """The setting to recommend for time to quality: the fewest ranks, then the shortest sync interval, whose
+    speedup is within ``tolerance`` of the best (issue 18: the world size that minimises the time to the same
+    quality, not the one that maximises images/s).
+
+    Args:
+        rows: ``(world_size, sync_interval, speedup)`` per prediction, speedups against 1 rank at sync 1 [1].
+        tolerance: fraction of the best speedup a setting may fall short by [1].
+
+    Returns:
+        ``(world_size, sync_interval, line)``: the line says when more ranks stop helping.
+
+    Raises:
+        ValueError: no rows.
+    """
+    if not rows:
+        raise ValueError("no predictions to recommend from")
+    best = max(s for _, _, s in rows)
+    n, k, s = min((r for r in rows if r[2] >= (1.0 - tolerance) * best), key=lambda r: (r[0], r[1]))
+    line = (f"recommended for time to quality: {n} rank(s), sync interval {k}: the same quality {s:.2f}x sooner "
+            "than 1 rank")
+    if max(r[0] for r in rows) > n:
+        line += (f"; past {n} rank(s) the same quality takes more compute and is not sooner (at most "
+                 f"{best / s:.2f}x, within {tolerance:.0%})")
+    return n, k, line

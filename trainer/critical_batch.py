@@ -26,9 +26,8 @@ crops of the training frames (their own crop stream), about :data:`EVALUATIONS` 
 made monotone by its running minimum (the first crossing). The run at ``B`` trains :data:`SMALL_UPDATES`
 updates and its last loss is the level; each bigger run stops as soon as it reaches that level (at most as
 many updates), and the updates to it are interpolated linearly between evaluations. The level is early in
-training, and the critical batch grows as the loss falls (McCandlish et al. 2018 observe it; docs/scaling.md
-measured it on the second clip), so the probe's figure leans low: the advisor's time-to-quality speedups
-for bigger effective batches are conservative.
+a long run, and the critical batch grows as the loss falls (McCandlish et al. 2018 observe it; docs/scaling.md
+measured it on the second clip), so for a quality much later in a run the probe's figure is likely low.
 """
 
 from __future__ import annotations

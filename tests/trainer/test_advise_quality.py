@@ -97,6 +97,14 @@ def test_advise_quality_probe_measures_the_critical_batch_it_reports(pairs, caps
     expect = prediction_speedups(out["noise_scale"], 4, [(base["sync_interval"], base["step_s"])]
                                  + [(r["sync_interval"], r["step_s"]) for r in rows])[1:]
     assert [r["time_to_quality_speedup"] for r in rows] == pytest.approx(expect)
+    # the recommendation is the time-to-quality one: the fewest ranks within 5% of the best speedup
+    best = max(expect)
+    near = [r for r, s in zip(rows, expect) if s >= 0.95 * best]
+    pick = min(near, key=lambda r: (r["world_size"], r["sync_interval"]))
+    assert (out["recommended"]["world_size"], out["recommended"]["sync_interval"]) == \
+        (pick["world_size"], pick["sync_interval"])
+    assert out["recommended"]["line"].startswith("recommended for time to quality:")
+    assert out["recommended_for_images_per_s"]["line"].startswith("recommended: ")
 
 
 def test_advise_takes_a_noise_scale_or_a_quality_probe_not_both(pairs, capsys):
@@ -116,3 +124,17 @@ def test_quality_table_has_a_row_per_world_size_and_a_column_per_sync_interval()
     assert lines[2] == "    1 |    1.00x |    0.61x "
     assert lines[3] == "    2 |    1.93x |        - "  # not predicted
     assert lines[4] == "    4 |    3.50x |    2.25x "
+
+
+def test_quality_recommendation_takes_the_fewest_ranks_near_the_best_and_says_when_more_stop_helping():
+    from trainer.advise_quality import quality_recommendation
+
+    rows = [(1, 1, 1.0), (1, 2, 0.7), (2, 1, 1.8), (4, 1, 2.6), (4, 2, 2.0), (8, 1, 2.7), (8, 2, 2.2)]
+    n, k, line = quality_recommendation(rows)
+    assert (n, k) == (4, 1)  # 2.6 is within 5% of 8 ranks' 2.7: twice the machines for 4% sooner
+    assert line.startswith("recommended for time to quality: 4 rank(s), sync interval 1: the same quality 2.60x")
+    assert "past 4 rank(s) the same quality takes more compute and is not sooner (at most 1.04x" in line
+    n, k, line = quality_recommendation(rows, tolerance=0.0)
+    assert (n, k) == (8, 1) and "past" not in line  # nothing bigger was predicted
+    with pytest.raises(ValueError, match="no predictions"):
+        quality_recommendation([])
