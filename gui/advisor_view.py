@@ -214,9 +214,9 @@ class AdvisorView(QWidget):
         self.quality_box = QCheckBox("Time to quality")
         self.quality_box.setToolTip("also train briefly at 1x, 4x and 16x the batch from the same weights and measure "
                                     "how many updates each needs to one loss (the critical batch): the table then "
-                                    "says which world size and sync interval reach the same quality soonest. About "
-                                    "a minute on a CPU, seconds on a GPU. Unticked, an earlier run's noise scale in "
-                                    "this run directory is used when there is one.")
+                                    "says which world size and sync interval reach the same quality soonest. One to "
+                                    "three minutes on a CPU, seconds on a GPU. Unticked, an earlier run's noise "
+                                    "scale in this run directory is used when there is one.")
         self.advise_button = QPushButton("Advise…")
         self.advise_button.setToolTip("time a few training steps on this host and predict images/s per world size")
         self.advise_button.clicked.connect(self.advise)

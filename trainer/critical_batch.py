@@ -59,7 +59,7 @@ class QualityProbe:
 
     Attributes:
         batches: crops per update of each run, the config's global batch first [crops].
-        updates: updates each run needed to reach ``level`` [updates].
+        updates: updates each run needed to reach ``level`` (a bigger run that never did: its cap) [updates].
         level: the mean L1 loss on the evaluation crops every run reached [1, pixel values 0..1].
         critical_batch: ``B_noise`` from them (:func:`critical_batch`, or :func:`fit_critical_batch` for
             more than two runs) [crops].
@@ -180,7 +180,8 @@ def measure_critical_batch(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, 
     curves = [_train_curve(cfg, frames, device, build, 1, small_updates)]
     level = curves[0][-1][1]  # a running minimum: the small run reached it
     curves += [_train_curve(cfg, frames, device, build, k, big_updates, level) for k in factors]
-    updates = tuple(max(1.0, first_crossing(c, level) or float(c[-1][0])) for c in curves)
+    crossings = [first_crossing(c, level) for c in curves]
+    updates = tuple(max(1.0, float(c[-1][0]) if u is None else u) for c, u in zip(curves, crossings))
     batches = tuple(k * cfg.batch_size for k in ks)
     return QualityProbe(batches, updates, level, fit_critical_batch(batches, updates), tuple(map(tuple, curves)),
                         time.perf_counter() - t0)
