@@ -95,20 +95,21 @@ def prediction_speedups(noise_scale: float, batch: int, rows: Sequence[tuple[int
             for k, step in rows]
 
 
-def format_quality_table(speedups: Mapping[tuple[int, int], float]) -> str:
+def format_quality_table(speedups: Mapping[tuple[int, int], float], chosen: tuple[int, int] | None = None) -> str:
     """Text table of time-to-quality speedups: one row per world size, one column per sync interval.
 
     Args:
         speedups: ``{(world_size, sync_interval): speedup}`` against 1 rank at sync interval 1 [1]
             (:func:`prediction_speedups`); a missing pair prints ``-``.
+        chosen: ``(world_size, sync_interval)`` to mark with ``*`` (:func:`quality_recommendation`'s), or None.
     """
     sizes = sorted({n for n, _ in speedups})
     intervals = sorted({k for _, k in speedups})
     head = f"{'ranks':>5} |" + "|".join(f"{f'sync {k}':>9} " for k in intervals)
     rows = [head, "-" * len(head)]
     for n in sizes:
-        rows.append(f"{n:>5} |" + "|".join(f"{speedups[n, k]:>8.2f}x " if (n, k) in speedups else f"{'-':>9} "
-                                            for k in intervals))
+        cells = [f"{speedups[n, k]:>8.2f}x" if (n, k) in speedups else f"{'-':>9}" for k in intervals]
+        rows.append(f"{n:>5} |" + "|".join(c + ("*" if (n, k) == chosen else " ") for c, k in zip(cells, intervals)))
     return "\n".join(rows)
 
 

@@ -91,7 +91,9 @@ def test_advise_quality_probe_measures_the_critical_batch_it_reports(pairs, caps
     assert out["noise_scale"] == probe["critical_batch"] and out["noise_scale_source"] == "quality probe"
     assert any(line.startswith("quality probe: updates to the same loss") for line in lines)
     head = next(i for i, line in enumerate(lines) if line.startswith("time to the same quality"))
-    assert lines[head + 3].startswith("    1 |    1.00x |")  # the table the submit dialog shows: 1 rank, sync 1
+    assert lines[head + 3].startswith("    1 |    1.00x")  # the table the submit dialog shows: 1 rank, sync 1
+    pick_row = lines[head + 3 + [1, 2].index(out["recommended"]["world_size"])]
+    assert pick_row.count("*") == 1  # its recommendation marked
     rows = out["predictions"]
     base = next(r for r in rows if r["world_size"] == 1 and r["sync_interval"] == 1)
     expect = prediction_speedups(out["noise_scale"], 4, [(base["sync_interval"], base["step_s"])]
@@ -118,12 +120,12 @@ def test_advise_takes_a_noise_scale_or_a_quality_probe_not_both(pairs, capsys):
 def test_quality_table_has_a_row_per_world_size_and_a_column_per_sync_interval():
     from trainer.advise_quality import format_quality_table
 
-    text = format_quality_table({(1, 1): 1.0, (1, 4): 0.61, (2, 1): 1.93, (4, 1): 3.5, (4, 4): 2.25})
+    text = format_quality_table({(1, 1): 1.0, (1, 4): 0.61, (2, 1): 1.93, (4, 1): 3.5, (4, 4): 2.25}, (4, 1))
     lines = text.splitlines()
     assert lines[0].split("|")[1:] == ["   sync 1 ", "   sync 4 "]
     assert lines[2] == "    1 |    1.00x |    0.61x "
     assert lines[3] == "    2 |    1.93x |        - "  # not predicted
-    assert lines[4] == "    4 |    3.50x |    2.25x "
+    assert lines[4] == "    4 |    3.50x*|    2.25x "  # the recommendation's cell
 
 
 def test_quality_recommendation_takes_the_fewest_ranks_near_the_best_and_says_when_more_stop_helping():
