@@ -127,6 +127,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
     from trainer.images import load_pairs, pair_frames
     from trainer.model import build_model, count_parameters
     from trainer.precision import configure_backends, memory_format, resolve_precision
+    from trainer.schedule import build_optimizer
 
     frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)[:PROBE_FRAMES])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -137,7 +138,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
         precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
         configure_backends(device)
         net = build_model(cfg.model_size, cfg.architecture).to(device, memory_format=fmt)  # the trainer's settings
-        opt = torch.optim.Adam(net.parameters(), lr=cfg.base_lr, betas=(0.9, cfg.adam_beta2), fused=True)  # as trained
+        opt = build_optimizer(cfg, net.parameters(), cfg.base_lr)  # as trained
         step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)
         batches = probe_batches(cfg.batch_size, sizes)
         samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt)

@@ -208,13 +208,13 @@ def _train_curve(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray
     below ``stop_at``; its running-minimum eval curve (about :data:`EVALUATIONS` evaluations)."""
     from trainer.model import build_model
     from trainer.precision import memory_format, resolve_precision
-    from trainer.schedule import effective_lr
+    from trainer.schedule import build_optimizer, effective_lr
 
     precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
     torch.manual_seed(cfg.seed)
     net = (build() if build else build_model(cfg.model_size, cfg.architecture)).to(device, memory_format=fmt)
     peak = effective_lr(cfg, k)
-    opt = torch.optim.Adam(net.parameters(), lr=peak, betas=(0.9, cfg.adam_beta2), fused=True)  # as trained
+    opt = build_optimizer(cfg, net.parameters(), peak)  # as trained
     scaler = precision.grad_scaler()
     sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, seed=cfg.seed, device=device, memory_format=fmt)
     held = sampler.cut(sampler.coords(0, EVAL_CROPS, stream=EVAL_STREAM))

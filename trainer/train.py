@@ -43,7 +43,7 @@ from trainer.precision import (configure_backends, float32_contiguous, maybe_com
                                resolve_precision)
 from trainer.outputs import RunWriter, check_resumable, cpu_copy, export_model, load_latest_checkpoint, wall_clock
 from trainer.rundir import RunPaths
-from trainer.schedule import effective_lr, lr_at
+from trainer.schedule import build_optimizer, effective_lr, lr_at
 from trainer import runrecord
 
 log = logging.getLogger(__name__)
@@ -128,8 +128,7 @@ class _Loop:
         self.net = build_model(cfg.model_size, cfg.architecture).to(rt.device, memory_format=fmt)  # float32 master weights
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
-        # fused (CPU since torch 2.4): one pass over every parameter, 2% of a small step (benchmarks/bench_adam.py)
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.peak_lr, betas=(0.9, cfg.adam_beta2), fused=True)
+        self.opt = build_optimizer(cfg, self.net.parameters(), self.peak_lr)
         self.total_updates = math.ceil(cfg.steps / self.env.sync_interval)
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
