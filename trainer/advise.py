@@ -219,8 +219,9 @@ def _time_to_quality(ns: argparse.Namespace, cfg: Any, probe: Probe, predictions
 
         print(f"\ntime to the same quality, x 1 rank at sync interval 1 (S(B) with critical batch "
               f"{noise_scale:.3g} crops, {source}):")
-        n, k, line = quality_recommendation([(p.world_size, p.sync_interval, q) for p, q in zip(predictions, quality)])
-        print(format_quality_table({(p.world_size, p.sync_interval): q for p, q in zip(predictions, quality)}, (n, k)))
+        cells = {(p.world_size, p.sync_interval): q for p, q in zip(predictions, quality)}
+        n, k, line = quality_recommendation([(*cell, q) for cell, q in cells.items()])
+        print(format_quality_table(cells, (n, k)))
         chosen = next(p for p in predictions if (p.world_size, p.sync_interval) == (n, k))
         print(line)
     if ns.json:

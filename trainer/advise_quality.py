@@ -33,6 +33,22 @@ def steps_to_quality(s_min: float, b_noise: float, batch: float) -> float:
     return s_min * (1.0 + b_noise / batch)
 
 
+def least_squares_in_inverse_batch(batches: Sequence[float], steps: Sequence[float]) -> tuple[float, float]:
+    """The least-squares line ``steps = a + b / B`` through the points, unchecked: ``(a, b)`` [updates,
+    updates x crops]; S(B) has ``a = S_min`` and ``b = S_min B_noise`` (:func:`fit_steps_curve` checks them).
+
+    Raises:
+        ValueError: fewer than two distinct batches, or the lengths differ.
+    """
+    if len(batches) != len(steps) or len(set(batches)) < 2:
+        raise ValueError(f"need >= 2 distinct batches with one step count each, got {list(batches)}, {list(steps)}")
+    xs = [1.0 / float(b) for b in batches]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(steps) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, steps)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
 def fit_steps_curve(batches: Sequence[float], steps: Sequence[float]) -> tuple[float, float]:
     """Least-squares fit of ``S(B) = S_min + S_min B_noise / B`` (linear in ``1/B``) to measured points.
 
@@ -47,13 +63,7 @@ def fit_steps_curve(batches: Sequence[float], steps: Sequence[float]) -> tuple[f
         ValueError: fewer than two distinct batches, lengths differ, or the fit is not a decreasing curve
             (S_min <= 0 or B_noise < 0: the points are too noisy to fit).
     """
-    if len(batches) != len(steps) or len(set(batches)) < 2:
-        raise ValueError(f"need >= 2 distinct batches with one step count each, got {list(batches)}, {list(steps)}")
-    xs = [1.0 / float(b) for b in batches]
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(steps) / n
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, steps)) / sum((x - mx) ** 2 for x in xs)
-    s_min = my - slope * mx
+    s_min, slope = least_squares_in_inverse_batch(batches, steps)
     if not s_min > 0 or slope < 0:
         raise ValueError(f"S(B) fit gives S_min={s_min:.3g}, S_min*B_noise={slope:.3g}: not a decreasing curve")
     return s_min, slope / s_min

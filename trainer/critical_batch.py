@@ -112,29 +112,24 @@ def critical_batch(small_updates: float, big_updates: float, batch: float, facto
 
 def fit_critical_batch(batches: Sequence[float], updates: Sequence[float]) -> float:
     """``B_noise`` [crops] of the least-squares S(B) through the updates several batches needed to reach one loss
-    (``trainer.advise_quality.fit_steps_curve``); two batches: :func:`critical_batch` exactly. A fit whose
-    updates rise with the batch gives 0 (bigger batches bought nothing); one with ``S_min <= 0`` (better than
-    perfect scaling) gives :data:`CRITICAL_BATCH_CAP`.
+    (``trainer.advise_quality.least_squares_in_inverse_batch``; with two batches exactly :func:`critical_batch`).
+    A fit whose updates rise with the batch gives 0 (bigger batches bought nothing); one with ``S_min <= 0``
+    (better than perfect scaling) gives :data:`CRITICAL_BATCH_CAP`.
 
     Raises:
         ValueError: fewer than two distinct batches, a length mismatch, or an update count <= 0.
     """
-    from trainer.advise_quality import fit_steps_curve
+    from trainer.advise_quality import least_squares_in_inverse_batch
 
     if len(batches) != len(updates) or len(set(batches)) < 2 or min(updates) <= 0:
         raise ValueError(f"fit_critical_batch needs >= 2 distinct batches with updates > 0 each; got "
                          f"{list(batches)}, {list(updates)}")
-    if len(batches) == 2:
-        (b0, u0), (b1, u1) = sorted(zip(batches, updates))
-        return critical_batch(u0, u1, b0, b1 / b0)
-    xs = [1.0 / b for b in batches]
-    mx, my = sum(xs) / len(xs), sum(updates) / len(xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, updates))
+    s_min, slope = least_squares_in_inverse_batch(batches, updates)
     if slope <= 0:
         return 0.0
-    if my - slope / sum((x - mx) ** 2 for x in xs) * mx <= 0:
+    if s_min <= 0:
         return CRITICAL_BATCH_CAP
-    return min(CRITICAL_BATCH_CAP, fit_steps_curve(batches, updates)[1])
+    return min(CRITICAL_BATCH_CAP, slope / s_min)
 
 
 def first_crossing(curve: Sequence[tuple[int, float]], level: float) -> float | None:
