@@ -3,11 +3,14 @@
 Each variant trains through :func:`bench_time_to_quality.train_recipe` (the same crops, seed, schedule code,
 EMA and held-out evaluation as the time-to-quality benchmark), one after the other in this process, and
 prints its held-out gain [dB] against training seconds. The variant networks are registered here only
-(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); one option the trainer does not
-have is applied here: ``clip`` (gradient-norm clipping before each Adam step, value in L2 norm). SkipInit (every
-residual block's second convolution zero-initialised: De & Smith 2020; variants named ``z``) and Adam's ``beta2``
-are the recipe's (``ttq.Recipe.skip_init``, ``ttq.Recipe.beta2``). The ``v3*`` variants are stop 33's screen, ``v3-ema-c*`` (crop
-sizes) stop 34's, ``v3-ema-z``/``-b9``/``-zb9``/``-lr3`` stop 35's (docs/time_to_quality.md); the EMA's warm-up
+(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); three options the trainer does not
+have are applied here (:class:`Variant`): ``clip`` (gradient-norm clipping before each Adam step, value in L2
+norm) and ``transpose`` (crops also transposed: all 8 dihedral views). SkipInit (every residual block's second
+convolution zero-initialised: De & Smith 2020; variants named ``z``), the loss, Adam's betas and the optimizer
+(``mu``: the trainer's ``--optimizer muon``) are the recipe's (``ttq.Recipe.skip_init``, ``.loss``, ``.beta1``,
+``.beta2``, ``.optimizer``). The ``v3*`` variants are stop 33's screen, ``v3-ema-c*`` (crop
+sizes) stop 34's, ``v3-ema-z``/``-b9``/``-zb9``/``-lr3`` stop 35's, ``v3-ema-zb9-*``/``-zb8``/``-zb98`` stop 37's
+(docs/time_to_quality.md); the EMA's warm-up
 constant (``Recipe.ema_warmup``) was TensorFlow's 10 then where they do not name one (``v3-ema-w10`` is that
 default).
 
@@ -38,6 +41,7 @@ import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
 from trainer import model as model_mod
+from trainer.data import CropBatch, CropSampler
 from trainer.model import ModelConfigV2
 
 #: Variant networks (v2 structure): ``w48`` 1.27 M parameters, ``w40d`` 0.94 M, ``s1`` = no space-to-depth stem;
@@ -88,10 +92,29 @@ class FullResEnds(model_mod.CopyCatUNetV2):
 
 @dataclass(frozen=True)
 class Variant:
-    """A recipe plus the option above: ``clip`` (max gradient L2 norm, 0 = off)."""
+    """A recipe plus the options above: ``clip`` (max gradient L2 norm, 0 = off) and ``transpose`` (each crop pair
+    also transposed (H <-> W) with probability 1/2, which with the sampler's flips gives all 8 dihedral views)."""
 
     recipe: ttq.Recipe
     clip: float = 0.0
+    transpose: bool = False
+
+
+class TransposingSampler(CropSampler):
+    """``trainer.data.CropSampler`` whose crops (square: (b, 3, c, c)) are transposed (H <-> W) with probability
+    1/2 each, drawn from (seed, step) so that every run sees the same views."""
+
+    def __init__(self, *args, seed: int = 0, **kwargs) -> None:  # noqa: ANN002, ANN003 - CropSampler's
+        super().__init__(*args, seed=seed, **kwargs)
+        self._seed = seed
+
+    def batch(self, step: int) -> CropBatch:
+        b = super().batch(step)
+        g = torch.Generator().manual_seed(self._seed * 1_000_003 + step)
+        flip = (torch.rand(b.input.shape[0], generator=g) < 0.5).to(b.input.device).view(-1, 1, 1, 1)
+        fmt = torch.channels_last
+        return CropBatch(*(torch.where(flip, x.transpose(-1, -2), x).contiguous(memory_format=fmt)
+                               for x in (b.input, b.target)))
 
 
 R = ttq.Recipe
@@ -140,6 +163,16 @@ VARIANTS: dict[str, Variant] = {
     "v3-ema-zb9-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999, beta2=0.9, skip_init=True)),
     "v3-ema-z-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999, skip_init=True)),
     "v3-ema-b9-lr1": Variant(R("v3", "small", 3000, lr=1e-3, ema=0.999, beta2=0.9)),
+    # stop 37: the loss and Adam's betas around the default (v3-ema-zb9 = cuetrain demo's recipe)
+    "v3-ema-zb9-mse": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9, skip_init=True, loss="mse")),
+    "v3-ema-zb9-psnr": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9, skip_init=True, loss="psnr")),
+    "v3-ema-zb8": Variant(R("v3", "small", 3000, ema=0.999, beta1=0.8, beta2=0.8, skip_init=True)),
+    "v3-ema-zb95": Variant(R("v3", "small", 3000, ema=0.999, beta1=0.95, beta2=0.95, skip_init=True)),
+    "v3-ema-zb9-b1": Variant(R("v3", "small", 3000, ema=0.999, beta1=0.8, beta2=0.9, skip_init=True)),
+    "v3-ema-zb9-t": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9, skip_init=True), transpose=True),
+    "v3-ema-zb9-mu1": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.9, skip_init=True, optimizer="muon")),
+    "v3-ema-zb9-b17": Variant(R("v3", "small", 3000, ema=0.999, beta1=0.7, beta2=0.9, skip_init=True)),
+    "v3-ema-zb98": Variant(R("v3", "small", 3000, ema=0.999, beta2=0.8, skip_init=True)),
 }
 
 
@@ -160,12 +193,14 @@ def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 
             torch.nn.utils.clip_grad_norm_(params, v.clip)
             return super().step(closure)
 
+    sampler = ttq.CropSampler
     ttq.build_model = built
     torch.optim.Adam = ClippedAdam if v.clip else adam
+    ttq.CropSampler = TransposingSampler if v.transpose else sampler
     try:
         return ttq.train_recipe(v.recipe, train, held, scale, evals, "auto", seed=seed, device=device)
     finally:
-        ttq.build_model, torch.optim.Adam = build, adam
+        ttq.build_model, torch.optim.Adam, ttq.CropSampler = build, adam, sampler
 
 
 def at_step(curve: list, step: float) -> float:

@@ -10,9 +10,11 @@ Recipes:
 - ``v1``: the recipe as it landed at c47904a, frozen: ``--architecture v1 --model-size small``, Adam,
   L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.schedule.lr_at``),
   3000 steps (``trainer.demo.DEMO_TRAIN_ARGS``). Every other figure is a ratio against it.
-- ``v3z-ema-b9``: the default recipe (``cuetrain demo``'s) since stop 35: ``v3-ema`` with every residual block
-  starting as the identity (SkipInit, the v3 network's init now) and Adam's second-moment decay 0.9 (NAFNet's;
-  the demo passes ``--adam-beta2 0.9``).
+- ``v3z-ema-mu``: the default recipe (``cuetrain demo``'s) since stop 37: ``v3z-ema-b9`` with Muon (Jordan et
+  al. 2024) updating every convolution but the first and last (``--optimizer muon``, ``trainer.optim``);
+  ``v3z-ema-b89`` (Adam's first-moment decay 0.8, ``--adam-beta1 0.8``) beside it.
+- ``v3z-ema-b9``: the default recipe from stop 35 to 36: ``v3-ema`` with every residual block starting as the
+  identity (SkipInit, the v3 network's init now) and Adam's second-moment decay 0.9 (NAFNet's).
 - ``v3-ema``: the default recipe from 2026-11-26 to stop 35 (``--architecture v3``, ``--ema-decay 0.999``; Adam
   fused as the trainer's since stop 33), with ``v3`` (no EMA) and ``v3-1cycle-ema`` beside it.
 - the candidates listed in issue 18 (PixelUnshuffle stem = ``v2``, Charbonnier loss, one-cycle schedule,
@@ -62,6 +64,7 @@ from trainer.demo import HOLDOUT_EVERY, _decode, clip_path
 from trainer.ema import EMA_WARMUP, WeightEMA
 from trainer.infer import psnr
 from trainer.model import build_model, count_parameters
+from trainer.optim import MuonAdam
 from trainer.precision import resolve_precision
 from trainer.schedule import lr_at
 
@@ -79,13 +82,17 @@ class Recipe:
         lr: peak Adam learning rate [1]; warmup: warmup updates at --scale 1 (cosine only) [updates].
         schedule: ``cosine`` (v1: ``trainer.schedule.lr_at``) or ``onecycle`` (Smith & Topin 2019: 30% linear
             rise from lr/25, cosine fall to lr/1e4).
-        loss: ``l1`` (v1) or ``charbonnier`` (sqrt(d^2 + 1e-6), Charbonnier et al. 1994; as in NAFNet's tables).
+        loss: ``l1`` (v1), ``charbonnier`` (sqrt(d^2 + 1e-6), Charbonnier et al. 1994; as in NAFNet's tables),
+            ``mse`` or ``psnr`` (10 log10 of each crop's MSE + 1e-8: NAFNet's PSNRLoss, Chen et al. 2022).
         ema: decay of the exponential moving average of the weights used for evaluation, 0 = none [1].
         ema_warmup: k of the EMA's warm-up decay (1 + n) / (k + n) (``trainer.ema.WeightEMA``) [1].
         fused: Adam's fused implementation (the trainer's since stop 33) instead of torch's default foreach
             one: the same update, ~2% less time a step on a 2-core CPU (benchmarks/bench_adam.py).
         beta2: Adam's second-moment decay [1]: 0.999 (Kingma & Ba; the trainer's default, v1 and every recipe
             before stop 35) or 0.9 (NAFNet's; ``cuetrain demo``'s ``--adam-beta2`` since stop 35).
+        beta1: Adam's first-moment decay [1]: 0.9 (Kingma & Ba; the trainer's) unless a screen names another.
+        optimizer: ``adam`` or ``muon``: the trainer's ``--optimizer`` (``trainer.optim.MuonAdam``: Muon for the
+            hidden convolutions, Adam with these betas for the rest, one lr; Adam fused with it).
         skip_init: every residual block starts as the identity (``trainer.model.zero_residual_branches``; the v3
             network's init since stop 35); False = torch's init, as every recipe before stop 35 trained.
     """
@@ -104,6 +111,8 @@ class Recipe:
     fused: bool = False
     beta2: float = 0.999
     skip_init: bool = False
+    beta1: float = 0.9
+    optimizer: str = "adam"
 
 
 RECIPES: dict[str, Recipe] = {
@@ -118,8 +127,12 @@ RECIPES: dict[str, Recipe] = {
     # v3: v2's blocks with v1's full-resolution first level (trainer.model); v1's schedule, with and without EMA
     "v3": Recipe("v3", "small", 3000),
     "v3-ema": Recipe("v3", "small", 3000, ema=0.999, fused=True),  # the trainer's defaults until stop 35
-    # cuetrain demo's recipe since stop 35: v3-ema with SkipInit (v3's init now) and Adam's beta2 0.9 (NAFNet's)
+    # cuetrain demo's recipe from stop 35 to 36: v3-ema with SkipInit (v3's init now) and Adam's beta2 0.9 (NAFNet's)
     "v3z-ema-b9": Recipe("v3", "small", 3000, ema=0.999, fused=True, beta2=0.9, skip_init=True),
+    # v3z-ema-b9 with Adam's first-moment decay 0.8 (``--adam-beta1 0.8``)
+    "v3z-ema-b89": Recipe("v3", "small", 3000, ema=0.999, fused=True, beta1=0.8, beta2=0.9, skip_init=True),
+    # cuetrain demo's recipe since stop 37: v3z-ema-b9 with Muon for the hidden convolutions (``--optimizer muon``)
+    "v3z-ema-mu": Recipe("v3", "small", 3000, ema=0.999, fused=True, beta2=0.9, skip_init=True, optimizer="muon"),
     "v3-1cycle-ema": Recipe("v3", "small", 3000, schedule="onecycle", ema=0.999),
 }
 CLIPS = ("carphone", "bikes-blur-noise")
@@ -185,11 +198,14 @@ def lr_for(r: Recipe, update: int, total: int, warmup: int) -> float:
 
 
 def per_crop_loss(r: Recipe, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """(B, 3, h, w) float32 pair -> (B,) loss per crop: the trainer's L1 (``trainer.data.per_crop_l1``) or
-    Charbonnier."""
+    """(B, 3, h, w) float32 pair -> (B,) loss per crop: the trainer's L1 (``trainer.data.per_crop_l1``),
+    Charbonnier, MSE or PSNR (``Recipe.loss``)."""
+    d = out - target
     if r.loss == "charbonnier":
-        d = out - target
         return torch.sqrt(d * d + 1e-6).mean(dim=(1, 2, 3))
+    if r.loss in ("mse", "psnr"):
+        mse = (d * d).mean(dim=(1, 2, 3))
+        return mse if r.loss == "mse" else (10.0 / math.log(10.0)) * torch.log(mse + 1e-8)
     return per_crop_l1(out, target)
 
 
@@ -225,7 +241,10 @@ def train_averages(r: Recipe, train: list, held: list, scale: float, evals: int,
     net = build_model(r.size, r.architecture, r.skip_init).to(device, memory_format=torch.channels_last)
     emas = [WeightEMA(net, r.ema, k) for k in warmups or [r.ema_warmup]] if r.ema else []  # the trainer's EMA
     evaluated = [e.module for e in emas] or [net]
-    opt = torch.optim.Adam(net.parameters(), lr=r.lr, betas=(0.9, r.beta2), fused=r.fused)
+    if r.optimizer == "muon":
+        opt = MuonAdam(net, r.lr, (r.beta1, r.beta2))
+    else:
+        opt = torch.optim.Adam(net.parameters(), lr=r.lr, betas=(r.beta1, r.beta2), fused=r.fused)
     prec = resolve_precision(precision, device)
     steps, warmup = max(1, round(r.steps * scale)), round(r.warmup * scale)
     sampler = CropSampler(train, r.crop, r.batch, seed=seed, device=device, memory_format=torch.channels_last)

@@ -70,6 +70,8 @@ def files_in(run: Path) -> list[str]:
     (["--gang-timeout-s", "0"], "gang_timeout_s=0.0 must be > 0 seconds"),
     (["--warmup-steps", "-1"], "warmup_steps=-1 must be >= 0"),
     (["--noise-interval", "-1"], "noise_interval=-1 must be >= 0 optimizer updates (0: off, e.g. 50)"),
+    (["--optimizer", "sgd"], "argument --optimizer: invalid choice: 'sgd'"),
+    (["--adam-beta1", "1"], "adam_beta1=1.0 must be >= 0 and < 1"),
 ])
 def test_bad_train_values_are_refused_before_the_run_dir_exists(pairs, tmp_path, clean_env, capsys, extra, message):
     code, err = run_main(cli.main, train_argv(pairs, tmp_path / "run", *extra), capsys)

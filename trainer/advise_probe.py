@@ -138,7 +138,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
         precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
         configure_backends(device)
         net = build_model(cfg.model_size, cfg.architecture).to(device, memory_format=fmt)  # the trainer's settings
-        opt = build_optimizer(cfg, net.parameters(), cfg.base_lr)  # as trained
+        opt = build_optimizer(cfg, net, cfg.base_lr)  # as trained
         step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)
         batches = probe_batches(cfg.batch_size, sizes)
         samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt)

@@ -30,6 +30,7 @@ GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
 LR_SCHEDULES = ("cosine", "onecycle")  # see trainer.schedule.lr_at
+OPTIMIZERS = ("adam", "muon")  # see trainer.schedule.build_optimizer
 #: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md).
 DEFAULT_DATA_CACHE_MB = 512
 
@@ -73,6 +74,15 @@ class TrainConfig:
             this decay per update (default 0.999, warmed up so it averages about the last 1/19 of the updates
             until ~19,000 updates); 0 = the last weights (see ``trainer.ema``; chosen with the v3 network by
             the time-to-quality benchmark, docs/time_to_quality.md) [1].
+        optimizer: ``adam`` (the default) or ``muon``: ``torch.optim.Muon`` for every convolution but the first and
+            last, Adam (these betas) for the rest, one lr (``trainer.optim``). ``cuetrain demo``'s since stop 37:
+            the time-to-quality benchmark measured v1's final gain far sooner on both clips and every seed
+            (docs/time_to_quality.md, "Stop 37"); a step costs more (a CPU's small step ~1.3x). A checkpoint
+            resumes with the optimizer it was written with.
+        adam_beta1: decay of Adam's first-moment (gradient) average, its momentum [1]: 0.9 (Kingma & Ba, the
+            default) or e.g. 0.8 (``cuetrain demo``'s since stop 37, with ``--adam-beta2 0.9`` and ``--lr 2e-3``:
+            the time-to-quality benchmark measured it sooner to the same held-out quality on both clips,
+            docs/time_to_quality.md, "Stop 37"). A resumed checkpoint keeps the value it was written with.
         adam_beta2: decay of Adam's second-moment (squared-gradient) average [1]: 0.999 (Kingma & Ba, the
             default) or e.g. 0.9 (NAFNet's, Chen et al. 2022; ``cuetrain demo``'s since stop 35). The
             time-to-quality benchmark measured 0.9 better at the demo's ``--lr 2e-3`` on blur + noise (six seeds;
@@ -125,6 +135,8 @@ class TrainConfig:
     warmup_steps: int = 50
     lr_schedule: str = "cosine"
     ema_decay: float = 0.999
+    optimizer: str = "adam"
+    adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     noise_interval: int = 50
     checkpoint_interval: int = 250
@@ -156,6 +168,10 @@ class TrainConfig:
             raise ConfigError(f"noise_interval={self.noise_interval} must be >= 0 optimizer updates (0: off, e.g. 50)")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"ema_decay={self.ema_decay} must be 0 (off) or between 0 and 1 (e.g. 0.999)")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        if not 0.0 <= self.adam_beta1 < 1.0:
+            raise ConfigError(f"adam_beta1={self.adam_beta1} must be >= 0 and < 1 (e.g. 0.9 or 0.8)")
         if not 0.0 < self.adam_beta2 < 1.0:
             raise ConfigError(f"adam_beta2={self.adam_beta2} must be between 0 and 1, exclusive (e.g. 0.9 or 0.999)")
         if self.lr is not None and not self.lr > 0:
@@ -247,6 +263,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ema-decay", type=float,
                    help="export an exponential moving average of the weights with this decay per update "
                         f"(default {d['ema_decay']}; 0: the last weights)")
+    g.add_argument("--optimizer", choices=OPTIMIZERS,
+                   help="adam (default) or muon: Muon for the hidden convolutions, Adam for the rest (the demo's)")
+    g.add_argument("--adam-beta1", type=float,
+                   help=f"decay of Adam's gradient average (default {d['adam_beta1']}; the demo uses 0.8 with "
+                        "--adam-beta2 0.9 and --lr 2e-3)")
     g.add_argument("--adam-beta2", type=float,
                    help=f"decay of Adam's squared-gradient average (default {d['adam_beta2']}; the demo uses "
                         "0.9, NAFNet's, with --lr 2e-3)")

@@ -209,7 +209,7 @@ def _train_curve(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray
     torch.manual_seed(cfg.seed)
     net = (build() if build else build_model(cfg.model_size, cfg.architecture)).to(device, memory_format=fmt)
     peak = effective_lr(cfg, k)
-    opt = build_optimizer(cfg, net.parameters(), peak)  # as trained
+    opt = build_optimizer(cfg, net, peak)  # as trained
     scaler = precision.grad_scaler()
     sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, seed=cfg.seed, device=device, memory_format=fmt)
     held = sampler.cut(sampler.coords(0, EVAL_CROPS, stream=EVAL_STREAM))

@@ -25,12 +25,12 @@ HOLDOUT_EVERY = 6
 
 #: Demo defaults: the shortest measured setting that reaches +2.9 dB held out (+2.99 dB). Halving the
 #: steps costs 0.9 dB (1500 steps: +2.12 dB at lr 2e-3, +0.91 dB at lr 4e-3); docs/scaling.md has the table
-#: and ``benchmarks/bench_demo_defaults.py`` measures more settings. Adam's beta2 0.9 since stop 35: with
-#: v3's identity-initialised blocks, v1's final gain on blur + noise in 0.53x its time (0.64x before); on
-#: carphone within a seed's spread (docs/time_to_quality.md, "Stop 35").
+#: and ``benchmarks/bench_demo_defaults.py`` measures more settings. Adam's beta2 0.9 since stop 35 (v1's final
+#: gain on blur + noise in 0.53x its time, 0.64x before); Muon for the hidden convolutions since stop 37
+#: (``--optimizer muon``: sooner still on both clips and every seed measured; docs/time_to_quality.md, "Stop 37").
 DEMO_STEPS = 3000
 DEMO_TRAIN_ARGS = ["--batch-size", "8", "--crop-size", "64", "--model-size", "small", "--lr", "2e-3",
-                   "--adam-beta2", "0.9",
+                   "--optimizer", "muon", "--adam-beta2", "0.9",
                    "--checkpoint-interval", "500", "--contact-sheet-interval", "250", "--log-interval", "50"]
 
 

@@ -1,5 +1,5 @@
-"""The optimizer and learning-rate schedule of every rank (``--adam-beta2``, ``--lr-scaling``, ``--lr-schedule``,
-``--warmup-steps``).
+"""The optimizer and learning-rate schedule of every rank (``--optimizer``, ``--adam-beta1``, ``--adam-beta2``,
+``--lr-scaling``, ``--lr-schedule``, ``--warmup-steps``).
 
 The peak LR follows the effective batch of an update (``batch_size x sync_interval`` crops) by the
 square-root rule for Adam (Malladi et al., "On the SDEs and Scaling Rules for Adaptive Gradient
@@ -12,18 +12,22 @@ updates (Goyal et al. 2017), then decays by cosine to 1/10 at the last update; o
 from __future__ import annotations
 
 import math
-from typing import Iterable
 
 import torch
 
 from trainer.config import TrainConfig
+from trainer.optim import MuonAdam
 
 
-def build_optimizer(cfg: TrainConfig, params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
-    """The trainer's optimizer: Adam with betas ``(0.9, cfg.adam_beta2)``, fused (one pass over every parameter;
-    CPU since torch 2.4: 2% of a small step, ``benchmarks/bench_adam.py``), at ``lr`` [1]. The trainer, the
+def build_optimizer(cfg: TrainConfig, net: torch.nn.Module, lr: float) -> torch.optim.Adam | MuonAdam:
+    """The trainer's optimizer for ``net`` at ``lr`` [1]: Adam with betas ``(cfg.adam_beta1, cfg.adam_beta2)``,
+    fused (one pass over every parameter; CPU since torch 2.4: 2% of a small step, ``benchmarks/bench_adam.py``),
+    or with ``--optimizer muon`` Muon for the hidden convolutions and that Adam for the rest
+    (``trainer.optim.MuonAdam``). Build it after ``net`` is on its device and memory format. The trainer, the
     advisor's timing probe and its quality probe all build this one, so they train the same update."""
-    return torch.optim.Adam(params, lr=lr, betas=(0.9, cfg.adam_beta2), fused=True)
+    if cfg.optimizer == "muon":
+        return MuonAdam(net, lr, (cfg.adam_beta1, cfg.adam_beta2))
+    return torch.optim.Adam(net.parameters(), lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True)
 
 
 def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:

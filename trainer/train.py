@@ -128,7 +128,7 @@ class _Loop:
         self.net = build_model(cfg.model_size, cfg.architecture).to(rt.device, memory_format=fmt)  # float32 master weights
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
-        self.opt = build_optimizer(cfg, self.net.parameters(), self.peak_lr)
+        self.opt = build_optimizer(cfg, self.net, self.peak_lr)
         self.total_updates = math.ceil(cfg.steps / self.env.sync_interval)
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)

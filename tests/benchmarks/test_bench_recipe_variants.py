@@ -45,6 +45,18 @@ def test_zero_init_and_gradient_clipping_apply_inside_the_run_only(monkeypatch):
     assert any(m.conv2.weight.any() for m in net.modules() if isinstance(m, brv.model_mod.ResBlock))
 
 
+def test_transposed_crops_are_the_samplers_own_crops_half_of_them_transposed():
+    frames = _pairs(3, 40)
+    plain = ttq.CropSampler(frames, 16, 64, seed=3)
+    views = brv.TransposingSampler(frames, 16, 64, seed=3)
+    a, b = plain.batch(5), views.batch(5)
+    same = [torch.equal(x, y) for x, y in zip(a.input, b.input)]
+    turned = [torch.equal(x.transpose(-1, -2), y) for x, y in zip(a.input, b.input)]
+    assert all(s or t for s, t in zip(same, turned)) and 16 < sum(turned) < 48  # each crop one or the other
+    assert all(torch.equal(x.transpose(-1, -2) if t else x, y) for x, y, t in zip(a.target, b.target, turned))
+    assert torch.equal(views.batch(5).input, b.input)  # the same views for the same step
+
+
 def test_variant_networks_are_registered_only_when_the_benchmark_runs():
     from trainer.model import MODEL_SIZES_V2
 

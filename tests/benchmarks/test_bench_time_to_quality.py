@@ -49,6 +49,33 @@ def test_charbonnier_is_close_to_l1_away_from_zero():
     assert ttq.per_crop_loss(rc, out, target) == pytest.approx(torch.tensor([0.5, 0.5]), abs=1e-5)
 
 
+def test_the_demo_trains_the_default_recipe(tmp_path):
+    import argparse
+
+    from trainer.config import add_train_arguments, config_from_args
+    from trainer.demo import DEMO_STEPS, DEMO_TRAIN_ARGS
+
+    p = argparse.ArgumentParser()
+    add_train_arguments(p)
+    paths = ["--input", str(tmp_path), "--target", str(tmp_path), "--run-dir", str(tmp_path)]
+    c = config_from_args(p.parse_args([*paths, "--steps", str(DEMO_STEPS), *DEMO_TRAIN_ARGS]))
+    r = ttq.RECIPES["v3z-ema-mu"]
+    assert (c.architecture, c.model_size, c.batch_size, c.crop_size, c.base_lr, c.optimizer, c.adam_beta1,
+            c.adam_beta2, c.ema_decay, c.lr_schedule, c.warmup_steps, c.steps) == (
+        r.architecture, r.size, r.batch, r.crop, r.lr, r.optimizer, r.beta1, r.beta2, r.ema, r.schedule, r.warmup,
+        r.steps)
+    assert r.skip_init and r.fused  # v3's init and the trainer's fused Adam
+
+
+def test_mse_and_psnr_losses_per_crop():
+    out, target = torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4, 4)
+    out[0] += 0.1  # crop 0: MSE 0.01 = 20 dB of error; crop 1 exact
+    mse = ttq.per_crop_loss(replace(ttq.RECIPES["v1"], loss="mse"), out, target)
+    psnr = ttq.per_crop_loss(replace(ttq.RECIPES["v1"], loss="psnr"), out, target)
+    assert mse.tolist() == pytest.approx([0.01, 0.0])
+    assert psnr.tolist() == pytest.approx([-20.0, -80.0], abs=1e-4)  # 10 log10(MSE + 1e-8): minimising it raises PSNR
+
+
 def test_second_clip_degradation_is_deterministic_blurs_and_adds_noise():
     rng = np.random.default_rng(0)
     frames = rng.random((2, 32, 40, 3), dtype=np.float32)

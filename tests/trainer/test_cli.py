@@ -91,10 +91,14 @@ def test_config_file_values_are_used_and_flags_override(tmp_path, pairs):
     assert config_from_args(p.parse_args(["--config", str(toml), "--adam-beta2", "0.9"])).adam_beta2 == 0.9
     with pytest.raises(ConfigError, match=r"adam_beta2=1.0 must be between 0 and 1"):
         config_from_args(p.parse_args(["--config", str(toml), "--adam-beta2", "1"]))
+    assert cfg.adam_beta1 == 0.9
+    assert config_from_args(p.parse_args(["--config", str(toml), "--adam-beta1", "0.8"])).adam_beta1 == 0.8
+    with pytest.raises(ConfigError, match=r"adam_beta1=1.0 must be >= 0 and < 1"):
+        config_from_args(p.parse_args(["--config", str(toml), "--adam-beta1", "1"]))
 
 
 def test_the_demo_trains_the_recipe_the_time_to_quality_benchmark_chose(tmp_path, pairs):
-    """cuetrain demo's arguments give benchmarks/bench_time_to_quality.py's default recipe (v3z-ema-b9)."""
+    """cuetrain demo's arguments give benchmarks/bench_time_to_quality.py's default recipe (v3z-ema-mu)."""
     import argparse
 
     from trainer.config import add_train_arguments, config_from_args
@@ -104,9 +108,9 @@ def test_the_demo_trains_the_recipe_the_time_to_quality_benchmark_chose(tmp_path
     add_train_arguments(p)
     paths = ["--input", str(pairs[0]), "--target", str(pairs[1]), "--run-dir", str(tmp_path)]
     cfg = config_from_args(p.parse_args([*paths, *DEMO_TRAIN_ARGS]))
-    got = (cfg.architecture, cfg.model_size, cfg.batch_size, cfg.crop_size, cfg.base_lr, cfg.adam_beta2,
-           cfg.ema_decay, cfg.lr_schedule, cfg.warmup_steps)
-    assert got == ("v3", "small", 8, 64, 2e-3, 0.9, 0.999, "cosine", 50)
+    got = (cfg.architecture, cfg.model_size, cfg.batch_size, cfg.crop_size, cfg.base_lr, cfg.optimizer,
+           cfg.adam_beta1, cfg.adam_beta2, cfg.ema_decay, cfg.lr_schedule, cfg.warmup_steps)
+    assert got == ("v3", "small", 8, 64, 2e-3, "muon", 0.9, 0.9, 0.999, "cosine", 50)
 
 
 def test_infer_with_a_bad_model_path(capsys, monkeypatch, tmp_path, pairs):

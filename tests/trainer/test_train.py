@@ -128,8 +128,9 @@ def test_sync_interval_changes_the_result(pairs, tmp_path):
     assert not torch.equal(a.model.tail.weight, b.model.tail.weight)
 
 
-def test_resume_continues_to_the_same_result(pairs, tmp_path, monkeypatch):
-    straight = train_mod.train(cfg(pairs, tmp_path / "straight"), NON_DIST)
+@pytest.mark.parametrize("optimizer", ["adam", "muon"])
+def test_resume_continues_to_the_same_result(pairs, tmp_path, monkeypatch, optimizer):
+    straight = train_mod.train(cfg(pairs, tmp_path / "straight", optimizer=optimizer), NON_DIST)
     original = train_mod._Loop._outputs
 
     def crash_after_step_4(self, step, update):
@@ -140,11 +141,11 @@ def test_resume_continues_to_the_same_result(pairs, tmp_path, monkeypatch):
 
     monkeypatch.setattr(train_mod._Loop, "_outputs", crash_after_step_4)
     with pytest.raises(RuntimeError, match="simulated node loss"):
-        train_mod.train(cfg(pairs, tmp_path / "resumed"), NON_DIST)
+        train_mod.train(cfg(pairs, tmp_path / "resumed", optimizer=optimizer), NON_DIST)
     record = json.loads(RunPaths.of(tmp_path / "resumed").run_json.read_text())
     assert record["state"] == "failed" and "simulated node loss" in record["error"]
     monkeypatch.setattr(train_mod._Loop, "_outputs", original)
-    resumed = train_mod.train(cfg(pairs, tmp_path / "resumed", resume=True), NON_DIST)
+    resumed = train_mod.train(cfg(pairs, tmp_path / "resumed", resume=True, optimizer=optimizer), NON_DIST)
     assert resumed.start_step == 4 and resumed.step == 8
     for (k, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), k

@@ -47,7 +47,7 @@ def _reference_run(cfg: TrainConfig, sync: int) -> tuple[list[list[torch.Tensor]
     params = list(net.parameters())
     ratio = cfg.batch_size * sync / cfg.lr_reference_batch  # the default square-root scaling rule, by hand
     peak = cfg.base_lr * (ratio if cfg.lr_scaling == "linear" else ratio ** 0.5)
-    opt = torch.optim.Adam(params, lr=peak, betas=(0.9, cfg.adam_beta2))  # the trainer's betas
+    opt = torch.optim.Adam(params, lr=peak, betas=(cfg.adam_beta1, cfg.adam_beta2))  # the trainer's betas
     updates = cfg.steps // sync
     grads_per_update = []
     for update in range(updates):
@@ -69,7 +69,7 @@ def _reference_run(cfg: TrainConfig, sync: int) -> tuple[list[list[torch.Tensor]
 
 def test_sync_interval_accumulates_the_mean_gradient_of_k_steps(pairs, tmp_path, monkeypatch):
     sync = 4
-    cfg = _cfg(pairs, tmp_path / "run", adam_beta2=0.99)  # not torch's default: the trainer must pass it on
+    cfg = _cfg(pairs, tmp_path / "run", adam_beta1=0.8, adam_beta2=0.99)  # not torch's: the trainer must pass them on
     seen: list[list[torch.Tensor]] = []
     betas: set[tuple] = set()
     original = train_mod._Loop._update
@@ -84,7 +84,7 @@ def test_sync_interval_accumulates_the_mean_gradient_of_k_steps(pairs, tmp_path,
     expected_grads, expected_weights = _reference_run(cfg, sync)
 
     assert len(seen) == len(expected_grads) == 2
-    assert betas == {((0.9, 0.99),)}  # the config's --adam-beta2, which the reference run uses too
+    assert betas == {((0.8, 0.99),)}  # the config's --adam-beta1/2, which the reference run uses too
     for update, (got, want) in enumerate(zip(seen, expected_grads)):
         for i, (g, w) in enumerate(zip(got, want)):
             assert torch.allclose(g, w, rtol=1e-4, atol=1e-8), f"update {update}, parameter {i}"
