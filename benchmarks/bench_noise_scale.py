@@ -7,7 +7,7 @@ prediction on real data, in one invocation:
 1. **Probe.** The first ``--probe-updates`` updates of the batch-8 run measure ``B_simple`` as the
    1-rank trainer does (``trainer.noise_scale.GradNoise``: each batch split in two halves, the first
    half's gradient is ``G_small``, the whole batch's ``G_big``; smoothed over ~100 updates).
-2. **Runs.** The v1 network (``--architecture``, default v1; small, L1 loss, Adam) trains on
+2. **Runs.** The v1 network (``--architecture``, default v1; small, L1 loss, Adam or ``--optimizer muon``) trains on
    carphone (every 6th frame held out, as ``cuetrain demo``; ``--clip bikes-blur-noise`` for
    bench_time_to_quality's second clip, with a ``--target-db`` of its own) at global batches 8, 32 and 128, made
    exactly as ``COPYCAT_SYNC_INTERVAL`` k = 1, 4, 16 makes them: k micro-batches of 8 crops
@@ -64,6 +64,7 @@ from trainer.critical_batch import QualityProbe, measure_critical_batch
 from trainer.data import CropSampler
 from trainer.model import build_model
 from trainer.noise_scale import GradNoise, parameter_grads, squared_norm
+from trainer.optim import MuonAdam
 
 MICRO = 8  # crops per micro-batch: the demo's global batch
 BATCHES = (8, 32, 128)
@@ -132,6 +133,7 @@ class Setup:
     base_lr: float  # peak learning rate at batch 8 [1]
     beta2: float = 0.999  # Adam's second-moment decay (the trainer's --adam-beta2 default; the demo's is 0.9) [1]
     skip_init: bool | None = None  # trainer.model.build_model's (None: the trainer's, SkipInit for v3 since stop 35)
+    optimizer: str = "adam"  # the trainer's --optimizer: adam, or muon (trainer.optim.MuonAdam; the demo's since stop 37)
 
 
 def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float | None = None) -> RunResult:
@@ -140,7 +142,10 @@ def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float
     torch.manual_seed(seed)
     net = build_model("small", s.architecture, s.skip_init).to(s.device, memory_format=torch.channels_last)
     peak = lr_of(rule, batch, probe_noise, s.base_lr)
-    opt = torch.optim.Adam(net.parameters(), lr=peak, betas=(0.9, s.beta2))
+    if s.optimizer == "muon":
+        opt = MuonAdam(net, peak, (0.9, s.beta2))
+    else:
+        opt = torch.optim.Adam(net.parameters(), lr=peak, betas=(0.9, s.beta2))
     sampler = CropSampler(s.train, CROP, MICRO, seed=seed, device=s.device, memory_format=torch.channels_last)
     k = batch // MICRO
     noise = GradNoise(s.device) if batch == MICRO else None
@@ -234,7 +239,8 @@ def quality_probe(seed: int, rule: str, s: Setup, factors: tuple[int, ...]) -> Q
     """``cuetrain advise --quality-probe``'s measurement (``trainer.critical_batch``) for ``seed``, in fp32 on the
     training frames: batches 8 and 32 from the runs' initial weights (the same seed and ``s.skip_init``)."""
     cfg = TrainConfig(input_dir=".", target_dir=".", run_dir=".", architecture=s.architecture, lr=s.base_lr,
-                      adam_beta2=s.beta2, lr_scaling="linear" if rule == "linear" else "sqrt", precision="fp32",
+                      adam_beta2=s.beta2, optimizer=s.optimizer, precision="fp32",
+                      lr_scaling="linear" if rule == "linear" else "sqrt",
                       memory_format="channels_last", crop_size=CROP, batch_size=MICRO, seed=seed)
     build = (lambda: build_model("small", s.architecture, s.skip_init)) if s.skip_init is not None else None
     return measure_critical_batch(cfg, s.train, device=s.device, build=build, factors=factors)
@@ -310,6 +316,8 @@ def main() -> None:
                    "(default 4,16: trainer.critical_batch.FACTORS)")
     p.add_argument("--measured", type=Path, help="take the runs at batches 8, 32 and 128 from this JSON (an earlier "
                    "--json of the same settings) instead of training them: with --quality-probe, only the probes run")
+    p.add_argument("--optimizer", choices=("adam", "muon"), default="adam", help="the trainer's --optimizer "
+                   "(default adam, as every run recorded before stop 37)")
     p.add_argument("--torch-init", action="store_true", help="v3 without SkipInit (torch's initialisation), as "
                    "every run recorded before stop 35")
     a = p.parse_args()
@@ -319,7 +327,7 @@ def main() -> None:
     train, held = load_extracted(a.data) if a.data else load_clip(a.clip)
     base_db = input_psnr(held)
     setup = Setup(train, held, base_db, a.target_db, a.probe_updates, torch.device(a.device), a.architecture,
-                  a.base_lr, a.beta2, False if a.torch_init else None)
+                  a.base_lr, a.beta2, False if a.torch_init else None, a.optimizer)
     earlier = json.loads(a.measured.read_text())["runs"] if a.measured else None
     caps = {8: 1500, 32: 800, 128: 450}  # updates
     out: dict[str, list[dict]] = {}
@@ -345,7 +353,7 @@ def main() -> None:
                 write_json(a.json, {"clip": str(a.data) if a.data else a.clip, "target_db": a.target_db,
                                     "probe_updates": a.probe_updates, "seeds": seed + 1 - a.first_seed,
                                     "device": a.device, "architecture": a.architecture, "base_lr": a.base_lr,
-                                    "beta2": a.beta2, "skip_init": setup.skip_init,
+                                    "beta2": a.beta2, "skip_init": setup.skip_init, "optimizer": a.optimizer,
                                     "measured_from": str(a.measured) if a.measured else None, "runs": out,
                                     "quality_probes": probes_out})
 

@@ -80,9 +80,10 @@ class TrainConfig:
             (docs/time_to_quality.md, "Stop 37"); a step costs more (a CPU's small step ~1.3x). A checkpoint
             resumes with the optimizer it was written with.
         adam_beta1: decay of Adam's first-moment (gradient) average, its momentum [1]: 0.9 (Kingma & Ba, the
-            default) or e.g. 0.8 (``cuetrain demo``'s since stop 37, with ``--adam-beta2 0.9`` and ``--lr 2e-3``:
-            the time-to-quality benchmark measured it sooner to the same held-out quality on both clips,
-            docs/time_to_quality.md, "Stop 37"). A resumed checkpoint keeps the value it was written with.
+            default) or e.g. 0.8: with Adam, ``--adam-beta2 0.9`` and ``--lr 2e-3`` the time-to-quality benchmark
+            measured it sooner to the same held-out quality on both clips and every seed (docs/time_to_quality.md,
+            "Stop 37"; not measured with ``--optimizer muon``, whose demo keeps 0.9). A resumed checkpoint keeps
+            the value it was written with.
         adam_beta2: decay of Adam's second-moment (squared-gradient) average [1]: 0.999 (Kingma & Ba, the
             default) or e.g. 0.9 (NAFNet's, Chen et al. 2022; ``cuetrain demo``'s since stop 35). The
             time-to-quality benchmark measured 0.9 better at the demo's ``--lr 2e-3`` on blur + noise (six seeds;
@@ -266,8 +267,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--optimizer", choices=OPTIMIZERS,
                    help="adam (default) or muon: Muon for the hidden convolutions, Adam for the rest (the demo's)")
     g.add_argument("--adam-beta1", type=float,
-                   help=f"decay of Adam's gradient average (default {d['adam_beta1']}; the demo uses 0.8 with "
-                        "--adam-beta2 0.9 and --lr 2e-3)")
+                   help=f"decay of Adam's gradient average (default {d['adam_beta1']}; 0.8 measured better with "
+                        "Adam, --adam-beta2 0.9 and --lr 2e-3)")
     g.add_argument("--adam-beta2", type=float,
                    help=f"decay of Adam's squared-gradient average (default {d['adam_beta2']}; the demo uses "
                         "0.9, NAFNet's, with --lr 2e-3)")

@@ -1,5 +1,6 @@
 """benchmarks/bench_noise_scale.py: its learning-rate rules, the seed medians and the prediction table, without
-training (the runs themselves are the benchmark's; their figures are in docs/scaling.md)."""
+training (the runs themselves are the benchmark's; their figures are in docs/scaling.md), and which optimizer a
+run builds (40 updates on noise frames)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,26 @@ def test_probe_table_predicts_from_the_median_critical_batch():
     assert f"{(own_0 - 110) / 110:+.0%} / " in row_32
     row_128 = next(line for line in lines if line.startswith("| 128 |"))
     assert row_128.endswith(" / -  |") or row_128.rstrip().endswith("/ - |")  # seed 2 missed the target
+
+
+def test_runs_train_the_trainers_muon_when_asked(monkeypatch):
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(0)
+    frames = [(rng.random((64, 72, 3), dtype=np.float32), rng.random((64, 72, 3), dtype=np.float32)) for _ in range(2)]
+    built: list[str] = []
+
+    class Spy(ns.MuonAdam):
+        def __init__(self, net, lr, betas):
+            built.append(f"muon {lr:.0e} {betas}")
+            super().__init__(net, lr, betas)
+
+    monkeypatch.setattr(ns, "MuonAdam", Spy)
+    results = {}
+    for optimizer in ("adam", "muon"):
+        s = ns.Setup(frames, frames[:1], 0.0, 99.0, 0, torch.device("cpu"), "v3", 2e-3, 0.9, None, optimizer)
+        results[optimizer] = ns.run(8, "sqrt", 0, 40, s)  # one evaluation: every 40 updates at batch 8
+    assert built == ["muon 2e-03 (0.9, 0.9)"]  # only the muon run built it, at the batch-8 peak and the betas
+    assert results["adam"].updates_to_target is None and len(results["muon"].curve) > 1
+    assert results["adam"].curve != results["muon"].curve  # another update, another held-out curve

@@ -64,9 +64,12 @@ def assert_mixed_precision_match(w1, w2, c: TrainConfig, rel: float = 0.02) -> N
     assert diff <= rel * moved, f"2 ranks differ from 1 rank by {float(diff / moved):.1%} of the update"
 
 
-@pytest.mark.parametrize("sync, precision", [(1, "fp32"), (2, "fp32"), (1, "bf16"), (1, "fp16")])
-def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sync, precision, caplog):
-    """2 ranks x B crops with DDP == 1 rank x 2B crops fed the same crops (allclose weights), in each precision.
+@pytest.mark.parametrize("sync, precision, optimizer", [(1, "fp32", "adam"), (2, "fp32", "adam"),
+                                                      (1, "bf16", "adam"), (1, "fp16", "adam"), (1, "fp32", "muon")])
+def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sync, precision, optimizer, caplog):
+    """2 ranks x B crops with DDP == 1 rank x 2B crops fed the same crops (allclose weights), in each precision
+    and with ``--optimizer muon`` (whose Newton-Schulz iterations run in bf16: compared as 16-bit runs are, within
+    5% of the update instead of 2%; a wrong crop split or a missing all-reduce is ~100%).
 
     The 1-rank reference trains in this process (``train`` with the environment read as a rank reads it:
     only ``COPYCAT_SYNC_INTERVAL`` set); the 2 ranks are ``cuetrain local``'s processes. Under 16-bit
@@ -74,7 +77,8 @@ def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sy
     rounded as the two ranks' is (two rounded halves, added); in one pass (the default between noise
     samples) the rounding differs and the runs drift apart by ~3.5% of the update in 6 steps (bf16)."""
     split = {} if precision == "fp32" else {"noise_interval": 1}
-    c = cfg(pairs, tmp_path / "one", steps=6, checkpoint_interval=6, precision=precision, **split)
+    c = cfg(pairs, tmp_path / "one", steps=6, checkpoint_interval=6, precision=precision, optimizer=optimizer,
+            **split)
     with caplog.at_level(logging.INFO, logger="trainer"):
         train_mod.train(c, read_dist_env({"COPYCAT_SYNC_INTERVAL": str(sync)}))
     assert "training non-distributed: COPYCAT_MAIN_ADDR, COPYCAT_MAIN_PORT, COPYCAT_RANK, COPYCAT_WORLD_SIZE not set" \
@@ -82,14 +86,16 @@ def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sy
     assert f"precision {precision} (set by --precision), memory format channels_last" in caplog.text
     two_dir = tmp_path / "two"
     two = run_cli("local", "--world-size", "2", "--sync-interval", str(sync),
-                  *cfg(pairs, two_dir, steps=6, checkpoint_interval=6, precision=precision).to_argv())
+                  *cfg(pairs, two_dir, steps=6, checkpoint_interval=6, precision=precision,
+                       optimizer=optimizer).to_argv())
     assert two.returncode == 0, two.stdout + two.stderr
     assert "[rank 1] [Step:6/6]" in two.stdout
     w1, w2 = final_weights(tmp_path / "one"), final_weights(two_dir)
-    if precision == "fp32":
+    if precision == "fp32" and optimizer == "adam":
         assert_same_weights(w1, w2)
-    else:
-        assert_mixed_precision_match(w1, w2, c)
+    else:  # Muon: fp32 gradients that differ in the last bits round to different bf16 in its Newton-Schulz
+        # iterations, which amplify the matrices' small singular directions: 1.95% of the update measured
+        assert_mixed_precision_match(w1, w2, c, rel=0.02 if optimizer == "adam" else 0.05)
     assert not torch.equal(w1["tail.weight"], torch.zeros_like(w1["tail.weight"]))  # it trained
     assert all(v.dtype == torch.float32 for v in w2.values())  # master weights stay float32
     record = json.loads(RunPaths.of(two_dir).run_json.read_text())
