@@ -133,7 +133,7 @@ class Setup:
     base_lr: float  # peak learning rate at batch 8 [1]
     beta2: float = 0.999  # Adam's second-moment decay (the trainer's --adam-beta2 default; the demo's is 0.9) [1]
     skip_init: bool | None = None  # trainer.model.build_model's (None: the trainer's, SkipInit for v3 since stop 35)
-    optimizer: str = "adam"  # the trainer's --optimizer: adam, or muon (trainer.optim.MuonAdam; the demo's since stop 37)
+    optimizer: str = "adam"  # the trainer's --optimizer: adam or muon (trainer.optim.MuonAdam, the demo's)
 
 
 def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float | None = None) -> RunResult:

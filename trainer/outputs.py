@@ -229,11 +229,14 @@ def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:
     return None
 
 
-def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: str, architecture: str) -> None:
-    """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture``.
+def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: str, architecture: str,
+                    optimizer: str = "adam") -> None:
+    """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture``, or of another
+    ``--optimizer`` (its state cannot continue another optimizer's).
 
-    Checkpoints written before architectures were named are v1. Raises:
-        ConfigError: the size or architecture differs (names the file, both values and the fix).
+    Checkpoints written before architectures were named are v1; an optimizer state of ``{"adam", "muon"}``
+    (``trainer.optim.MuonAdam``) is Muon's, any other Adam's. Raises:
+        ConfigError: the size, architecture or optimizer differs (names the file, both values and the fix).
     """
     if ckpt["model_size"] != model_size:
         raise ConfigError(f"checkpoint {path} is a {ckpt['model_size']} model, but --model-size is {model_size}; "
@@ -242,6 +245,11 @@ def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: s
     if saved != architecture:
         raise ConfigError(f"checkpoint {path} is a {saved} network, but --architecture is {architecture}; "
                           f"resume with --architecture {saved} or start another --run-dir")
+    state = ckpt.get("optimizer")
+    trained = "muon" if isinstance(state, dict) and set(state) == {"adam", "muon"} else "adam"
+    if trained != optimizer:
+        raise ConfigError(f"checkpoint {path} was trained with --optimizer {trained}, but --optimizer is {optimizer}; "
+                          f"resume with --optimizer {trained} or start another --run-dir")
 
 
 def wall_clock() -> float:

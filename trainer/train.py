@@ -350,7 +350,8 @@ class _Loop:
             if self.cfg.resume and self.master:
                 log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
-        check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture)
+        check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture,
+                        self.cfg.optimizer)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
         if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far

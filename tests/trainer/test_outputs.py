@@ -22,3 +22,15 @@ def test_another_architecture_is_refused_and_a_checkpoint_without_one_is_v1():
     check_resumable(old, "ckpt_00000010.pt", "small", "v1")
     with pytest.raises(ConfigError, match=r"is a v1 network, but --architecture is v3; resume with --architecture v1"):
         check_resumable(old, "ckpt_00000010.pt", "small", "v3")
+
+
+def test_another_optimizer_is_refused_both_ways():
+    adam = {"model_size": "small", "architecture": "v3", "optimizer": {"state": {}, "param_groups": []}}
+    muon = {**adam, "optimizer": {"adam": {}, "muon": {}}}  # trainer.optim.MuonAdam.state_dict's keys
+    check_resumable(adam, "ckpt_00000010.pt", "small", "v3", "adam")
+    check_resumable(muon, "ckpt_00000010.pt", "small", "v3", "muon")
+    with pytest.raises(ConfigError, match=r"trained with --optimizer adam, but --optimizer is muon; resume with "
+                                          r"--optimizer adam or start another --run-dir"):
+        check_resumable(adam, "ckpt_00000010.pt", "small", "v3", "muon")
+    with pytest.raises(ConfigError, match=r"trained with --optimizer muon, but --optimizer is adam"):
+        check_resumable(muon, "ckpt_00000010.pt", "small", "v3", "adam")
