@@ -59,7 +59,7 @@ import torch
 from bench_time_to_quality import heldout_psnr, input_psnr, load_clip, load_extracted, write_json
 
 from trainer.advise_quality import fit_steps_curve, steps_to_quality
-from trainer.config import TrainConfig
+from trainer.config import OPTIMIZERS, TrainConfig
 from trainer.critical_batch import QualityProbe, measure_critical_batch
 from trainer.data import CropSampler
 from trainer.model import build_model
@@ -316,7 +316,7 @@ def main() -> None:
                    "(default 4,16: trainer.critical_batch.FACTORS)")
     p.add_argument("--measured", type=Path, help="take the runs at batches 8, 32 and 128 from this JSON (an earlier "
                    "--json of the same settings) instead of training them: with --quality-probe, only the probes run")
-    p.add_argument("--optimizer", choices=("adam", "muon"), default="adam", help="the trainer's --optimizer "
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="the trainer's --optimizer "
                    "(default adam, as every run recorded before stop 37)")
     p.add_argument("--torch-init", action="store_true", help="v3 without SkipInit (torch's initialisation), as "
                    "every run recorded before stop 35")

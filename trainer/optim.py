@@ -20,6 +20,12 @@ from typing import Any
 import torch
 
 
+def optimizer_of(state: Any) -> str:
+    """Which ``--optimizer`` wrote an optimizer state dict: ``muon`` for :meth:`MuonAdam.state_dict`'s
+    ``{"adam", "muon"}``, else ``adam`` (torch's Adam, every checkpoint before stop 37)."""
+    return "muon" if isinstance(state, dict) and set(state) == {"adam", "muon"} else "adam"
+
+
 def _as_matrix(w: torch.Tensor) -> torch.Tensor:
     """(O, I, kh, kw) -> (O, I kh kw) (contiguous) or (O, kh kw I) (channels_last), a view of ``w``'s memory."""
     if w.is_contiguous():
@@ -86,7 +92,7 @@ class MuonAdam:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output. Raises ValueError for an Adam-only state (a run trained with
         ``--optimizer adam``: resume it with that, or start a new run)."""
-        if set(state) != {"adam", "muon"}:
+        if optimizer_of(state) != "muon":
             raise ValueError("this checkpoint's optimizer state is not --optimizer muon's (it has "
                              f"{sorted(state)}); resume with the optimizer it was trained with, or start a new run")
         self.adam.load_state_dict(state["adam"])

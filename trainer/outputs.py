@@ -23,6 +23,7 @@ import torch
 
 from trainer.config import ConfigError
 from trainer.images import write_image
+from trainer.optim import optimizer_of
 from trainer import runrecord
 from trainer.rundir import RunPaths, append_metrics, atomic_write_bytes, atomic_write_json
 
@@ -234,8 +235,8 @@ def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: s
     """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture``, or of another
     ``--optimizer`` (its state cannot continue another optimizer's).
 
-    Checkpoints written before architectures were named are v1; an optimizer state of ``{"adam", "muon"}``
-    (``trainer.optim.MuonAdam``) is Muon's, any other Adam's. Raises:
+    Checkpoints written before architectures were named are v1; the optimizer is read from the state
+    (``trainer.optim.optimizer_of``). Raises:
         ConfigError: the size, architecture or optimizer differs (names the file, both values and the fix).
     """
     if ckpt["model_size"] != model_size:
@@ -245,8 +246,7 @@ def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: s
     if saved != architecture:
         raise ConfigError(f"checkpoint {path} is a {saved} network, but --architecture is {architecture}; "
                           f"resume with --architecture {saved} or start another --run-dir")
-    state = ckpt.get("optimizer")
-    trained = "muon" if isinstance(state, dict) and set(state) == {"adam", "muon"} else "adam"
+    trained = optimizer_of(ckpt.get("optimizer"))
     if trained != optimizer:
         raise ConfigError(f"checkpoint {path} was trained with --optimizer {trained}, but --optimizer is {optimizer}; "
                           f"resume with --optimizer {trained} or start another --run-dir")
