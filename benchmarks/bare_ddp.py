@@ -5,7 +5,7 @@ Prints images/s (rank 0). Same model, optimizer, L1 loss and per-rank batch as c
 pre-made random tensors, no data pipeline, no logging, no outputs. PRECISION (fp32, bf16, fp16;
 default fp32) autocasts the forward pass as cuetrain does, with fp16's gradient scaler;
 MEMORY_FORMAT is channels_last or contiguous (default); DEVICE cpu (default) or cuda. It gets the same glibc allocator tuning as the trainer
-(``trainer.tuning``), so the ratio measures cuetrain's overhead, not the allocator.
+(``trainer.core.allocator``), so the ratio measures cuetrain's overhead, not the allocator.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer.config import DEFAULT_ARCHITECTURE
-from trainer.model import build_model
-from trainer.precision import Precision, configure_backends, memory_format
-from trainer.tuning import tune_allocator
+from trainer.core.config import DEFAULT_ARCHITECTURE
+from trainer.learn.model import build_model
+from trainer.learn.precision import Precision, configure_backends, memory_format
+from trainer.core.allocator import tune_allocator
 
 WARMUP = 20  # untimed steps
 

@@ -18,8 +18,8 @@ import time
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 
-from trainer.model import build_model
-from trainer.precision import resolve_precision
+from trainer.learn.model import build_model
+from trainer.learn.precision import resolve_precision
 
 
 def _sync(device: torch.device) -> None:

@@ -24,9 +24,9 @@ from pathlib import Path
 import netns
 from common import demo_data, run_cuetrain
 
-from trainer.advise import describe_link, describe_probe, measure_link, run_probe
-from trainer.advise_model import DEFAULT_LATENCY_S, Link, predict
-from trainer.config import TrainConfig
+from trainer.advise.advisor import describe_link, describe_probe, measure_link, run_probe
+from trainer.advise.costmodel import DEFAULT_LATENCY_S, Link, predict
+from trainer.core.config import TrainConfig
 
 BATCH, CROP, MODEL = 8, 64, "small"
 VARIANTS = [(1, 1), (1, 4), (2, 1), (2, 4)]  # (world size, sync interval)

@@ -29,10 +29,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainer.colour import ColourSpec, to_display  # noqa: E402
+from trainer.data.colour import ColourSpec, to_display  # noqa: E402
 from trainer.demo import extract  # noqa: E402
-from trainer.images import find_sequence, read_image, write_image  # noqa: E402
-from trainer.infer import psnr  # noqa: E402
+from trainer.data.images import find_sequence, read_image, write_image  # noqa: E402
+from trainer.export.infer import psnr  # noqa: E402
 
 LINEAR = "Linear Rec.709 (sRGB)"
 TRAIN_ARGS = ["--batch-size", "8", "--crop-size", "64", "--model-size", "small", "--lr", "2e-3",

@@ -29,13 +29,13 @@ def one(setting: str, data_dir: str) -> dict:
     import numpy as np
     import torch
 
-    from trainer.config import TrainConfig
+    from trainer.core.config import TrainConfig
     from trainer.demo import extract
-    from trainer.envvars import DistEnv
-    from trainer.images import find_sequence, read_image
-    from trainer.infer import psnr
-    from trainer.train import train
-    from trainer.tuning import tune_allocator
+    from trainer.core.envvars import DistEnv
+    from trainer.data.images import find_sequence, read_image
+    from trainer.export.infer import psnr
+    from trainer.learn.train import train
+    from trainer.core.allocator import tune_allocator
 
     tune_allocator()
     torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 """The EMA's warm-up constant, measured on one training trajectory: held-out PSNR of several averages of it.
 
-``trainer.ema.WeightEMA`` decays by ``min(decay, (1 + n) / (k + n))`` after ``n`` updates (TensorFlow's
+``trainer.learn.ema.WeightEMA`` decays by ``min(decay, (1 + n) / (k + n))`` after ``n`` updates (TensorFlow's
 ``ExponentialMovingAverage`` with ``num_updates`` has k = 10), so until the cap it averages about the last
 ``n / (k - 1)`` updates. The EMA does not change training, so one run of the default recipe (v3-ema of
 ``bench_time_to_quality.py``, through its ``train_averages``) keeps one average per ``k`` and evaluates each

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from common import demo_data, interleaved, median, run_bare, run_cuetrain
 
-from trainer.precision import resolve_precision
+from trainer.learn.precision import resolve_precision
 
 
 def main() -> None:

@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 from common import demo_data, read_rows, run_bare, window_step_times
 
-from trainer import train as train_mod
+from trainer.learn import train as train_mod
 from trainer.cli import main as cli_main
-from trainer.precision import resolve_precision
+from trainer.learn.precision import resolve_precision
 
 VARIANTS = {
     "defaults": [],

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gui.poller import RunPoller  # noqa: E402
 from gui.records import MetricSeries, decimate  # noqa: E402
 from gui.synthetic import metrics_rows, write_run  # noqa: E402
-from trainer.rundir import append_metrics  # noqa: E402
+from trainer.record.rundir import append_metrics  # noqa: E402
 
 
 def _ms(fn) -> float:

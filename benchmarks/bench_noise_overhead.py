@@ -1,7 +1,7 @@
 """Per-step overhead of measuring the gradient noise scale while training (issue 18, item 3: at most 2%).
 
 Runs the real trainer with its defaults and with ``--noise-interval 0`` (the noise scale off in any gang: no
-split step, no squared norms, no observing DDP communication hook; ``trainer.noise_scale.NoiseSampling``),
+split step, no squared norms, no observing DDP communication hook; ``trainer.learn.noise_scale.NoiseSampling``),
 interleaved (off, on, off, on, ...) so a noisy neighbour slows both alike: ``cuetrain train`` for 1 rank,
 ``cuetrain local --world-size N`` for N > 1 (one thread per rank, ``common.run_cuetrain_metrics``).
 

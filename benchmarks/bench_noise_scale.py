@@ -1,17 +1,17 @@
 """Does the gradient noise scale predict the steps to a quality at other global batches? (issue 18, item 4)
 
 The advisor turns a measured noise scale ``B_noise`` into time to quality with McCandlish et al.
-2018's ``S(B) = S_min (1 + B_noise / B)`` (``trainer.advise_quality``). This benchmark checks that
+2018's ``S(B) = S_min (1 + B_noise / B)`` (``trainer.advise.quality``). This benchmark checks that
 prediction on real data, in one invocation:
 
 1. **Probe.** The first ``--probe-updates`` updates of the batch-8 run measure ``B_simple`` as the
-   1-rank trainer does (``trainer.noise_scale.GradNoise``: each batch split in two halves, the first
+   1-rank trainer does (``trainer.learn.noise_scale.GradNoise``: each batch split in two halves, the first
    half's gradient is ``G_small``, the whole batch's ``G_big``; smoothed over ~100 updates).
 2. **Runs.** The v1 network (``--architecture``, default v1; small, L1 loss, Adam or ``--optimizer muon``) trains on
    carphone (every 6th frame held out, as ``cuetrain demo``; ``--clip bikes-blur-noise`` for
    bench_time_to_quality's second clip, with a ``--target-db`` of its own) at global batches 8, 32 and 128, made
    exactly as ``COPYCAT_SYNC_INTERVAL`` k = 1, 4, 16 makes them: k micro-batches of 8 crops
-   accumulated into one update (``trainer.train``'s ``no_sync`` accumulation). The learning rate is
+   accumulated into one update (``trainer.learn.train``'s ``no_sync`` accumulation). The learning rate is
    held constant after a short warmup (so the schedule's length does not decide the step counts) and
    scaled with the batch by ``--lr-rule``: ``linear`` (Goyal et al. 2017), ``sqrt`` (the trainer's
    default, the square-root rule for Adam, Malladi et al. 2022, "On the SDEs and Scaling Rules for
@@ -28,7 +28,7 @@ prediction on real data, in one invocation:
    prediction error is printed too.
 
 5. **The quality probe** (``--quality-probe``): ``cuetrain advise --quality-probe``'s measurement
-   (``trainer.critical_batch``: batches 8, 32 and 128 from the same weights, the bigger ones to the batch-8 run's
+   (``trainer.advise.critical_batch``: batches 8, 32 and 128 from the same weights, the bigger ones to the batch-8 run's
    level) per seed, and its prediction in the same S(B) against the measured medians. ``--measured JSON`` takes
    the held-out runs from an earlier ``--json`` of the same settings instead of training them (they are
    deterministic on a CPU), so that only the probes run; ``--torch-init`` builds v3 without SkipInit, as every
@@ -58,18 +58,18 @@ import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 from bench_time_to_quality import heldout_psnr, input_psnr, load_clip, load_extracted, write_json
 
-from trainer.advise_quality import fit_steps_curve, steps_to_quality
-from trainer.config import OPTIMIZERS, TrainConfig
-from trainer.critical_batch import QualityProbe, measure_critical_batch
-from trainer.data import CropSampler
-from trainer.model import build_model
-from trainer.noise_scale import GradNoise, parameter_grads, squared_norm
-from trainer.optim import MuonAdam
+from trainer.advise.quality import fit_steps_curve, steps_to_quality
+from trainer.core.config import OPTIMIZERS, TrainConfig
+from trainer.advise.critical_batch import QualityProbe, measure_critical_batch
+from trainer.data.crops import CropSampler
+from trainer.learn.model import build_model
+from trainer.learn.noise_scale import GradNoise, parameter_grads, squared_norm
+from trainer.learn.optim import MuonAdam
 
 MICRO = 8  # crops per micro-batch: the demo's global batch
 BATCHES = (8, 32, 128)
 BASE_LR = 2e-3  # v1's peak lr at batch 8 (trainer.demo.DEMO_TRAIN_ARGS)
-WARMUP = 20  # updates, linear from lr/10 (trainer.schedule.lr_at's warmup)
+WARMUP = 20  # updates, linear from lr/10 (trainer.learn.schedule.lr_at's warmup)
 CROP = 64
 
 
@@ -129,11 +129,11 @@ class Setup:
     target: float  # held-out gain to reach [dB]
     probe_updates: int
     device: torch.device
-    architecture: str  # trainer.model's network (v1: the one of docs/scaling.md's table)
+    architecture: str  # trainer.learn.model's network (v1: the one of docs/scaling.md's table)
     base_lr: float  # peak learning rate at batch 8 [1]
     beta2: float = 0.999  # Adam's second-moment decay (the trainer's --adam-beta2 default; the demo's is 0.9) [1]
-    skip_init: bool | None = None  # trainer.model.build_model's (None: the trainer's, SkipInit for v3 since stop 35)
-    optimizer: str = "adam"  # the trainer's --optimizer: adam or muon (trainer.optim.MuonAdam, the demo's)
+    skip_init: bool | None = None  # trainer.learn.model.build_model's (None: the trainer's, SkipInit for v3 since stop 35)
+    optimizer: str = "adam"  # the trainer's --optimizer: adam or muon (trainer.learn.optim.MuonAdam, the demo's)
 
 
 def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float | None = None) -> RunResult:
@@ -159,7 +159,7 @@ def run(batch: int, rule: str, seed: int, cap: int, s: Setup, probe_noise: float
         for _ in range(k):
             b = sampler.batch(micro)
             micro += 1
-            if noise is not None:  # one rank, k = 1: two halves, the first half is G_small (trainer.train)
+            if noise is not None:  # one rank, k = 1: two halves, the first half is G_small (trainer.learn.train)
                 half = MICRO // 2
                 (net(b.input[:half]) - b.target[:half]).abs().mean().mul(0.5).backward()
                 noise.observe_small(squared_norm(parameter_grads(net)) * 4.0)  # the first half's mean gradient
@@ -236,7 +236,7 @@ def table(rule: str, results: list[RunResult]) -> list[str]:
 
 
 def quality_probe(seed: int, rule: str, s: Setup, factors: tuple[int, ...]) -> QualityProbe:
-    """``cuetrain advise --quality-probe``'s measurement (``trainer.critical_batch``) for ``seed``, in fp32 on the
+    """``cuetrain advise --quality-probe``'s measurement (``trainer.advise.critical_batch``) for ``seed``, in fp32 on the
     training frames: batches 8 and 32 from the runs' initial weights (the same seed and ``s.skip_init``)."""
     cfg = TrainConfig(input_dir=".", target_dir=".", run_dir=".", architecture=s.architecture, lr=s.base_lr,
                       adam_beta2=s.beta2, optimizer=s.optimizer, precision="fp32",
@@ -254,7 +254,7 @@ def probe_table(results: list[RunResult], probes: dict[int, QualityProbe]) -> li
     s8 = _median([at[MICRO, sd].updates_to_target for sd in seeds if (MICRO, sd) in at])
     b_crit = statistics.median([probes[sd].critical_batch for sd in seeds])
     first = probes[seeds[0]]
-    lines = [f"quality probe (trainer.critical_batch: batches {'/'.join(map(str, first.batches))} to one eval loss), "
+    lines = [f"quality probe (trainer.advise.critical_batch: batches {'/'.join(map(str, first.batches))} to one eval loss), "
              "B_noise per seed " + ", ".join(f"{probes[sd].critical_batch:.1f}" for sd in seeds)
              + f" crops (median {b_crit:.1f}; updates "
              + ", ".join("/".join(f"{u:.0f}" for u in probes[sd].updates) for sd in seeds)
@@ -295,7 +295,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--lr-rule", default="sqrt,noise", help="comma-separated: linear, sqrt, noise (default "
                    "sqrt,noise)")
-    p.add_argument("--architecture", default="v1", help="trainer.model network (default v1, as docs/scaling.md)")
+    p.add_argument("--architecture", default="v1", help="trainer.learn.model network (default v1, as docs/scaling.md)")
     p.add_argument("--base-lr", type=float, default=BASE_LR, help=f"peak lr at batch 8 (default {BASE_LR}: the "
                    "demo's --lr; the trainer's own default for the small model is 1e-3)")
     p.add_argument("--beta2", type=float, default=0.999, help="Adam's second-moment decay (default 0.999, the "
@@ -311,9 +311,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, help="also write the runs there (docs/noise_scale_validation*.json)")
     p.add_argument("--quality-probe", action="store_true", help="also run cuetrain advise --quality-probe's "
-                   "two-batch probe (trainer.critical_batch) per seed and compare its prediction")
+                   "two-batch probe (trainer.advise.critical_batch) per seed and compare its prediction")
     p.add_argument("--probe-factors", default="4,16", help="the quality probe's bigger batches as multiples of 8 "
-                   "(default 4,16: trainer.critical_batch.FACTORS)")
+                   "(default 4,16: trainer.advise.critical_batch.FACTORS)")
     p.add_argument("--measured", type=Path, help="take the runs at batches 8, 32 and 128 from this JSON (an earlier "
                    "--json of the same settings) instead of training them: with --quality-probe, only the probes run")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="the trainer's --optimizer "

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import trainer.model as model_module  # noqa: E402
-from trainer.config import DEFAULT_ARCHITECTURE  # noqa: E402
+import trainer.learn.model as model_module  # noqa: E402
+from trainer.core.config import DEFAULT_ARCHITECTURE  # noqa: E402
 
 
 def old_pad(x: torch.Tensor, multiple: int) -> torch.Tensor:

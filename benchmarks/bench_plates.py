@@ -5,7 +5,7 @@
 
 (a) Crop sources: one 64 px crop of a 4K plate through OpenImageIO's ImageCache on the file server's ZIP
     EXRs (scanline and tiled), through ImageCache on an uncompressed tiled EXR on local disk, from the
-    host copy (``trainer.hostcache``: pread, and tiles kept in memory), and by today's in-memory gather:
+    host copy (``trainer.data.hostcache``: pread, and tiles kept in memory), and by today's in-memory gather:
     median microseconds per crop, RSS growth and bytes read (``/proc/self/io`` rchar). One process each.
 (b) Peak RSS per rank and of the process tree (``/proc/PID/stat`` rss, RQD's measure, polled every 0.2 s),
     ``cuetrain local --world-size 2 --steps 10``: 30 2K pairs, 24 / 100 / 200 4K pairs; before where it
@@ -41,7 +41,7 @@ import psutil
 from common import ROOT, images_per_s, read_rows
 
 import plates
-from trainer.procstat import stat_rss_bytes
+from trainer.core.procstat import stat_rss_bytes
 
 GiB = 2**30
 SHOTS = {"2k_scan_30": "30 2K pairs", "4k_scan_24": "24 4K pairs", "4k_scan_100": "100 4K pairs",
@@ -144,7 +144,7 @@ def _source_child(kind: str, files: list[str], cache_mb: int, crops: int, out: s
     """One process timing ``crops`` random 64 px crops from ``kind`` (module doc (a))."""
     import numpy as np
 
-    from trainer.procstat import io_counters
+    from trainer.core.procstat import io_counters
     rng = np.random.default_rng(0)
     c, (w, h) = 64, plates.UHD4K
     coords = [(int(rng.integers(len(files))), int(rng.integers(h - c + 1)), int(rng.integers(w - c + 1)))
@@ -173,14 +173,14 @@ def _reader(kind: str, files: list[str], cache_mb: int):
     if kind == "gather":
         import torch
 
-        from trainer.images import load_pairs, FramePair
+        from trainer.data.images import load_pairs, FramePair
         frames = load_pairs([FramePair(0, Path(f), Path(f)) for f in files])
         stack = torch.from_numpy(np.stack([a for a, _ in frames]))
         ramp = torch.arange(64)
         return lambda i, y, x, c: stack[(torch.tensor([[[i]]]), (y + ramp)[None, :, None], (x + ramp)[None, None, :])]
-    from trainer.colour import ColourSpec
-    from trainer.hostcache import HostCache
-    from trainer.shot import list_shot
+    from trainer.data.colour import ColourSpec
+    from trainer.data.hostcache import HostCache
+    from trainer.data.shot import list_shot
     shot = list_shot(str(Path(files[0]).parent), str(Path(files[0]).parent))
     cache = HostCache(tempfile.mkdtemp(dir=os.environ.get("BENCH_SCRATCH")), shot, ColourSpec(), cache_mb)
     cache.build()
@@ -238,7 +238,7 @@ def memory(root: Path, before: Path, shots: list[str]) -> None:
         shot = root / name
         size = shot_bytes(shot)
         variants = [("before", before, ()), ("after", None, ())]
-        if name == "4k_scan_24":  # the trainer process alone (trainer/rankmemory.py PROCESS_MB)
+        if name == "4k_scan_24":  # the trainer process alone (trainer/core/rankmemory.py PROCESS_MB)
             variants.append(("after, --data-cache-mb 0", None, ("--data-cache-mb", "0")))
         for label, code, extra in variants:
             if label == "before" and name not in BEFORE_FITS:

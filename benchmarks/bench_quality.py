@@ -24,7 +24,7 @@ import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 
 from trainer.demo import DEMO_STEPS, DEMO_TRAIN_ARGS, extract, holdout_psnr, train_demo
-from trainer.precision import cpu_has_fast_bf16
+from trainer.learn.precision import cpu_has_fast_bf16
 
 
 def default_precisions() -> list[str]:

@@ -3,7 +3,7 @@
 Each variant trains through :func:`bench_time_to_quality.train_recipe` (the same crops, seed, schedule code,
 EMA and held-out evaluation as the time-to-quality benchmark), one after the other in this process, and
 prints its held-out gain [dB] against training seconds. The variant networks are registered here only
-(``VARIANT_SIZES``, added to ``trainer.model.MODEL_SIZES_V2`` at run time); three options the trainer does not
+(``VARIANT_SIZES``, added to ``trainer.learn.model.MODEL_SIZES_V2`` at run time); three options the trainer does not
 have are applied here (:class:`Variant`): ``clip`` (gradient-norm clipping before each Adam step, value in L2
 norm) and ``transpose`` (crops also transposed: all 8 dihedral views). SkipInit (every residual block's second
 convolution zero-initialised: De & Smith 2020; variants named ``z``), the loss, Adam's betas and the optimizer
@@ -40,9 +40,9 @@ import torch
 import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
-from trainer import model as model_mod
-from trainer.data import CropBatch, CropSampler
-from trainer.model import ModelConfigV2
+from trainer.learn import model as model_mod
+from trainer.data.crops import CropBatch, CropSampler
+from trainer.learn.model import ModelConfigV2
 
 #: Variant networks (v2 structure): ``w48`` 1.27 M parameters, ``w40d`` 0.94 M, ``s1`` = no space-to-depth stem;
 #: ``fre`` (1.04 M) is :class:`FullResEnds`. Stop 33's v3 variants (stem 1): ``v3l3`` a third level (1.02 M),
@@ -101,7 +101,7 @@ class Variant:
 
 
 class TransposingSampler(CropSampler):
-    """``trainer.data.CropSampler`` whose crops (square: (b, 3, c, c)) are transposed (H <-> W) with probability
+    """``trainer.data.crops.CropSampler`` whose crops (square: (b, 3, c, c)) are transposed (H <-> W) with probability
     1/2 each, drawn from (seed, step) so that every run sees the same views."""
 
     def __init__(self, *args, seed: int = 0, **kwargs) -> None:  # noqa: ANN002, ANN003 - CropSampler's

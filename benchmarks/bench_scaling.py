@@ -1,7 +1,7 @@
 """Scaling benchmarks (issue: how many machines), printed as figures and ratios measured in one run.
 
 (c) gradient bytes per step by sync interval and compression, counted through a DDP comm hook
-    (``trainer.compression.counting_hook``) in a real 2-rank ``trainer.train`` gang, next to the
+    (``trainer.dist.compression.counting_hook``) in a real 2-rank ``trainer.learn.train`` gang, next to the
     advisor's formula (``sync_payload``);
 (d) rank-0 output overhead: median step time (per log window) with a contact sheet and a
     checkpoint every 10 steps, at the defaults (100 / 250), and never; 1 rank, interleaved;
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from common import demo_data, interleaved, make_free_ports, run_cuetrain_metrics, window_step_times
 
-from trainer.compression import POWERSGD_START_ITER, sync_payload
+from trainer.dist.compression import POWERSGD_START_ITER, sync_payload
 
 KINDS = ("none", "fp16", "powersgd")
 INTERVALS = (1, 2, 4, 8)
@@ -38,17 +38,17 @@ def _bytes_rank(rank: int, ports: list[int], data: tuple[str, str], tmp: str, qu
     """One rank: train every (compression, interval) with a counting hook; report the counts."""
     import torch
 
-    from trainer import compression
-    from trainer.config import TrainConfig
-    from trainer.envvars import DistEnv
-    from trainer.train import train
+    from trainer.dist import compression
+    from trainer.core.config import TrainConfig
+    from trainer.core.envvars import DistEnv
+    from trainer.learn.train import train
 
     torch.set_num_threads(1)
     sys.stdout = open(os.devnull, "w")  # the loop's [Step:N/M] lines; the counts go through the queue
     register = compression.register_hook
     counters: list[compression.CommCounter] = []
 
-    def counted(model, kind):  # what trainer.train._wrap calls, with a counter added
+    def counted(model, kind):  # what trainer.learn.train._wrap calls, with a counter added
         counters.append(compression.CommCounter())
         return register(model, kind, counters[-1])
 
@@ -66,7 +66,7 @@ def _bytes_rank(rank: int, ports: list[int], data: tuple[str, str], tmp: str, qu
 
 
 def bytes_section(data: tuple[Path, Path], tmp: Path) -> list[str]:
-    from trainer.model import build_model
+    from trainer.learn.model import build_model
 
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue()
@@ -132,8 +132,8 @@ def gpu_section(data: tuple[Path, Path], tmp: Path) -> list[str]:
 
     if not torch.cuda.is_available():
         return ["(e) GPU: skipped (no CUDA device)"]
-    from trainer.advise import measure_link, run_probe
-    from trainer.config import TrainConfig
+    from trainer.advise.advisor import measure_link, run_probe
+    from trainer.core.config import TrainConfig
 
     out = [f"(e) GPU: {torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} device(s)"]
     for size in ("small", "medium", "large"):

@@ -1,4 +1,4 @@
-"""Cost of the per-step stop vote (trainer.stop.GangStop) on 2 gloo ranks over loopback.
+"""Cost of the per-step stop vote (trainer.dist.stopvote.GangStop) on 2 gloo ranks over loopback.
 
     .venv/bin/python benchmarks/bench_stop.py [--steps 2000] [--work-ms 5] [--repeats 3]
 
@@ -24,8 +24,8 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.ports import free_port  # noqa: E402
-from trainer.stop import GangStop, StopSignal  # noqa: E402
+from trainer.core.ports import free_port  # noqa: E402
+from trainer.dist.stopvote import GangStop, StopSignal  # noqa: E402
 
 
 PARAMETERS = 169_843  # --model-size small

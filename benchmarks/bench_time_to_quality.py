@@ -8,10 +8,10 @@ training clock. The output is a table (stdout and ``docs/time_to_quality.md``) a
 
 Recipes:
 - ``v1``: the recipe as it landed at c47904a, frozen: ``--architecture v1 --model-size small``, Adam,
-  L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.schedule.lr_at``),
+  L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.learn.schedule.lr_at``),
   3000 steps (``trainer.demo.DEMO_TRAIN_ARGS``). Every other figure is a ratio against it.
 - ``v3z-ema-mu``: the default recipe (``cuetrain demo``'s) since stop 37: ``v3z-ema-b9`` with Muon (Jordan et
-  al. 2024) updating every convolution but the first and last (``--optimizer muon``, ``trainer.optim``);
+  al. 2024) updating every convolution but the first and last (``--optimizer muon``, ``trainer.learn.optim``);
   ``v3z-ema-b89`` (Adam's first-moment decay 0.8, ``--adam-beta1 0.8``) beside it.
 - ``v3z-ema-b9``: the default recipe from stop 35 to 36: ``v3-ema`` with every residual block starting as the
   identity (SkipInit, the v3 network's init now) and Adam's second-moment decay 0.9 (NAFNet's).
@@ -27,7 +27,7 @@ Clips:
   so the second degradation is deterministic and unlike H.264 blocking.
 
 Every recipe trains in the same loop: one process, ``torch.set_num_threads(--threads)``, crops from
-``trainer.data.CropSampler`` (the trainer's crops and flips), the trainer's precision (``--precision auto``
+``trainer.data.crops.CropSampler`` (the trainer's crops and flips), the trainer's precision (``--precision auto``
 resolves to bf16 on CPUs with AVX512-BF16, fp32 elsewhere; evaluation is always fp32, as export is).
 It is not the DDP trainer; the per-step overhead outside forward/backward is the same for all recipes
 (``Recipe.fused`` aside).
@@ -59,14 +59,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainer.data import CropSampler, per_crop_l1
+from trainer.data.crops import CropSampler, per_crop_l1
 from trainer.demo import HOLDOUT_EVERY, _decode, clip_path
-from trainer.ema import EMA_WARMUP, WeightEMA
-from trainer.infer import psnr
-from trainer.model import build_model, count_parameters
-from trainer.optim import MuonAdam
-from trainer.precision import resolve_precision
-from trainer.schedule import lr_at
+from trainer.learn.ema import EMA_WARMUP, WeightEMA
+from trainer.export.infer import psnr
+from trainer.learn.model import build_model, count_parameters
+from trainer.learn.optim import MuonAdam
+from trainer.learn.precision import resolve_precision
+from trainer.learn.schedule import lr_at
 
 DOCS = common.ROOT / "docs"
 
@@ -76,24 +76,24 @@ class Recipe:
     """One training recipe.
 
     Attributes:
-        architecture, size: the network (``trainer.model.build_model``).
+        architecture, size: the network (``trainer.learn.model.build_model``).
         steps: training steps at --scale 1 [steps].
         batch: crops per step [crops]; crop: crop side [pixels].
         lr: peak Adam learning rate [1]; warmup: warmup updates at --scale 1 (cosine only) [updates].
-        schedule: ``cosine`` (v1: ``trainer.schedule.lr_at``) or ``onecycle`` (Smith & Topin 2019: 30% linear
+        schedule: ``cosine`` (v1: ``trainer.learn.schedule.lr_at``) or ``onecycle`` (Smith & Topin 2019: 30% linear
             rise from lr/25, cosine fall to lr/1e4).
         loss: ``l1`` (v1), ``charbonnier`` (sqrt(d^2 + 1e-6), Charbonnier et al. 1994; as in NAFNet's tables),
             ``mse`` or ``psnr`` (10 log10 of each crop's MSE + 1e-8: NAFNet's PSNRLoss, Chen et al. 2022).
         ema: decay of the exponential moving average of the weights used for evaluation, 0 = none [1].
-        ema_warmup: k of the EMA's warm-up decay (1 + n) / (k + n) (``trainer.ema.WeightEMA``) [1].
+        ema_warmup: k of the EMA's warm-up decay (1 + n) / (k + n) (``trainer.learn.ema.WeightEMA``) [1].
         fused: Adam's fused implementation (the trainer's since stop 33) instead of torch's default foreach
             one: the same update, ~2% less time a step on a 2-core CPU (benchmarks/bench_adam.py).
         beta2: Adam's second-moment decay [1]: 0.999 (Kingma & Ba; the trainer's default, v1 and every recipe
             before stop 35) or 0.9 (NAFNet's; ``cuetrain demo``'s ``--adam-beta2`` since stop 35).
         beta1: Adam's first-moment decay [1]: 0.9 (Kingma & Ba; the trainer's) unless a screen names another.
-        optimizer: ``adam`` or ``muon``: the trainer's ``--optimizer`` (``trainer.optim.MuonAdam``: Muon for the
+        optimizer: ``adam`` or ``muon``: the trainer's ``--optimizer`` (``trainer.learn.optim.MuonAdam``: Muon for the
             hidden convolutions, Adam with these betas for the rest, one lr; Adam fused with it).
-        skip_init: every residual block starts as the identity (``trainer.model.zero_residual_branches``; the v3
+        skip_init: every residual block starts as the identity (``trainer.learn.model.zero_residual_branches``; the v3
             network's init since stop 35); False = torch's init, as every recipe before stop 35 trained.
     """
 
@@ -124,7 +124,7 @@ RECIPES: dict[str, Recipe] = {
     "v1-crop96": Recipe("v1", "small", 1350, crop=96),  # ~same pixels as v1: 2.25x the crop area, 0.45x steps
     # v1's model with the schedule and EMA that won on carphone: inference cost stays v1's exactly
     "v1-1cycle-ema": Recipe("v1", "small", 3000, schedule="onecycle", ema=0.999),
-    # v3: v2's blocks with v1's full-resolution first level (trainer.model); v1's schedule, with and without EMA
+    # v3: v2's blocks with v1's full-resolution first level (trainer.learn.model); v1's schedule, with and without EMA
     "v3": Recipe("v3", "small", 3000),
     "v3-ema": Recipe("v3", "small", 3000, ema=0.999, fused=True),  # the trainer's defaults until stop 35
     # cuetrain demo's recipe from stop 35 to 36: v3-ema with SkipInit (v3's init now) and Adam's beta2 0.9 (NAFNet's)
@@ -158,7 +158,7 @@ def load_clip(name: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tupl
 def load_extracted(folder: Path) -> tuple[list, list]:
     """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 from a folder ``trainer.demo.extract`` wrote (e.g. a
     clip carried to a GPU machine as PNGs instead of decoded there)."""
-    from trainer.images import pair_frames, read_image
+    from trainer.data.images import pair_frames, read_image
 
     def pairs(sub: str) -> list:  # float32, not load_pairs' float16: the held-out PSNR is taken on these
         return [(read_image(p.input), read_image(p.target)) for p in pair_frames(folder / sub / "input",
@@ -198,7 +198,7 @@ def lr_for(r: Recipe, update: int, total: int, warmup: int) -> float:
 
 
 def per_crop_loss(r: Recipe, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """(B, 3, h, w) float32 pair -> (B,) loss per crop: the trainer's L1 (``trainer.data.per_crop_l1``),
+    """(B, 3, h, w) float32 pair -> (B,) loss per crop: the trainer's L1 (``trainer.data.crops.per_crop_l1``),
     Charbonnier, MSE or PSNR (``Recipe.loss``)."""
     d = out - target
     if r.loss == "charbonnier":

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 from common import demo_data, interleaved, median, run_bare, run_cuetrain
 
-from trainer.config import TrainConfig
-from trainer.precision import resolve_precision
+from trainer.core.config import TrainConfig
+from trainer.learn.precision import resolve_precision
 
 
 def main() -> None:

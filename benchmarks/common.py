@@ -20,7 +20,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainer.ports import free_port  # noqa: E402
+from trainer.core.ports import free_port  # noqa: E402
 
 
 def child_pythonpath() -> str:

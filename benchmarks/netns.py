@@ -5,7 +5,7 @@ A stand-in for two farm hosts on a slow link: each rank runs in its own namespac
 filter (``tc qdisc ... tbf``) on both ends caps the rate. Only addresses inside the namespaces
 created here are used (10.77.231.1 and 10.77.231.2); everything is deleted on exit. The ranks get
 no ``COPYCAT_LOCAL_ADDR``: each picks the interface that routes to the main address by itself
-(``trainer.netaddr``), as farm frames do.
+(``trainer.core.netaddr``), as farm frames do.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from gui.farm_process import child_environment, cuetrain_command
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BANDWIDTH_GBPS = 10.0  # as trainer.advise_model's default; not imported from there (it may pull in torch)
-# "recommended: 4 rank(s), sync interval 2: 812.3 images/s, ..." (trainer.advise_model.recommendation_line)
+DEFAULT_BANDWIDTH_GBPS = 10.0  # as trainer.advise.costmodel's default; not imported from there (it may pull in torch)
+# "recommended: 4 rank(s), sync interval 2: 812.3 images/s, ..." (trainer.advise.costmodel.recommendation_line)
 _RECOMMENDED = re.compile(r"^[ \t]*recommended:[ \t]*(\d+)[ \t]*ranks?(?:\(s\))?[ \t]*,[ \t]*sync[ _-]interval[ \t]*(\d+)",
                           re.IGNORECASE | re.MULTILINE)
 

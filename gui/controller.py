@@ -20,7 +20,7 @@ from cue_plugin.submit.spec import Farm, FarmError, JobHandle, JobStatus, Traini
 from gui.poller import RunPoller
 from gui.records import TERMINAL_STATES, Run, job_fields, retry_plan
 from gui.workers import Outcome, PollJob, PollUpdate, Task, WorkerSignals, error_text, poll_runs
-from trainer.config import ConfigError
+from trainer.core.config import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ imports only qtpy, pyqtgraph, numpy and cuetrain's pure modules; :class:`Process
 
 and reading one JSON object from stdout (:mod:`cue_plugin.submit.jsonout`). Calls block, so they run on the
 controller's worker threads, never on the GUI thread. ``CUETRAIN_PYTHON`` is read in
-:func:`trainer.envvars.cuetrain_python`; :func:`cuetrain_command` is the one place the GUI turns it into
+:func:`trainer.core.envvars.cuetrain_python`; :func:`cuetrain_command` is the one place the GUI turns it into
 a command (the advisor uses it too).
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 from cue_plugin.submit import jsonout
 from cue_plugin.submit.spec import FarmError, JobHandle, JobStatus, TrainingJob
-from trainer.envvars import cuetrain_python
+from trainer.core.envvars import cuetrain_python
 
 log = logging.getLogger(__name__)
 

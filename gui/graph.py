@@ -17,7 +17,7 @@ METRICS = {
     "Loss": ("loss", "loss", True),
     "Learning rate": ("lr", "learning rate", True),
     "Images/s": ("images_per_s", "images / s", False),
-    # McCandlish et al. 2018's B_simple, smoothed (trainer.noise_scale): the global batch [crops] past
+    # McCandlish et al. 2018's B_simple, smoothed (trainer.learn.noise_scale): the global batch [crops] past
     # which more crops per update stop buying fewer updates
     "Gradient noise scale": ("noise_scale", "noise scale (crops)", True),
 }

@@ -22,7 +22,7 @@ def model_file(run_dir: str) -> str:
 
 
 #: The files a finished run leaves for the artist's hosts: file name -> what it is for (written by
-#: ``trainer.export`` on rank 0, in the run directory).
+#: ``trainer.export.formats`` on rank 0, in the run directory).
 MODEL_FILES: dict[str, str] = {
     "model.pt": "Nuke CatFileCreator (TorchScript)",
     "model_nuke.nk": "ready Nuke script: CatFileCreator -> Inference",

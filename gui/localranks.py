@@ -2,7 +2,7 @@
 
 A farm run's ranks are counted by the farm (``describe``); a local run has no farm, so the Runs panel
 counts its rank processes itself: every process whose command line is a rank's, ``... -m trainer ...
---run-dir DIR`` (``trainer.supervise.TRAINER_COMMAND``, what :mod:`trainer.launch` starts per rank; also
+--run-dir DIR`` (``trainer.agent.supervise.TRAINER_COMMAND``, what :mod:`trainer.agent.launch` starts per rank; also
 ``-m trainer.cli train`` of earlier versions), counts for ``DIR``. Linux only (``/proc``); elsewhere
 nothing is counted and the panel shows ``-/N``. Pure Python: runs on the poll worker.
 """

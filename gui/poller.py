@@ -3,7 +3,7 @@
 Pure Python (numpy, no Qt, no torch) so it runs on a worker thread and in benchmarks. One
 :class:`RunPoller` per run keeps what it has already seen, so a poll reads only what changed:
 
-* ``metrics.jsonl`` through :class:`trainer.rundir.MetricsReader` (only appended bytes; a partial last
+* ``metrics.jsonl`` through :class:`trainer.record.rundir.MetricsReader` (only appended bytes; a partial last
   line waits for its newline);
 * ``contact_sheets/`` is listed again only when the folder's modification time changed;
 * ``run.json`` is read again only when its size or modification time changed.
@@ -21,8 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trainer.rundir import MetricsReader, RunDirError, RunPaths, read_metrics
-from trainer.runrecord import RunRecord, read_record
+from trainer.record.rundir import MetricsReader, RunDirError, RunPaths, read_metrics
+from trainer.record.runrecord import RunRecord, read_record
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class PollResult:
             empty arrays when nothing new arrived.
         reset: ``metrics.jsonl`` started again from the beginning (restarted run); drop old rows.
         new_sheets: contact sheets not reported before, as ``(step, path)`` sorted by step.
-        record: the typed ``run.json`` record (:mod:`trainer.runrecord`) when it changed since the last
+        record: the typed ``run.json`` record (:mod:`trainer.record.runrecord`) when it changed since the last
             poll, else ``None``.
         error: why ``run.json`` could not be read (missing while the run starts, bad JSON), else "".
     """
@@ -95,7 +95,7 @@ _SETTLE_NS = 2_000_000_000
 
 def measured_noise_scale(run_dir: str) -> float | None:
     """The latest gradient noise scale a run measured [crops]: the last finite, positive ``noise_scale`` in
-    ``RUN_DIR/metrics.jsonl`` (already smoothed by the trainer, ``trainer.noise_scale``); None when the
+    ``RUN_DIR/metrics.jsonl`` (already smoothed by the trainer, ``trainer.learn.noise_scale``); None when the
     folder has no metrics or none with a noise scale (a new run, or a run from before it was measured)."""
     paths = RunPaths.of(os.path.expanduser(run_dir.strip())) if run_dir.strip() else None
     if paths is None or not paths.metrics.is_file():

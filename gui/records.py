@@ -17,8 +17,8 @@ import numpy as np
 
 from cue_plugin.submit.spec import JobHandle, JobStatus, TrainingJob
 from gui.poller import METRIC_FIELDS, Columns, empty_columns
-from trainer.config import TrainConfig
-from trainer.runrecord import TERMINAL_STATES, RunRecord
+from trainer.core.config import TrainConfig
+from trainer.record.runrecord import TERMINAL_STATES, RunRecord
 
 #: Rows used to estimate seconds per step for the ETA.
 ETA_WINDOW = 20
@@ -103,7 +103,7 @@ class Run:
             so that a resume can be submitted again; empty for runs added by folder.
         show_graph: plot this run in the Graph area.
         show_sheet: list this run in the Contact Sheet dropdown.
-        record: the latest ``run.json`` record, typed (:mod:`trainer.runrecord`; empty until read).
+        record: the latest ``run.json`` record, typed (:mod:`trainer.record.runrecord`; empty until read).
         status: the latest farm status, if the farm was asked.
         farm_error: why the farm could not be asked ("" when it answered).
         read_error: why ``run.json`` could not be read ("" when it was).
@@ -275,7 +275,7 @@ def resume_job(run: Run) -> TrainingJob:
     Raises:
         ValueError: ``run.json`` holds no config, or the run was not submitted from the GUI so show and
             shot are unknown (the message says what to do).
-        trainer.config.ConfigError, cue_plugin.submit.spec.FarmError: the recorded values are no longer valid.
+        trainer.core.config.ConfigError, cue_plugin.submit.spec.FarmError: the recorded values are no longer valid.
     """
     config = run.record.config
     if not config:
@@ -300,7 +300,7 @@ def retry_plan(run: Run) -> tuple[str, TrainingJob | None]:
 
     Raises:
         ValueError: the run is still going but no farm job is known, or it cannot be resumed.
-        trainer.config.ConfigError, cue_plugin.submit.spec.FarmError: see :func:`resume_job`.
+        trainer.core.config.ConfigError, cue_plugin.submit.spec.FarmError: see :func:`resume_job`.
     """
     if run.handle is not None and not run.is_finished:
         return "retry", None

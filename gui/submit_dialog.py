@@ -25,8 +25,8 @@ from cue_plugin.submit.templates import list_templates, load_template, make_job
 from gui.advisor_view import AdviseRequest, AdvisorView
 from gui.controller import RunsController
 from gui.poller import measured_noise_scale
-from trainer.config import MODEL_SIZES, ConfigError, TrainConfig
-from trainer.rundir import RunPaths
+from trainer.core.config import MODEL_SIZES, ConfigError, TrainConfig
+from trainer.record.rundir import RunPaths
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Synthetic run directories (no trainer, no torch): for GUI tests, the poll benchmark and screenshots.
 
-Everything is written through :mod:`trainer.rundir`, so the layout is the real one: ``run.json``,
+Everything is written through :mod:`trainer.record.rundir`, so the layout is the real one: ``run.json``,
 ``metrics.jsonl`` rows ``{step, loss, lr, images_per_s, wall_s, noise_scale}`` and contact sheets (3 crops as rows x
 input | output | ground truth columns) as PNG files.
 """
@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer.config import TrainConfig
-from trainer.rundir import RunPaths, append_metrics, atomic_write_bytes
-from trainer.runrecord import update_record
+from trainer.core.config import TrainConfig
+from trainer.record.rundir import RunPaths, append_metrics, atomic_write_bytes
+from trainer.record.runrecord import update_record
 
 
 def png_bytes(rgb: np.ndarray) -> bytes:

@@ -16,8 +16,8 @@ from cue_plugin.submit.spec import FarmError, JobHandle, JobStatus
 from gui.localranks import count_local_ranks
 from gui.poller import PollResult, RunPoller
 from gui.records import ran_here
-from trainer.config import ConfigError
-from trainer.rundir import RunDirError
+from trainer.core.config import ConfigError
+from trainer.record.rundir import RunDirError
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ def main(wheel: Path) -> int:
     ops |= {m.decode() for m in _LITERAL.findall(lib)}
     out = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / f"libtorch_{ver}_ops.txt"
     header = [
-        f"# Operators (namespace::name[.overload]) that libtorch {ver} can run; read by trainer/export_compat.py.",
+        f"# Operators (namespace::name[.overload]) that libtorch {ver} can run; read by trainer/export/compat.py.",
         f"# Made by scripts/libtorch_ops_fixture.py from {wheel.name} (torch/version.py git_version {commit}):",
         "# ATen: https://github.com/pytorch/pytorch/blob/"
         f"{commit}/aten/src/ATen/native/native_functions.yaml",

@@ -14,7 +14,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d /tmp/cuetrain-mutant.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$repo" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) | tar -xf - -C "$tmp"
-target=trainer/outputs.py
+target=trainer/learn/run_writer.py
 orig='for step, path in reversed(paths.list_checkpoints()):'
 mutant='for step, path in reversed(paths.list_checkpoints()[:-1] or paths.list_checkpoints()):'
 grep -qF "$orig" "$tmp/$target" || { echo "mutant_resume: '$orig' not found in $target: update this script" >&2; exit 2; }

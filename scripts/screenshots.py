@@ -57,7 +57,7 @@ def runs_panel_while_training(main_run: Path, short_run: Path, steps: int, out: 
         RuntimeError: it did not reach half its steps within ``timeout_s`` seconds, or finished before.
     """
     from gui.screenshots import save_panel_screenshot
-    from trainer.rundir import RunPaths, read_metrics
+    from trainer.record.rundir import RunPaths, read_metrics
 
     cmd = demo_command(main_run, steps)
     proc = subprocess.Popen(cmd, cwd=ROOT)
@@ -97,7 +97,7 @@ def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 3
     dialog.target_edit.setText(str(data_dir / "train" / "target"))
     dialog.run_dir_edit.setText(str(run_dir))
     dialog.advisor.set_expanded(True)
-    dialog.advisor.quality_box.setChecked(True)  # the time-to-quality table too (trainer.critical_batch)
+    dialog.advisor.quality_box.setChecked(True)  # the time-to-quality table too (trainer.advise.critical_batch)
     dialog.show()
     if not dialog.advisor.advise():
         raise RuntimeError(f"the advisor did not start: {dialog.advisor.status.text()}")

@@ -35,7 +35,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture(autouse=True, scope="session")
 def _cpu_bf16(request: pytest.FixtureRequest):
-    """``--cpu-bf16 0|1``: force what ``trainer.precision.cpu_has_fast_bf16`` answers, in this process and (through
+    """``--cpu-bf16 0|1``: force what ``trainer.learn.precision.cpu_has_fast_bf16`` answers, in this process and (through
     ``CUETRAIN_TEST_CPU_BF16`` and ``CHILD_PYTHONPATH``) in every process the tests start, so the suite shows it
     passes with ``--precision auto`` resolving either way without editing product code."""
     forced = request.config.getoption("--cpu-bf16")
@@ -87,7 +87,7 @@ def _garbage_dies_on_the_main_thread(request: pytest.FixtureRequest):
     Why: Python's cyclic GC otherwise frees it later, on whichever thread allocates at that moment: in a later
     test, a gloo worker running a DDP comm hook's callback, a gRPC thread or a trainer's heartbeat thread. Freed
     there, a gloo object aborts ("Resource deadlock avoided", seen once after an in-process run that raised:
-    trainer/train.py) and a Qt object segfaults (tests/gui/conftest.py). Stop 33's CI lost a worker in a test that
+    trainer/learn/train.py) and a Qt object segfaults (tests/gui/conftest.py). Stop 33's CI lost a worker in a test that
     only builds models on the meta device, after in-process training runs (what crashed was not printed:
     tests/faults.py now prints it). Collected here, a test's garbage cannot meet a later test's threads: only
     what a test makes while its own threads run can still be collected on one of them.
@@ -210,7 +210,7 @@ def make_pairs(folder: Path, frames: int = 4, height: int = 40, width: int = 48,
     """
     from skimage import data, transform
 
-    from trainer.images import write_image
+    from trainer.data.images import write_image
 
     photo = transform.resize(data.astronaut(), (height * 2, width * 2), anti_aliasing=True).astype(np.float32)
     rng = np.random.default_rng(7)
@@ -235,7 +235,7 @@ def _skip_onnx_export(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 
 @pytest.fixture(autouse=True)
 def _private_scratch(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Host copies of training shots (trainer.hostcache) go under this session's temporary folder, not /tmp."""
+    """Host copies of training shots (trainer.data.hostcache) go under this session's temporary folder, not /tmp."""
     monkeypatch.setenv("CUETRAIN_SCRATCH", str(tmp_path_factory.getbasetemp() / "scratch"))
 
 

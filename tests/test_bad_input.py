@@ -23,8 +23,8 @@ from cue_plugin.submit import cli as farm_cli
 from cue_plugin.node import frame, layer_failure, rendezvous
 from tests.conftest import CHILD_PYTHONPATH, ROOT
 from trainer import cli
-from trainer.envvars import CueFrameEnv
-from trainer.rundir import RunPaths, read_json
+from trainer.core.envvars import CueFrameEnv
+from trainer.record.rundir import RunPaths, read_json
 
 DIST = ("COPYCAT_MAIN_ADDR", "COPYCAT_MAIN_PORT", "COPYCAT_RANK", "COPYCAT_WORLD_SIZE", "COPYCAT_LOCAL_ADDR",
         "COPYCAT_SYNC_INTERVAL", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUETRAIN_GANG_TOKEN")
@@ -110,7 +110,7 @@ def test_read_only_run_dir_names_the_folder(pairs, tmp_path, clean_env, capsys):
 def test_run_dir_without_write_permission(pairs, tmp_path, clean_env, capsys):
     run = tmp_path / "run"
     real_access = os.access
-    clean_env.setattr("trainer.rundir.os.access",
+    clean_env.setattr("trainer.record.rundir.os.access",
                       lambda path, mode, **kw: False if str(path) == str(run) else real_access(path, mode, **kw))
     code, err = run_main(cli.main, train_argv(pairs, run), capsys)
     assert code == 2 and f"run directory {run} is not writable; fix its permissions or choose another --run-dir" in err
@@ -161,7 +161,7 @@ def test_bad_data_writes_no_run_json(pairs, tmp_path, clean_env, capsys, damage,
         for f in pairs[1].iterdir():
             f.unlink()
     else:
-        from trainer.images import write_image
+        from trainer.data.images import write_image
 
         img = np.full((40, 48, 3), 0.5, np.float32)
         img[3, 4] = np.nan

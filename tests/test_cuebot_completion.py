@@ -105,7 +105,7 @@ def test_the_job_spec_retry_limit_is_bounded_like_cuebots_jobspec(tmp_path):
     from cue_plugin.submit.builder import dry_run
     from cue_plugin.submit.spec import TrainingJob
     from tests.cuebot.jobspec import parse_spec
-    from trainer.config import TrainConfig
+    from trainer.core.config import TrainConfig
 
     train = TrainConfig(input_dir="/in", target_dir="/gt", run_dir=str(tmp_path / "run"))
     spec = dry_run(TrainingJob(train, 2, "show", "sh010", "artist", max_retries=3))
@@ -179,7 +179,7 @@ def test_the_retry_cap_is_a_facility_setting(tmp_path):
     from cue_plugin.submit.builder import dry_run
     from cue_plugin.submit.spec import TrainingJob
     from tests.cuebot.jobspec import parse_spec
-    from trainer.config import TrainConfig
+    from trainer.core.config import TrainConfig
 
     train = TrainConfig(input_dir="/in", target_dir="/gt", run_dir=str(tmp_path / "run"))
     spec = dry_run(TrainingJob(train, 2, "show", "sh010", "artist", max_retries=3))

@@ -1,12 +1,12 @@
 """``python -m trainer TRAIN_ARGS``: one rank of a gang; how every rank process starts.
 
-Both rank supervisors start ranks through :data:`trainer.supervise.TRAINER_COMMAND` with the train
+Both rank supervisors start ranks through :data:`trainer.agent.supervise.TRAINER_COMMAND` with the train
 arguments appended: a farm frame's node agent (``cue_plugin.node.frame``) and ``cuetrain local``
-(:mod:`trainer.launch`). It runs ``cuetrain train TRAIN_ARGS`` (:mod:`trainer.cli`): the same parsing,
-errors, failure record (trainer/rankfailure.py) and exit codes (trainer/exitcodes.py). One fixed command
+(:mod:`trainer.agent.launch`). It runs ``cuetrain train TRAIN_ARGS`` (:mod:`trainer.cli`): the same parsing,
+errors, failure record (trainer/record/rankfailure.py) and exit codes (trainer/core/exitcodes.py). One fixed command
 line also lets the Runs panel find a local run's ranks in ``/proc`` (``gui/localranks.py``).
 
-The process ends through :func:`trainer.exitcodes.exit_rank`, without interpreter finalization (see there).
+The process ends through :func:`trainer.core.exitcodes.exit_rank`, without interpreter finalization (see there).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from trainer.exitcodes import exit_rank
+from trainer.core.exitcodes import exit_rank
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from trainer.config import PRECISIONS, ConfigError, add_train_arguments, config_from_args
-from trainer.rankfailure import record_failure
+from trainer.core.config import PRECISIONS, ConfigError, add_train_arguments, config_from_args
+from trainer.record.rankfailure import record_failure
 
 log = logging.getLogger("cuetrain")
 
@@ -23,10 +23,10 @@ FARM_COMMANDS = ("submit", "status", "cancel", "retry", "submit-infer")
 
 def _errors() -> tuple[type[BaseException], ...]:
     """Exceptions that are bad input or an unreachable service: printed as one line, exit code 2 (or the
-    exception's ``exit_code``: ``trainer.shot.ShotChanged`` exits 80)."""
-    from trainer.envvars import EnvError
-    from trainer.images import DataError
-    from trainer.rundir import RunDirError
+    exception's ``exit_code``: ``trainer.data.shot.ShotChanged`` exits 80)."""
+    from trainer.core.envvars import EnvError
+    from trainer.data.images import DataError
+    from trainer.record.rundir import RunDirError
 
     errors: list[type[BaseException]] = [ConfigError, EnvError, DataError, RunDirError]
     try:
@@ -39,7 +39,7 @@ def _errors() -> tuple[type[BaseException], ...]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, whose usage errors (exit 2) also go to the rank's failure record (trainer.rankfailure)."""
+    """argparse, whose usage errors (exit 2) also go to the rank's failure record (trainer.record.rankfailure)."""
 
     def error(self, message: str):  # type: ignore[no-untyped-def]  # NoReturn
         record_failure(2, SystemExit(2), message)
@@ -78,33 +78,33 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _setup_logging() -> None:
-    from trainer.envvars import EnvError, read_dist_env
+    from trainer.core.envvars import EnvError, read_dist_env
 
     try:
         rank = read_dist_env().rank
     except EnvError:
         rank = 0
-    from trainer.logsetup import configure_logging  # third-party loggers at WARNING, ours at INFO
+    from trainer.core.logsetup import configure_logging  # third-party loggers at WARNING, ours at INFO
 
     configure_logging(f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s")
 
 
 def _run(ns: argparse.Namespace) -> int:
     if ns.command == "train":
-        from trainer.train import train
-        from trainer.tuning import tune_allocator
+        from trainer.learn.train import train
+        from trainer.core.allocator import tune_allocator
 
         tune_allocator()
         train(config_from_args(ns))
         return 0
     if ns.command == "local":
-        from trainer.launch import launch_local
+        from trainer.agent.launch import launch_local
 
         cfg = config_from_args(ns)
         return launch_local(cfg.to_argv(), ns.world_size, cfg.run_dir, sync_interval=ns.sync_interval,
                             max_restarts=ns.max_restarts)
     if ns.command == "infer":
-        from trainer.infer import infer_sequence
+        from trainer.export.infer import infer_sequence
 
         written = infer_sequence(ns.model, ns.input, ns.output, ns.first, ns.last)
         print(f"wrote {len(written)} frames to {ns.output}")
@@ -128,7 +128,7 @@ def _dispatch(argv: list[str]) -> int | None:
 
         return gui_main(argv[1:])
     if argv and argv[0] == "advise":
-        from trainer.advise import main as advise_main
+        from trainer.advise.advisor import main as advise_main
 
         return advise_main(argv[1:])
     return None
@@ -145,12 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(_parser().parse_args(args))
     except _errors() as exc:
         print(f"cuetrain: error: {exc}", file=sys.stderr)
-        code = int(getattr(exc, "exit_code", 2))  # 2, or e.g. 80 for a shot that changed (trainer.exitcodes)
-        record_failure(code, exc)  # for the node agent (trainer.rankfailure), when a supervisor asked for it
+        code = int(getattr(exc, "exit_code", 2))  # 2, or e.g. 80 for a shot that changed (trainer.core.exitcodes)
+        record_failure(code, exc)  # for the node agent (trainer.record.rankfailure), when a supervisor asked for it
         return code
     except Exception as exc:
-        from trainer.gang import GangError
-        from trainer.stop import StopTraining
+        from trainer.dist.gang import GangError
+        from trainer.dist.stopvote import StopTraining
 
         if isinstance(exc, StopTraining):  # checkpoint written: SIGTERM/SIGINT 75, SIGUSR1 regroup 79 (exitcodes)
             print(f"cuetrain: {exc}", file=sys.stderr)
@@ -164,15 +164,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> NoReturn:
-    """The ``cuetrain`` console script: :func:`main`, ended as a rank ends (:func:`trainer.exitcodes.exit_rank`).
+    """The ``cuetrain`` console script: :func:`main`, ended as a rank ends (:func:`trainer.core.exitcodes.exit_rank`).
 
     ``cuetrain train`` run by hand with the COPYCAT variables is a rank like any other, and its interpreter
     finalization can abort it after it succeeded (exit 134; see ``exit_rank``), so every entry point ends so.
     """
-    from trainer.exitcodes import exit_rank
+    from trainer.core.exitcodes import exit_rank
 
     exit_rank(main)
 
 
-if __name__ == "__main__":  # `python -m trainer.cli`: ends as a rank does (trainer.exitcodes.exit_rank)
+if __name__ == "__main__":  # `python -m trainer.cli`: ends as a rank does (trainer.core.exitcodes.exit_rank)
     console_main()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.images import DataError, find_sequence, read_image, write_image
+from trainer.data.images import DataError, find_sequence, read_image, write_image
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def extract(data_dir: Path) -> DemoData:
 
 def mean_psnr(folder_a: Path, folder_b: Path) -> float:
     """Mean per-frame PSNR [dB] between two sequences paired by frame number."""
-    from trainer.infer import psnr  # torch: imported when used, so `cuetrain local`'s parser does not pay for it
+    from trainer.export.infer import psnr  # torch: imported when used, so `cuetrain local`'s parser does not pay for it
 
     a, b = find_sequence(folder_a), find_sequence(folder_b)
     return float(np.mean([psnr(read_image(a[n]), read_image(b[n])) for n in sorted(b)]))
@@ -96,7 +96,7 @@ def mean_psnr(folder_a: Path, folder_b: Path) -> float:
 
 def train_demo(run_dir: Path, data: DemoData, world_size: int, steps: int, train_args: list[str]) -> int:
     """Train ``world_size`` local ranks on the demo's training frames; returns the gang's exit code."""
-    from trainer.launch import launch_local
+    from trainer.agent.launch import launch_local
 
     argv = ["--input", str(data.train_input), "--target", str(data.train_target), "--run-dir", str(run_dir),
             "--steps", str(steps), *train_args]
@@ -107,7 +107,7 @@ def train_demo(run_dir: Path, data: DemoData, world_size: int, steps: int, train
 def holdout_psnr(run_dir: Path, data: DemoData) -> tuple[float, float]:
     """Infer ``run_dir/model.pt`` on the held-out frames (into ``run_dir/holdout_output``); returns
     the mean PSNR [dB] of the Input and of the output against the Ground Truth."""
-    from trainer.infer import infer_sequence
+    from trainer.export.infer import infer_sequence
 
     out = run_dir / "holdout_output"
     infer_sequence(run_dir / "model.pt", data.holdout_input, out)

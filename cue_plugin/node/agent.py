@@ -1,6 +1,6 @@
 """The frame's node agent policy: the job's restart budget, backoff and elastic window, and its gang record.
 
-The loop itself and the exit-code table are :mod:`trainer.nodeagent` (shared with ``cuetrain local``);
+The loop itself and the exit-code table are :mod:`trainer.agent.nodeagent` (shared with ``cuetrain local``);
 frame 0's role is ``cue_plugin.node.frame_host.HostGang``, the other frames' ``cue_plugin.node.frame_member.MemberGang``.
 
 Every frame of a training layer is a node agent (``cue_plugin.node.frame``), like torchrun's elastic
@@ -29,9 +29,9 @@ import logging
 from dataclasses import dataclass
 
 from cue_plugin.names import DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS
-from trainer import runrecord
-from trainer.recordparts import GangRecord
-from trainer.rundir import RunDirError, RunPaths
+from trainer.record import runrecord
+from trainer.record.sections import GangRecord
+from trainer.record.rundir import RunDirError, RunPaths
 
 log = logging.getLogger("cue_plugin.agent")
 
@@ -82,7 +82,7 @@ class AgentPolicy:
 
 
 def record_gang(paths: RunPaths, record: GangRecord) -> None:
-    """Write ``record`` as ``run.json`` ``gang`` (:func:`trainer.runrecord.write_gang`); an error is logged,
+    """Write ``record`` as ``run.json`` ``gang`` (:func:`trainer.record.runrecord.write_gang`); an error is logged,
     not raised: the record is for people, training goes on."""
     try:
         runrecord.write_gang(paths, record)

@@ -8,7 +8,7 @@
    number); ``--world-size`` is the total number of ranks and must be a multiple of L.
 2. Rendezvous (see :mod:`cue_plugin.node.rendezvous`): frame 0 reserves a port and publishes its main
    address; the other frames wait for a usable publication (exit code 3 after the timeout).
-3. Each rank's trainer runs as a child process (L of them, through :mod:`trainer.supervise`, the
+3. Each rank's trainer runs as a child process (L of them, through :mod:`trainer.agent.supervise`, the
    supervisor ``cuetrain local`` uses too; one failing stops the others),
    ``python -u -m trainer ARGS``, with
    ``COPYCAT_MAIN_ADDR/PORT/RANK/WORLD_SIZE/SYNC_INTERVAL`` and the job token
@@ -29,7 +29,7 @@
    line) and to ``RUN_DIR/logs/rank_N.log``. The exit code is the trainer's (128 + signal number
    when it was killed); 2 = bad arguments, 3 = rendezvous timeout or gang failed, 6 = port
    unavailable, 75 = stopped by SIGTERM with a checkpoint, 127 = the trainer could not be started
-   (the table: trainer/exitcodes.py); after a gang failure only once frame 0's restart budget is spent.
+   (the table: trainer/core/exitcodes.py); after a gang failure only once frame 0's restart budget is spent.
 
 Stale gangs (ranks other than 0). OpenCue retries a failed frame on its own, so a retried rank can
 reach a frame 0 whose old gang is still alive (it needs ~10-15 s to notice the lost rank and exit
@@ -42,7 +42,7 @@ reach the old, dead address), so the trainer is stopped and the frame waits for 
 
 Gang timeout (frame 0). When frame 0's trainer exits 3 and ``run.json`` records ``failure_kind:
 gang_incomplete`` (not every rank joined within ``--gang-timeout-s``, default 600 s;
-trainer.runrecord), frame 0 fails the whole layer instead of letting the frames that did
+trainer.record.runrecord), frame 0 fails the whole layer instead of letting the frames that did
 start hold their GPUs, or OpenCue retry frame 0 into another wait:
 
 a. it replaces its publication with a failure notice (``rendezvous/main.json``, signed with the
@@ -71,21 +71,21 @@ from cue_plugin.node.frame_host import HostGang
 from cue_plugin.node.frame_member import run_member
 from cue_plugin.names import RENDEZVOUS_MODES
 from cue_plugin.node.supervise import GangExit, RankLog, frame_devices, frame_ranks, run_ranks
-from trainer.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
-from trainer.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, read_cue_env, read_dist_env,
+from trainer.core.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
+from trainer.core.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, read_cue_env, read_dist_env,
                              read_farm_env)
-from trainer import runrecord
-from trainer.exitcodes import ExitCode, describe
-from trainer.grace import GRACE
-from trainer.nodeagent import NodeAgent
-from trainer.rundir import RunDirError, RunPaths
-from trainer.supervise import TRAINER_COMMAND, device_envs, rank_envs
+from trainer.record import runrecord
+from trainer.core.exitcodes import ExitCode, describe
+from trainer.core.timeouts import GRACE
+from trainer.agent.nodeagent import NodeAgent
+from trainer.record.rundir import RunDirError, RunPaths
+from trainer.agent.supervise import TRAINER_COMMAND, device_envs, rank_envs
 
 log = logging.getLogger("cue_plugin.frame")  # the frame's records, as in its logs since the first release (RankLog: "cue_plugin")
 
 EXIT_USAGE = ExitCode.USAGE
 WATCH_S = 5.0  # seconds between looks at the publication while the trainer runs
-STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the trainer's default grace (trainer.grace)
+STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the trainer's default grace (trainer.core.timeouts)
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -166,7 +166,7 @@ def train_config(train_args: list[str]) -> TrainConfig:
 def device_env(cue: CueFrameEnv, omp_num_threads: str | None) -> dict[str, str]:
     """GPU and thread variables for a one-rank frame from RQD's reservation (empty when nothing is reserved).
 
-    Frames with more ranks split them (:func:`trainer.supervise.device_envs`)."""
+    Frames with more ranks split them (:func:`trainer.agent.supervise.device_envs`)."""
     return device_envs(frame_devices(cue, omp_num_threads), 1)[0]
 
 
@@ -230,7 +230,7 @@ def _start_trainer(ctx: FrameContext, pub: rendezvous.Publication, *, resume: bo
 
 
 def _run(ctx: FrameContext) -> int:
-    """The frame's node agent (:class:`trainer.nodeagent.NodeAgent`): frame 0 hosts every generation
+    """The frame's node agent (:class:`trainer.agent.nodeagent.NodeAgent`): frame 0 hosts every generation
     (:class:`~cue_plugin.node.frame_host.HostGang`), the other frames join them (``cue_plugin.node.frame_member``)."""
     source = _source(ctx)
     notice = rendezvous.FileSource(ctx.paths.rendezvous)  # frame 0's failure notice, in both modes

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cue_plugin.node.agent import AgentPolicy
-from trainer.envvars import CueFrameEnv, DistEnv, FarmEnv
-from trainer.rundir import RunPaths
+from trainer.core.envvars import CueFrameEnv, DistEnv, FarmEnv
+from trainer.record.rundir import RunPaths
 
 if TYPE_CHECKING:  # the frame's log; None in unit tests of the agent loops, which start no trainer
     from cue_plugin.node.supervise import RankLog
@@ -31,7 +31,7 @@ class FrameContext:
         rendezvous_timeout_s: the longest wait for frame 0's publication [s] (``--rendezvous-timeout``).
         policy: the node agent's restart and elastic policy (``--max-restarts`` ...).
         train_args: the trainer's arguments (after ``--``).
-        trainer_command: the command before ``train_args`` (``trainer.supervise.TRAINER_COMMAND``; tests a stub).
+        trainer_command: the command before ``train_args`` (``trainer.agent.supervise.TRAINER_COMMAND``; tests a stub).
         cue: what RQD told the frame (``CUE_*``).
         farm: the farm-side variables (``CUE_JOB_ID``, ``CUETRAIN_MAIN_HOST``, ``CUEBOT_HOSTS`` ...).
         dist: the distributed variables the trainers inherit (sync interval, local address, gang token).

@@ -1,7 +1,7 @@
 """Frame 0's node agent role: it hosts every gang generation of the job (see ``cue_plugin.node.frame`` and
 ``cue_plugin.node.agent``).
 
-:class:`HostGang` is the :class:`trainer.nodeagent.GangRole` that :class:`~trainer.nodeagent.NodeAgent`
+:class:`HostGang` is the :class:`trainer.agent.nodeagent.GangRole` that :class:`~trainer.agent.nodeagent.NodeAgent`
 runs in frame 0: each generation it gathers the frames (an elastic gang: those that came back), records the
 generation in ``run.json`` ``gang`` (the job's count, so a Cuebot retry of frame 0 continues it), reserves
 rank 0's port and publishes the main address, runs rank 0's trainers and retracts the publication. On a
@@ -20,10 +20,10 @@ from cue_plugin.node.agent import record_gang
 from cue_plugin.node.frame_context import FrameContext
 from cue_plugin.node.frame_member import Start
 from cue_plugin.node.layer_failure import fail_layer, gang_incomplete
-from trainer import runrecord
-from trainer.exitcodes import ExitCode, describe
-from trainer.nodeagent import Ended, Generation, WorkerState, judge_exit
-from trainer.supervise import GangExit
+from trainer.record import runrecord
+from trainer.core.exitcodes import ExitCode, describe
+from trainer.agent.nodeagent import Ended, Generation, WorkerState, judge_exit
+from trainer.agent.supervise import GangExit
 
 log = logging.getLogger("cue_plugin.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
 
@@ -68,7 +68,7 @@ def _grow_watch(ctx: FrameContext, members: tuple[int, ...]) -> Callable[[], int
 
 
 class HostGang:
-    """Frame 0's :class:`~trainer.nodeagent.GangRole`: host, run rank 0, retract; spends the job's budget.
+    """Frame 0's :class:`~trainer.agent.nodeagent.GangRole`: host, run rank 0, retract; spends the job's budget.
 
     Args:
         ctx: the frame's context.

@@ -16,11 +16,11 @@ from typing import Callable
 from cue_plugin.node import membership, rendezvous
 from cue_plugin.node.frame_context import FrameContext
 from cue_plugin.node.rendezvous import GangFinished
-from trainer import runrecord
-from trainer.exitcodes import ExitCode, describe
-from trainer.nodeagent import Ended, Generation, NodeAgent, WorkerState, classify
-from trainer.rundir import RunPaths
-from trainer.supervise import GangExit
+from trainer.record import runrecord
+from trainer.core.exitcodes import ExitCode, describe
+from trainer.agent.nodeagent import Ended, Generation, NodeAgent, WorkerState, classify
+from trainer.record.rundir import RunPaths
+from trainer.agent.supervise import GangExit
 
 log = logging.getLogger("cue_plugin.frame")  # the frame's records (its RankLog handler is on "cue_plugin")
 
@@ -55,12 +55,12 @@ def _member_vet(frame: int, paths: RunPaths, job_id: str, ran: Callable[[], bool
 
 
 class MemberGang:
-    """The :class:`~trainer.nodeagent.GangRole` of frames > 0: wait for frame 0's generation, run this frame's
+    """The :class:`~trainer.agent.nodeagent.GangRole` of frames > 0: wait for frame 0's generation, run this frame's
     trainers (``start``); when the gang fails, regroups or went stale (see ``cue_plugin.node.frame``) wait for frame
     0's next generation instead of exiting. Frame 0 spends the job's restart budget, so this role counts none.
 
     The agent exits 0 when training finished (with or without this frame), else with the code of a failure a
-    restart cannot help (trainer.exitcodes; 3 when frame 0 failed the gang).
+    restart cannot help (trainer.core.exitcodes; 3 when frame 0 failed the gang).
 
     Raises (from ``form``):
         RendezvousError: no usable publication within the rendezvous timeout (exit code 3).

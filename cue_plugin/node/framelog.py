@@ -64,7 +64,7 @@ def unread_bytes(fd: int) -> int | None:
 class PacedLines:
     """Writes text to ``stream`` one line per write, each once the reader has taken the previous one.
 
-    Not thread-safe: callers serialise writes (:class:`trainer.supervise.RankLogs` holds a lock).
+    Not thread-safe: callers serialise writes (:class:`trainer.agent.supervise.RankLogs` holds a lock).
 
     Args:
         stream: a text stream (the frame's ``sys.stdout``).

@@ -2,7 +2,7 @@
 
 RQD runs ``python -u -m cue_plugin.infer_layer --model M --input IN --output OUT --first S --last E`` (that
 entry module calls :func:`main`). The frame maps RQD's reservation to ``CUDA_VISIBLE_DEVICES``/``OMP_NUM_THREADS``
-as training frames do, then becomes ``cuetrain infer`` (``trainer.infer.infer_sequence``).
+as training frames do, then becomes ``cuetrain infer`` (``trainer.export.infer.infer_sequence``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from cue_plugin.node.frame import device_env
-from trainer.envvars import read_cue_env, read_farm_env
+from trainer.core.envvars import read_cue_env, read_farm_env
 
 
 def main(argv: Sequence[str] | None = None) -> int:

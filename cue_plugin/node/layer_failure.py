@@ -12,9 +12,9 @@ from typing import Callable
 
 from cue_plugin.names import TRAIN_LAYER as LAYER_NAME
 from cue_plugin.node import rendezvous
-from trainer import runrecord
-from trainer.envvars import CueFrameEnv
-from trainer.rundir import RunDirError, RunPaths
+from trainer.record import runrecord
+from trainer.core.envvars import CueFrameEnv
+from trainer.record.rundir import RunDirError, RunPaths
 
 log = logging.getLogger("cue_plugin.frame")  # the frame's records: its RankLog handler is on "cue_plugin"
 

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from trainer.rundir import RunDirError, RunPaths, atomic_write_json
+from trainer.record.rundir import RunDirError, RunPaths, atomic_write_json
 
 log = logging.getLogger("cue_plugin.membership")
 

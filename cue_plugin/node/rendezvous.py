@@ -2,7 +2,7 @@
 
 OpenCue starts the frames of a layer one by one, on hosts unknown at submit time, and retries
 them one by one; so frame 0 announces its main address ``host:port`` and the other frames look
-it up. The trainer then forms the gang itself (``trainer.gang``: rank claims, job-token HMAC, gang
+it up. The trainer then forms the gang itself (``trainer.dist.gang``: rank claims, job-token HMAC, gang
 timeout); this module only gets every rank the right ``COPYCAT_MAIN_ADDR``/``COPYCAT_MAIN_PORT``.
 
 The port. Frame 0 reserves it before publishing: a socket bound with ``SO_REUSEADDR`` but not
@@ -14,7 +14,7 @@ second ``SO_REUSEADDR`` program binding the same port in that window (unlikely; 
 fails with "cannot listen" and the frame is retried).
 
 The host frame 0 publishes (and gives its own trainer) is an IP, never its host name, which on
-many farm hosts resolves to loopback (:func:`main_address`, ``trainer.netaddr``): the IP of the
+many farm hosts resolves to loopback (:func:`main_address`, ``trainer.core.netaddr``): the IP of the
 interface that routes to Cuebot, else of the default route, else of the only interface;
 ``CUETRAIN_MAIN_HOST`` overrides.
 
@@ -81,8 +81,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from trainer import netaddr, ports
-from trainer.rundir import RunDirError, atomic_write_json
+from trainer.core import netaddr
+from trainer.core import ports
+from trainer.record.rundir import RunDirError, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ def signed_by(pub: Publication, token: str | None) -> bool:
 
 
 class PortReservation(ports.PortReservation):
-    """:class:`trainer.ports.PortReservation` raising this module's :class:`PortUnavailable` (a
+    """:class:`trainer.core.ports.PortReservation` raising this module's :class:`PortUnavailable` (a
     :class:`RendezvousError`, exit code 6), so the frame handles it with every rendezvous failure."""
 
     error = PortUnavailable
@@ -222,7 +223,7 @@ def accepts_connections(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT
 
 def main_address(override: str | None, cuebot_hosts: tuple[str, ...] | list[str] = ()) -> str:
     """The address frame 0 publishes: ``CUETRAIN_MAIN_HOST`` (``override``) when set, else an IP chosen
-    from this host's interfaces (:func:`trainer.netaddr.choose_main`: route to Cuebot, default route,
+    from this host's interfaces (:func:`trainer.core.netaddr.choose_main`: route to Cuebot, default route,
     only interface), never the host name (it may resolve to loopback). Logs the choice and why.
 
     Raises:
@@ -341,7 +342,7 @@ class FileSource:
 def notify_bad_setting(notice: FileSource, pub: Publication, message: str, token: str | None) -> None:
     """Frame 0, after its trainer refused its settings (exit code 2: a bad address, path or value that a
     retry cannot fix): publish a failure notice with the trainer's error ``message`` (from its failure
-    record, :mod:`trainer.rankfailure`; "" when it wrote none), so the waiting ranks stop at once (exit
+    record, :mod:`trainer.record.rankfailure`; "" when it wrote none), so the waiting ranks stop at once (exit
     code 3) instead of waiting out the rendezvous timeout. Never raises."""
     reason = f"frame 0's trainer refused its settings: {message or 'exit code 2'}"
     try:

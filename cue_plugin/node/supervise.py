@@ -1,6 +1,6 @@
-"""The frame's side of the rank supervisor (:mod:`trainer.supervise`): its log and its ranks.
+"""The frame's side of the rank supervisor (:mod:`trainer.agent.supervise`): its log and its ranks.
 
-A frame runs L = ranks-per-frame trainer processes through :func:`trainer.supervise.run_ranks`, the
+A frame runs L = ranks-per-frame trainer processes through :func:`trainer.agent.supervise.run_ranks`, the
 same supervisor ``cuetrain local`` uses. Output lines go to stdout (the frame log CueGUI shows,
 prefixed ``[rank N]`` when L > 1; paced by :mod:`cue_plugin.node.framelog` so that RQD logs every line)
 and to ``RUN_DIR/logs/rank_N.log``. The frame's own log records go to the log of its first rank.
@@ -13,11 +13,11 @@ import logging
 import sys
 
 from cue_plugin.node.framelog import PacedLines
-from trainer.envvars import CueFrameEnv
-from trainer.rundir import RunPaths
-from trainer.supervise import EXIT_NO_TRAINER, Devices, GangExit, RankLogs, run_ranks
+from trainer.core.envvars import CueFrameEnv
+from trainer.record.rundir import RunPaths
+from trainer.agent.supervise import EXIT_NO_TRAINER, Devices, GangExit, RankLogs, run_ranks
 
-_LOGGERS = ("cue_plugin", "trainer.supervise")  # the frame's own records
+_LOGGERS = ("cue_plugin", "trainer.agent.supervise")  # the frame's own records
 
 __all__ = ["EXIT_NO_TRAINER", "GangExit", "RankLog", "frame_devices", "frame_ranks", "run_ranks"]
 
@@ -25,7 +25,7 @@ __all__ = ["EXIT_NO_TRAINER", "GangExit", "RankLog", "frame_devices", "frame_ran
 class RankLog:
     """The frame's log: lines to stdout (the frame log) and to ``RUN_DIR/logs/rank_N.log`` of its first rank.
 
-    :attr:`logs` is the :class:`~trainer.supervise.RankLogs` its trainers write to (the same files and
+    :attr:`logs` is the :class:`~trainer.agent.supervise.RankLogs` its trainers write to (the same files and
     stdout, one lock). :meth:`attach` sends ``cue_plugin`` log records through it. Stdout goes through
     :class:`cue_plugin.node.framelog.PacedLines` (one line per write, under RankLogs' lock); :meth:`close`
     drains it.
@@ -50,7 +50,7 @@ class RankLog:
         """Lines are flushed as written."""
 
     def attach(self) -> None:
-        """Send the records of the frame (``cue_plugin``) and of its rank supervisor (``trainer.supervise``)
+        """Send the records of the frame (``cue_plugin``) and of its rank supervisor (``trainer.agent.supervise``)
         through this log: paced on stdout, and in the first rank's log file."""
         for name in _LOGGERS:
             root = logging.getLogger(name)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pyoutline reads its config at import: import it only when b
     import outline
     import outline.cuerun
 
-#: Environment variable that carries the per-job token (trainer.gang checks it; see cue_plugin.node.frame).
+#: Environment variable that carries the per-job token (trainer.dist.gang checks it; see cue_plugin.node.frame).
 TOKEN_ENV = "CUETRAIN_GANG_TOKEN"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -68,12 +68,12 @@ def layer_env(job: TrainingJob, token: str) -> dict[str, str]:
 
 def check_rank_memory(job: TrainingJob) -> None:
     """Refuse a job whose ranks cannot fit in the memory they reserve (``memory_mb`` per rank): RQD and Cuebot
-    would count it a memory failure and retry it into the same wall (``trainer.rankmemory``).
+    would count it a memory failure and retry it into the same wall (``trainer.core.rankmemory``).
 
     Raises:
         FarmError: names the reservation, what a rank needs and the largest ``--data-cache-mb`` that fits.
     """
-    from trainer.rankmemory import largest_data_cache_mb, rank_memory_mb
+    from trainer.core.rankmemory import largest_data_cache_mb, rank_memory_mb
 
     gpu = job.gpus > 0
     need = rank_memory_mb(job.train.data_cache_mb, gpu)
@@ -83,7 +83,7 @@ def check_rank_memory(job: TrainingJob) -> None:
     fix = f"lower --data-cache-mb to {room} or less, or " if room >= 0 else ""
     raise FarmError(f"each rank reserves memory_mb={job.memory_mb} MiB but needs about {need} MiB on a "
                     f"{'GPU' if gpu else 'CPU'} node (trainer process, --data-cache-mb {job.train.data_cache_mb} and "
-                    f"decode buffers; trainer/rankmemory.py): {fix}reserve more memory per rank (--memory-mb, or a "
+                    f"decode buffers; trainer/core/rankmemory.py): {fix}reserve more memory per rank (--memory-mb, or a "
                     "template for bigger nodes)")
 
 

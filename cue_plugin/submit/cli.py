@@ -26,10 +26,10 @@ from typing import Any, Sequence
 from cue_plugin.names import RENDEZVOUS_MODES
 from cue_plugin.submit import infer_cli, jsonout, templates
 from cue_plugin.submit.spec import Farm, FarmError, JobHandle, JobStatus, env_from_pairs
-from trainer import runrecord
-from trainer.config import ConfigError, add_train_arguments, config_from_args
-from trainer.envvars import read_farm_env
-from trainer.rundir import RunDirError, RunPaths, read_metrics
+from trainer.record import runrecord
+from trainer.core.config import ConfigError, add_train_arguments, config_from_args
+from trainer.core.envvars import read_farm_env
+from trainer.record.rundir import RunDirError, RunPaths, read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def _ranks_per_frame(run_dir: str | None) -> int:
 
 
 def format_run(run_dir: str) -> list[str]:
-    """Lines from ``RUN_DIR/run.json`` (:func:`trainer.runrecord.read_record`) and the last metrics row
+    """Lines from ``RUN_DIR/run.json`` (:func:`trainer.record.runrecord.read_record`) and the last metrics row
     (one "no run.json yet" line when there is none)."""
     paths = RunPaths.of(run_dir)
     try:

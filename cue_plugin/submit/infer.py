@@ -18,7 +18,7 @@ or runs joined by commas when it has gaps), chunked by ``chunk``. Each frame run
 
 Cuebot replaces ``#FRAME_START#``/``#FRAME_END#`` with the first and last frame of the chunk
 (DispatchSupportService.prepareRqdRunFrame), and the frame hands them to ``cuetrain infer``
-(``trainer.infer.infer_sequence``), which writes every output with its input's file name, format,
+(``trainer.export.infer.infer_sequence``), which writes every output with its input's file name, format,
 bit depth, channels and metadata and applies the colour spaces recorded in ``model.json``. Before
 that it maps RQD's reservation to ``CUDA_VISIBLE_DEVICES``/``OMP_NUM_THREADS`` as training frames
 do (``cue_plugin.node.frame.device_env``). The frame's code is :mod:`cue_plugin.node.infer_frame`; the
@@ -54,7 +54,7 @@ def make_layer(model: str | Path, input_dir: str | Path, output_dir: str | Path,
     Raises:
         FarmError: the input folder is missing, holds no frame sequence, or a path a job spec cannot carry.
     """
-    from trainer.images import DataError, find_sequence
+    from trainer.data.images import DataError, find_sequence
 
     try:
         frames = tuple(find_sequence(input_dir))

@@ -12,7 +12,7 @@ from typing import Any
 from cue_plugin.submit import jsonout, templates
 from cue_plugin.submit.infer import dry_run, make_layer
 from cue_plugin.submit.spec import DEFAULT_CHUNK, FarmError, InferenceJob, InferenceLayer, JobHandle, env_from_pairs
-from trainer.envvars import read_farm_env
+from trainer.core.envvars import read_farm_env
 
 
 def add_infer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def layer_from_folders(input_dir: str, output_dir: str, run_dir: str, chunk: int
     """
     if not (input_dir and output_dir):
         raise FarmError("--infer-input and --infer-output go together; give both (or neither)")
-    from trainer.rundir import RunPaths
+    from trainer.record.rundir import RunPaths
 
     return make_layer(RunPaths.of(run_dir).model, input_dir, output_dir, chunk)
 

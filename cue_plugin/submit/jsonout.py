@@ -3,7 +3,7 @@
 The GUI runs ``cuetrain submit|status|cancel|retry --json`` in the cuetrain environment
 (:mod:`gui.farm_process`) and never imports pycue, grpc or torch; these functions turn jobs, handles and
 statuses into plain JSON and back. Pure Python: imports only :mod:`cue_plugin.submit.spec` and
-:mod:`trainer.config`.
+:mod:`trainer.core.config`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from typing import Any, Mapping
 
 from cue_plugin.submit.spec import FarmError, InferenceLayer, JobHandle, JobStatus, RunState, TrainingJob
-from trainer.config import TrainConfig
+from trainer.core.config import TrainConfig
 
 
 def emit(obj: Mapping[str, Any]) -> int:

@@ -22,9 +22,9 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from cue_plugin.submit import builder
 from cue_plugin.submit.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
-from trainer.envvars import read_farm_env
-from trainer import runrecord
-from trainer.rundir import RunDirError, RunPaths
+from trainer.core.envvars import read_farm_env
+from trainer.record import runrecord
+from trainer.record.rundir import RunDirError, RunPaths
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from cue_plugin.names import DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, RENDEZVOUS_MODES
-from trainer.config import TrainConfig
+from trainer.core.config import TrainConfig
 
 #: Input frames per farm frame of the inference layer unless told [frames].
 DEFAULT_CHUNK = 10

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from cue_plugin.submit.spec import FarmError, TrainingJob
-from trainer.config import DEFAULT_DATA_CACHE_MB, PRECISIONS, TrainConfig
-from trainer.envvars import read_farm_env
+from trainer.core.config import DEFAULT_DATA_CACHE_MB, PRECISIONS, TrainConfig
+from trainer.core.envvars import read_farm_env
 
 #: The built-in templates (next to this package in the checkout).
 BUILTIN_FOLDER = Path(__file__).resolve().parents[2] / "farm_templates"

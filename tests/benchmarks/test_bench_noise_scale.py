@@ -55,7 +55,7 @@ def test_table_predicts_from_the_median_probe_and_compares_medians():
 
 
 def test_probe_table_predicts_from_the_median_critical_batch():
-    from trainer.critical_batch import QualityProbe
+    from trainer.advise.critical_batch import QualityProbe
 
     def probe(b_crit):
         return QualityProbe((8, 32, 128), (100.0, 60.0, 50.0), 0.05, b_crit, ((), (), ()), 30.0)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.infer import psnr
-from trainer.schedule import lr_at
+from trainer.export.infer import psnr
+from trainer.learn.schedule import lr_at
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_time_to_quality as ttq  # noqa: E402
@@ -52,7 +52,7 @@ def test_charbonnier_is_close_to_l1_away_from_zero():
 def test_the_demo_trains_the_default_recipe(tmp_path):
     import argparse
 
-    from trainer.config import add_train_arguments, config_from_args
+    from trainer.core.config import add_train_arguments, config_from_args
     from trainer.demo import DEMO_STEPS, DEMO_TRAIN_ARGS
 
     p = argparse.ArgumentParser()

@@ -1,7 +1,7 @@
 """Test hook: force what this CPU reports about fast bfloat16, so ``--precision auto`` resolves the other way.
 
 ``CUETRAIN_TEST_CPU_BF16=1`` makes ``torch.cpu._is_avx512_bf16_supported`` and ``_is_amx_tile_supported`` (what
-``trainer.precision.cpu_has_fast_bf16`` asks) return True, ``=0`` makes them return False; unset, nothing
+``trainer.learn.precision.cpu_has_fast_bf16`` asks) return True, ``=0`` makes them return False; unset, nothing
 changes. The product code is not edited: tests/conftest.py puts this folder first on the PYTHONPATH of every
 trainer, frame and CLI process the tests start (``CHILD_PYTHONPATH``), where Python's ``site`` imports it at
 start-up (https://docs.python.org/3/library/site.html), and calls :func:`install` in the pytest process.

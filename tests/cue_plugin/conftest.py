@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cue_plugin.submit.spec import TrainingJob
-from trainer.config import TrainConfig
+from trainer.core.config import TrainConfig
 
 
 def make_config(root: str = "/shows/demo/train", **kw) -> TrainConfig:

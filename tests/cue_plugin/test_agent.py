@@ -8,10 +8,10 @@ import pytest
 
 from cue_plugin.node import membership
 from cue_plugin.node.agent import AgentPolicy, record_gang
-from trainer.nodeagent import WorkerState, classify
-from trainer.exitcodes import ExitCode
-from trainer.rundir import RunPaths, atomic_write_json
-from trainer.runrecord import read_gang, read_record, update_record
+from trainer.agent.nodeagent import WorkerState, classify
+from trainer.core.exitcodes import ExitCode
+from trainer.record.rundir import RunPaths, atomic_write_json
+from trainer.record.runrecord import read_gang, read_record, update_record
 
 
 @pytest.mark.parametrize("code,terminated,state", [

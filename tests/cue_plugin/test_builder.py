@@ -18,7 +18,7 @@ from cue_plugin.submit import builder, templates
 from cue_plugin.submit.command import CUEBOT_TOKENS
 from cue_plugin.submit.spec import FarmError
 from tests.cue_plugin.conftest import make_config, make_job
-from trainer.config import TrainConfig
+from trainer.core.config import TrainConfig
 
 GOLDEN = Path(__file__).parent / "golden"
 PYTHON = "/opt/cuetrain/venv/bin/python"

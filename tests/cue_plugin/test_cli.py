@@ -5,8 +5,8 @@ from xml.etree import ElementTree
 
 from cue_plugin.submit import cli
 from cue_plugin.submit.spec import FarmError, JobHandle, JobStatus, RunState, TrainingJob
-from trainer.rundir import RunPaths, append_metrics
-from trainer.runrecord import update_record
+from trainer.record.rundir import RunPaths, append_metrics
+from trainer.record.runrecord import update_record
 
 
 @dataclasses.dataclass

@@ -2,7 +2,7 @@
 trains through a real RQD against the Cuebot double, and the peak RSS of its whole process tree stays within the
 frame's reservation.
 
-RSS is measured as RQD 1.37 measures it (``trainer.procstat.frame_rss_bytes``, from rqd/rqmachine.py: the
+RSS is measured as RQD 1.37 measures it (``trainer.core.procstat.frame_rss_bytes``, from rqd/rqmachine.py: the
 ``/proc/PID/stat`` rss of every process in the frame's session and its direct children's sessions, summed),
 sampled every 0.1 s where RQD samples every 10 s; RQD's own ``max_rss`` from its reports to the double is checked
 beside it. The shot (40 pairs of 1024 x 1024) decodes to 0.47 GiB of float16, which the data path before the host
@@ -24,9 +24,9 @@ from cue_plugin.submit.opencue_farm import OpenCueFarm
 from cue_plugin.submit.spec import RunState
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cue_plugin.test_e2e_training import ROOT, farm, wait_finished  # noqa: F401 (fixture)
-from trainer.config import TrainConfig
-from trainer.procstat import frame_rss_bytes
-from trainer.rundir import RunPaths
+from trainer.core.config import TrainConfig
+from trainer.core.procstat import frame_rss_bytes
+from trainer.record.rundir import RunPaths
 
 RANKS_PER_FRAME = 4  # as farm_templates/gpu-node-4x.toml
 MEMORY_MB = 1280  # per rank: the frame reserves 5 GiB

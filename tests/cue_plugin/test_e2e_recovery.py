@@ -34,8 +34,8 @@ from cue_plugin.submit.spec import RunState
 from tests.cue_plugin.test_e2e_training import (assert_model_loads, farm, find_trainer, running_farm,  # noqa: F401
                                                 submit, wait_finished)
 from tests.cuebot.completion import CUEBOT_BEFORE_2169, CUEBOT_SINCE_2169, HOST_DOWN_INTERVAL_S
-from trainer.rundir import RunPaths, read_metrics
-from trainer.runrecord import read_record_or_empty
+from trainer.record.rundir import RunPaths, read_metrics
+from trainer.record.runrecord import read_record_or_empty
 
 
 def wait_step(paths: RunPaths, at_least: int, timeout: float = 120) -> int:

@@ -45,8 +45,8 @@ from tests.cuebot.double import CuebotDouble
 from tests.cuebot.fixtures import (RQD_START_TIMEOUT_S, free_port, frame_identity, skip_or_fail_missing_prerequisite,
                                   use_pycue)
 from tests.cuebot.rqd_harness import RqdProcess
-from trainer.config import TrainConfig
-from trainer.rundir import RunPaths, read_json, read_metrics
+from trainer.core.config import TrainConfig
+from trainer.record.rundir import RunPaths, read_json, read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "0123456789abcdef" * 2

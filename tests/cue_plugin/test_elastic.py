@@ -31,10 +31,10 @@ import pytest
 import torch
 
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
-from trainer.config import DEFAULT_ARCHITECTURE
-from trainer.model import build_model
-from trainer.rundir import RunPaths, read_metrics
-from trainer.runrecord import read_record_or_empty
+from trainer.core.config import DEFAULT_ARCHITECTURE
+from trainer.learn.model import build_model
+from trainer.record.rundir import RunPaths, read_metrics
+from trainer.record.runrecord import read_record_or_empty
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "e1a5c0de" * 4

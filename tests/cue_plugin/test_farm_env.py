@@ -1,9 +1,9 @@
-"""The farm-side variables of trainer.envvars, and that importing cue_plugin imports neither pycue nor pyoutline."""
+"""The farm-side variables of trainer.core.envvars, and that importing cue_plugin imports neither pycue nor pyoutline."""
 
 import subprocess
 import sys
 
-from trainer.envvars import ENV_TABLE, environ_with, read_farm_env
+from trainer.core.envvars import ENV_TABLE, environ_with, read_farm_env
 
 
 def test_read_farm_env():

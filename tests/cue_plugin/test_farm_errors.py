@@ -9,8 +9,8 @@ import pytest
 from cue_plugin.submit.opencue_farm import OpenCueFarm, handle_from_run_dir
 from cue_plugin.submit.spec import FarmError, JobHandle
 from tests.cue_plugin.conftest import make_config, make_job
-from trainer.rundir import RunPaths
-from trainer.runrecord import update_record
+from trainer.record.rundir import RunPaths
+from trainer.record.runrecord import update_record
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from cue_plugin.node import frame, rendezvous
-from trainer.envvars import CueFrameEnv
-from trainer.rundir import RunPaths, atomic_write_json, read_json
-from trainer.runrecord import update_record
+from trainer.core.envvars import CueFrameEnv
+from trainer.record.rundir import RunPaths, atomic_write_json, read_json
+from trainer.record.runrecord import update_record
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_PYTHONPATH = os.pathsep.join([str(ROOT / "tests" / "cpu_bf16"), str(ROOT)])  # as tests.conftest

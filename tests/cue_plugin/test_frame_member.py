@@ -13,10 +13,10 @@ from cue_plugin.node import rendezvous
 from cue_plugin.node.agent import AgentPolicy
 from cue_plugin.node.frame_context import FrameContext
 from cue_plugin.node.frame_member import run_member
-from trainer.envvars import DistEnv, FarmEnv
-from trainer.rundir import RunPaths
-from trainer.runrecord import update_record
-from trainer.supervise import GangExit
+from trainer.core.envvars import DistEnv, FarmEnv
+from trainer.record.rundir import RunPaths
+from trainer.record.runrecord import update_record
+from trainer.agent.supervise import GangExit
 
 TOKEN = "0a1b2c3d" * 4
 

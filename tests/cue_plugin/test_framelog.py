@@ -31,7 +31,7 @@ raise RuntimeError("boom at the end")
 # The frame side: the real tee; "unpaced" writes stdout without pacing (the behaviour before framelog).
 FRAME = """import sys
 from cue_plugin.node.supervise import RankLog, run_ranks
-from trainer.rundir import RunPaths
+from trainer.record.rundir import RunPaths
 run_dir, mode, burst = sys.argv[1:]
 paths = RunPaths.of(run_dir)
 paths.create()

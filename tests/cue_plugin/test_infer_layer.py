@@ -29,8 +29,8 @@ from tests.cue_plugin.test_e2e_training import ROOT, farm, wait_finished  # noqa
 from tests.cuebot.completion import Completion
 from tests.cuebot.jobspec import NotSupported, parse_spec
 from tests.cuebot.records import FarmState
-from trainer.config import TrainConfig
-from trainer.rundir import RunPaths
+from trainer.core.config import TrainConfig
+from trainer.record.rundir import RunPaths
 
 INFER = InferenceLayer(model="/shows/demo/train/run/model.pt", input_dir="/shows/demo/plates/sh010",
                        output_dir="/shows/demo/comp/sh010_denoised", frames=tuple(range(1001, 1024)), chunk=10)

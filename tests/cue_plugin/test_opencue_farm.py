@@ -19,8 +19,8 @@ from cue_plugin.submit import cli, templates
 from cue_plugin.submit.opencue_farm import OpenCueFarm
 from cue_plugin.submit.spec import FarmError, JobHandle, RunState
 from tests.cuebot.fixtures import cuebot_farm, skip_or_fail_missing_prerequisite  # noqa: F401  (fixture)
-from trainer.config import TrainConfig
-from trainer.rundir import RunPaths, read_json
+from trainer.core.config import TrainConfig
+from trainer.record.rundir import RunPaths, read_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,10 +16,10 @@ from cue_plugin.submit.opencue_farm import OpenCueFarm
 from cue_plugin.submit.spec import RunState
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cue_plugin.test_e2e_training import ROOT, assert_model_loads, farm, wait_finished  # noqa: F401 (fixture)
-from trainer.config import TrainConfig
-from trainer.envvars import EnvError
-from trainer.rundir import RunPaths, read_json, read_metrics
-from trainer.supervise import Devices, RankLogs, rank_envs, run_ranks, split_gpus
+from trainer.core.config import TrainConfig
+from trainer.core.envvars import EnvError
+from trainer.record.rundir import RunPaths, read_json, read_metrics
+from trainer.agent.supervise import Devices, RankLogs, rank_envs, run_ranks, split_gpus
 
 STUB = str(Path(__file__).with_name("stub_trainer.py"))
 

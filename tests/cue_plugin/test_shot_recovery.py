@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CHILD_PYTHONPATH, ROOT, make_pairs
-from trainer import runrecord
-from trainer.exitcodes import ExitCode
-from trainer.rundir import RunPaths
+from trainer.record import runrecord
+from trainer.core.exitcodes import ExitCode
+from trainer.record.rundir import RunPaths
 
 
 def _start_frame(tmp_path: Path, dirs: tuple[Path, Path], max_restarts: int) -> tuple[subprocess.Popen, RunPaths]:

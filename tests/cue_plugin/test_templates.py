@@ -85,7 +85,7 @@ def test_unknown_explicit_field_and_missing_world_size():
 
 def test_each_builtin_template_sets_a_data_cache_that_fits_its_memory_reservation():
     from cue_plugin.submit.builder import check_rank_memory
-    from trainer.rankmemory import rank_memory_mb
+    from trainer.core.rankmemory import rank_memory_mb
 
     for name in templates.list_templates():
         job = templates.make_job(make_config(batch_size=16), template=name, **PEOPLE)

@@ -27,7 +27,7 @@ import pytest
 from tests.cuebot.dispatcher import FrameIdentity
 from tests.cuebot.double import CuebotDouble
 from tests.cuebot.rqd_harness import RqdProcess
-from trainer.ports import free_port
+from trainer.core.ports import free_port
 
 RQD_START_TIMEOUT_S = 30
 REQUIRE_ENV = "CUETRAIN_REQUIRE_NETNS"  # "1" (set by .ci/run): RQD and multi-host tests must run, never skip

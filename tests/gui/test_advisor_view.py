@@ -58,8 +58,8 @@ def test_parse_recommendation_reads_the_advisors_line():
     assert rec.line.endswith("efficiency >= 0.7)")
     assert parse_recommendation("  Recommended: 1 rank, sync interval 16: 30.0 images/s").sync_interval == 16
     assert parse_recommendation(TABLE.replace("recommended:", "advised:")) is None
-    assert error_line("Traceback ...\n  File x\ntrainer.data.DataError: no frames in /in\n\n", 1) == \
-        "trainer.data.DataError: no frames in /in"
+    assert error_line("Traceback ...\n  File x\ntrainer.data.images.DataError: no frames in /in\n\n", 1) == \
+        "trainer.data.images.DataError: no frames in /in"
     assert error_line("", 3) == "the advisor exited with code 3"
 
 
@@ -110,14 +110,14 @@ def test_advisor_shows_table_and_uses_recommendation(qtbot, controller, tmp_path
 def test_advisor_failure_is_shown_inline(qtbot, controller, tmp_path):
     command = _stub(tmp_path, """
         print("Traceback (most recent call last):", file=sys.stderr)
-        print("trainer.data.DataError: crop 512 px is larger than the frames (48x40)", file=sys.stderr)
+        print("trainer.data.images.DataError: crop 512 px is larger than the frames (48x40)", file=sys.stderr)
         sys.exit(1)
         """)
     dialog = _dialog(qtbot, controller, tmp_path, command)
     view = dialog.advisor
     with qtbot.waitSignal(view.runner.probe_failed, timeout=10_000):
         view.advise_button.click()
-    assert view.status.text() == "Advisor failed: trainer.data.DataError: crop 512 px is larger than the frames (48x40)"
+    assert view.status.text() == "Advisor failed: trainer.data.images.DataError: crop 512 px is larger than the frames (48x40)"
     assert view.table.toPlainText() == "" and not view.use_button.isEnabled() and view.advise_button.isEnabled()
     dialog.world_spin.setValue(3)
     view.use_recommendation()

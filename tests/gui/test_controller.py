@@ -6,9 +6,9 @@ from cue_plugin.submit.spec import JobHandle, JobStatus, RunState, TrainingJob
 from gui.controller import RunsController
 from gui.synthetic import add_sheet, metrics_rows, write_run
 from tests.gui.conftest import RetryFarm
-from trainer.config import TrainConfig
-from trainer.rundir import append_metrics
-from trainer.runrecord import update_record
+from trainer.core.config import TrainConfig
+from trainer.record.rundir import append_metrics
+from trainer.record.runrecord import update_record
 
 
 def _job(tmp_path, **kw) -> TrainingJob:

@@ -22,8 +22,8 @@ from tests.cuebot.cuegui_setup import run_cuegui_app
 from tests.cuebot.double import CuebotDouble
 from tests.cuebot.fixtures import RQD_START_TIMEOUT_S, free_port, frame_identity
 from tests.cuebot.rqd_harness import RqdProcess
-from trainer.config import TrainConfig
-from trainer.rundir import RunPaths
+from trainer.core.config import TrainConfig
+from trainer.record.rundir import RunPaths
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -21,8 +21,8 @@ from gui.controller import RunsController
 from tests.conftest import CHILD_PYTHONPATH, ROOT
 from tests.cuebot.double import CuebotDouble
 from tests.cuebot.fixtures import use_pycue
-from trainer.config import TrainConfig
-from trainer.rundir import RunPaths, read_json
+from trainer.core.config import TrainConfig
+from trainer.record.rundir import RunPaths, read_json
 
 pytestmark = pytest.mark.timeout(120)
 SIGNAL_TIMEOUT_MS = 30_000  # worker-thread farm calls on a loaded 2-core machine

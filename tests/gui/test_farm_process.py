@@ -22,7 +22,7 @@ from gui.advisor_view import parse_output
 from gui.farm_process import ProcessFarm, cuetrain_command
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
 from tests.cuebot.double import CuebotDouble
-from trainer.config import TrainConfig
+from trainer.core.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

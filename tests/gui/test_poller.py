@@ -12,8 +12,8 @@ from cue_plugin.submit.spec import JobStatus, RunState
 from gui.poller import RunPoller, rows_to_columns
 from gui.records import MetricSeries, Run, decimate, format_duration, retry_plan
 from gui.synthetic import add_sheet, metrics_rows, write_run
-from trainer.rundir import append_metrics
-from trainer.runrecord import update_record
+from trainer.record.rundir import append_metrics
+from trainer.record.runrecord import update_record
 
 
 def test_first_poll_reads_everything_then_only_new(tmp_path):

@@ -9,8 +9,8 @@ from gui.records import Run
 from gui.runs_panel import row_texts
 from gui.submit_dialog import SubmitDialog
 from tests.gui.test_widgets import _fill
-from trainer.rundir import RunPaths, append_metrics
-from trainer.runrecord import RunRecord
+from trainer.record.rundir import RunPaths, append_metrics
+from trainer.record.runrecord import RunRecord
 
 
 def test_dialog_takes_ranks_per_frame_from_the_template_and_submits_it(qtbot, controller, farm, tmp_path):

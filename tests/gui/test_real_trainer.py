@@ -6,9 +6,9 @@ from tests.conftest import make_pairs
 
 
 def test_panel_picks_up_new_metrics_and_sheets_from_the_real_trainer(controller, tmp_path):
-    from trainer.config import TrainConfig
-    from trainer.envvars import DistEnv
-    from trainer.train import train
+    from trainer.core.config import TrainConfig
+    from trainer.core.envvars import DistEnv
+    from trainer.learn.train import train
 
     pairs = make_pairs(tmp_path / "data")
     run_dir = str(tmp_path / "run")

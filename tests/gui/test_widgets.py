@@ -19,7 +19,7 @@ from gui.runs_panel import GRAPH_COL, SHEET_COL, RunsPanel
 from gui.screenshots import save_panel_screenshot
 from gui.submit_dialog import SubmitDialog
 from gui.synthetic import add_sheet, metrics_rows, write_run
-from trainer.rundir import append_metrics
+from trainer.record.rundir import append_metrics
 
 
 @pytest.fixture
@@ -261,10 +261,10 @@ def test_show_reuses_the_host_application(qtbot, qapp, controller):
 
 
 def test_graph_dropdown_plots_the_gradient_noise_scale(qtbot, panel, controller, tmp_path):
-    """metrics.jsonl's ``noise_scale`` (trainer.noise_scale) is a series of the graph dropdown."""
+    """metrics.jsonl's ``noise_scale`` (trainer.learn.noise_scale) is a series of the graph dropdown."""
     import math
 
-    from trainer.rundir import read_metrics
+    from trainer.record.rundir import read_metrics
 
     paths = write_run(tmp_path / "a", steps=100, logged_to=50)
     controller.add_run(str(paths.root))

@@ -24,8 +24,8 @@ from tests.cue_plugin.test_e2e_training import wait_finished
 from tests.conftest import CHILD_PYTHONPATH, ROOT, make_pairs
 from tests.cuebot.fixtures import use_pycue
 from tests.multihost.farm import FRAME_CORES, MultiHostFarm, multihost_farm  # noqa: F401  (a fixture)
-from trainer.config import TrainConfig
-from trainer.rundir import RunPaths, read_json, read_metrics
+from trainer.core.config import TrainConfig
+from trainer.record.rundir import RunPaths, read_json, read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -9,10 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer import advise, advise_probe
-from trainer.advise_probe import fit_link, monotone, probe_batches, run_probe
-from trainer.advise_model import Prediction, Probe, allreduce_seconds, format_table, predict, recommend
-from trainer.config import TrainConfig
+from trainer.advise import advisor as advise
+from trainer.advise import probe as advise_probe
+from trainer.advise.probe import fit_link, monotone, probe_batches, run_probe
+from trainer.advise.costmodel import Prediction, Probe, allreduce_seconds, format_table, predict, recommend
+from trainer.core.config import TrainConfig
 
 
 def make_probe(**kw) -> Probe:
@@ -165,7 +166,7 @@ def test_probe_takes_warm_up_free_medians_of_each_phase(pairs, tmp_path, monkeyp
     import multiprocessing as mp
     import threading
 
-    from trainer import outputs
+    from trainer.learn import run_writer as outputs
 
     clock = FakeClock()
     factor = {0: 1000.0, 1: 1.0, 2: 5.0, 3: 1.0}  # iteration -> cost factor (warm-up = iteration 0)
@@ -234,7 +235,7 @@ def test_link_probe_between_two_local_processes():
 
 
 def test_ranks_sharing_a_host_use_the_intra_link_inside_it_and_the_network_between_hosts():
-    from trainer.advise_model import Link, shared_host_allreduce_seconds
+    from trainer.advise.costmodel import Link, shared_host_allreduce_seconds
 
     net, box = Link(10, 100e-6), Link(100, 10e-6)
     # one rank per host: the flat ring formula over the network

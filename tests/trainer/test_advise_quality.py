@@ -1,9 +1,9 @@
-"""S(B) = S_min (1 + B_noise / B) (trainer/advise_quality.py): fit on synthetic curves with known answers."""
+"""S(B) = S_min (1 + B_noise / B) (trainer/advise/quality.py): fit on synthetic curves with known answers."""
 
 import numpy as np
 import pytest
 
-from trainer.advise_quality import fit_steps_curve, steps_to_quality, time_to_quality_speedup
+from trainer.advise.quality import fit_steps_curve, steps_to_quality, time_to_quality_speedup
 
 
 def test_fit_recovers_a_noiseless_curve_exactly():
@@ -37,7 +37,7 @@ def test_bad_input_is_named():
 
 
 def test_prediction_speedups_against_one_rank():
-    from trainer.advise_quality import prediction_speedups
+    from trainer.advise.quality import prediction_speedups
 
     # B_noise 24, batch 8: 1 rank k=1 (baseline), 2 ranks twice as fast per step, 1 rank k=4 (4x the crops per update)
     got = prediction_speedups(24.0, 8, [(1, 1.0), (1, 0.5), (4, 1.0)])
@@ -50,7 +50,7 @@ def test_advise_json_reports_noise_scale_and_time_to_quality(pairs, capsys):
     """``cuetrain advise --noise-scale N --json``: the fields the submit dialog reads."""
     import json
 
-    from trainer.advise import main
+    from trainer.advise.advisor import main
 
     assert main(["--input", str(pairs[0]), "--target", str(pairs[1]), "--crop-size", "16", "--batch-size", "4",
                  "--max-world-size", "2", "--sync-intervals", "1", "2", "--warmup", "1", "--iters", "1",
@@ -68,9 +68,9 @@ def test_advise_quality_probe_measures_the_critical_batch_it_reports(pairs, caps
     import functools
     import json
 
-    import trainer.critical_batch as cb
-    from trainer.advise import main
-    from trainer.advise_quality import prediction_speedups
+    import trainer.advise.critical_batch as cb
+    from trainer.advise.advisor import main
+    from trainer.advise.quality import prediction_speedups
 
     seen = []
 
@@ -110,7 +110,7 @@ def test_advise_quality_probe_measures_the_critical_batch_it_reports(pairs, caps
 
 
 def test_advise_takes_a_noise_scale_or_a_quality_probe_not_both(pairs, capsys):
-    from trainer.advise import main
+    from trainer.advise.advisor import main
 
     with pytest.raises(SystemExit):
         main(["--input", str(pairs[0]), "--target", str(pairs[1]), "--noise-scale", "5", "--quality-probe"])
@@ -118,7 +118,7 @@ def test_advise_takes_a_noise_scale_or_a_quality_probe_not_both(pairs, capsys):
 
 
 def test_quality_table_has_a_row_per_world_size_and_a_column_per_sync_interval():
-    from trainer.advise_quality import format_quality_table
+    from trainer.advise.quality import format_quality_table
 
     text = format_quality_table({(1, 1): 1.0, (1, 4): 0.61, (2, 1): 1.93, (4, 1): 3.5, (4, 4): 2.25}, (4, 1))
     lines = text.splitlines()
@@ -129,7 +129,7 @@ def test_quality_table_has_a_row_per_world_size_and_a_column_per_sync_interval()
 
 
 def test_quality_recommendation_takes_the_fewest_ranks_near_the_best_and_says_when_more_stop_helping():
-    from trainer.advise_quality import quality_recommendation
+    from trainer.advise.quality import quality_recommendation
 
     rows = [(1, 1, 1.0), (1, 2, 0.7), (2, 1, 1.8), (4, 1, 2.6), (4, 2, 2.0), (8, 1, 2.7), (8, 2, 2.2)]
     n, k, line = quality_recommendation(rows)

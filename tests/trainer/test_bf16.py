@@ -20,11 +20,11 @@ import pytest
 
 from tests.trainer.test_gang import finish, start_rank
 from tests.trainer.test_train import assert_mixed_precision_match, final_weights
-from trainer.config import TrainConfig
-from trainer.exitcodes import ExitCode
-from trainer.ports import free_port
-from trainer.rundir import RunPaths
-from trainer.runrecord import read_record
+from trainer.core.config import TrainConfig
+from trainer.core.exitcodes import ExitCode
+from trainer.core.ports import free_port
+from trainer.record.rundir import RunPaths
+from trainer.record.runrecord import read_record
 
 STEPS, EVERY = 16, 10  # [steps], checkpoint interval [steps]: the regroup is at step 10, 6 steps on 1 rank
 ARGS = ("--precision", "bf16", "--checkpoint-interval", str(EVERY), "--log-interval", "10",
@@ -45,7 +45,7 @@ def test_bf16_gang_that_shrinks_from_2_to_1_rank_matches_an_uninterrupted_run(pa
     run = RunPaths.of(tmp_path / "elastic")
     port = free_port()
     rank1 = start_rank(pairs, run.root, 1, 2, port, *ARGS, steps=STEPS)
-    for line in rank1.stderr:  # its stop handlers are set before it joins (trainer.train.train)
+    for line in rank1.stderr:  # its stop handlers are set before it joins (trainer.learn.train.train)
         if "rank 1/2 joining" in line:
             break
     rank1.send_signal(signal.SIGUSR1)  # before the gang forms: the regroup is at the first periodic checkpoint

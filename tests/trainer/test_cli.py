@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.cli import main
-from trainer.config import ConfigError
+from trainer.core.config import ConfigError
 
 
 def run(capsys, monkeypatch, *argv, env=None):
@@ -43,7 +43,7 @@ def test_crop_larger_than_frames(capsys, monkeypatch, tmp_path, pairs):
 def test_mismatched_sizes(capsys, monkeypatch, tmp_path, pairs):
     import numpy as np
 
-    from trainer.images import write_image
+    from trainer.data.images import write_image
 
     write_image(pairs[1] / "plate.1002.png", np.zeros((20, 20, 3), np.float32))
     code, err = run(capsys, monkeypatch, *train_args(pairs, tmp_path / "run"))
@@ -79,7 +79,7 @@ def test_config_file_with_unknown_key_lists_valid_keys(capsys, monkeypatch, tmp_
 def test_config_file_values_are_used_and_flags_override(tmp_path, pairs):
     import argparse
 
-    from trainer.config import add_train_arguments, config_from_args
+    from trainer.core.config import add_train_arguments, config_from_args
 
     toml = tmp_path / "job.toml"
     toml.write_text(f'input_dir = "{pairs[0]}"\ntarget_dir = "{pairs[1]}"\nrun_dir = "{tmp_path}"\n'
@@ -101,7 +101,7 @@ def test_the_demo_trains_the_recipe_the_time_to_quality_benchmark_chose(tmp_path
     """cuetrain demo's arguments give benchmarks/bench_time_to_quality.py's default recipe (v3z-ema-mu)."""
     import argparse
 
-    from trainer.config import add_train_arguments, config_from_args
+    from trainer.core.config import add_train_arguments, config_from_args
     from trainer.demo import DEMO_TRAIN_ARGS
 
     p = argparse.ArgumentParser()
@@ -120,10 +120,10 @@ def test_infer_with_a_bad_model_path(capsys, monkeypatch, tmp_path, pairs):
 
 
 def test_infer_writes_same_names_and_format(capsys, monkeypatch, tmp_path, pairs):
-    from trainer.config import TrainConfig
-    from trainer.envvars import DistEnv
-    from trainer.images import read_image
-    from trainer.train import train
+    from trainer.core.config import TrainConfig
+    from trainer.core.envvars import DistEnv
+    from trainer.data.images import read_image
+    from trainer.learn.train import train
 
     cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / "run"), steps=4, batch_size=2, crop_size=16)
     train(cfg, DistEnv(distributed=False))
@@ -137,14 +137,14 @@ def test_infer_writes_same_names_and_format(capsys, monkeypatch, tmp_path, pairs
 
 def test_the_parser_and_the_local_launcher_do_not_import_torch():
     """``cuetrain local``'s launcher (and every subcommand's parsing) holds no torch; only its ranks import it.
-    The parser imported it through the demo's defaults (trainer.demo -> trainer.infer): ~2.5 s of CPU per
+    The parser imported it through the demo's defaults (trainer.demo -> trainer.export.infer): ~2.5 s of CPU per
     launch on a 2-core VM, for nothing."""
     import subprocess
     import sys
 
     from tests.conftest import CHILD_PYTHONPATH, ROOT
 
-    code = ("import sys\nfrom trainer.cli import _parser\nimport trainer.launch\n"
+    code = ("import sys\nfrom trainer.cli import _parser\nimport trainer.agent.launch\n"
             "_parser().parse_args(['local', '--world-size', '2', '--input', 'in', '--target', 'gt'])\n"
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": CHILD_PYTHONPATH}, cwd=ROOT, text=True,

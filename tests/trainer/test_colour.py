@@ -1,4 +1,4 @@
-"""Colour management (trainer.colour): OCIO conversions, training in the working space, inference back."""
+"""Colour management (trainer.data.colour): OCIO conversions, training in the working space, inference back."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from tests.conftest import run_cli
-from trainer.colour import ColourError, ColourSpec, to_display, working_pairs
-from trainer.config import ConfigError, TrainConfig
-from trainer.images import read_image, write_image
-from trainer.rundir import RunPaths, read_json
+from trainer.data.colour import ColourError, ColourSpec, to_display, working_pairs
+from trainer.core.config import ConfigError, TrainConfig
+from trainer.data.images import read_image, write_image
+from trainer.record.rundir import RunPaths, read_json
 
 LINEAR = "Linear Rec.709 (sRGB)"
 LOG = ColourSpec(LINEAR, "ACEScct")

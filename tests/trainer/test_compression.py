@@ -10,10 +10,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from tests.conftest import run_cli
-from trainer import compression
-from trainer.compression import POWERSGD_START_ITER, CommCounter, bucket_count, sync_calls, sync_payload
-from trainer.config import DEFAULT_ARCHITECTURE
-from trainer.model import MODEL_SIZES, build_model
+from trainer.dist import compression
+from trainer.dist.compression import POWERSGD_START_ITER, CommCounter, bucket_count, sync_calls, sync_payload
+from trainer.core.config import DEFAULT_ARCHITECTURE
+from trainer.learn.model import MODEL_SIZES, build_model
 
 SMALL_BYTES = 169_843 * 4  # float32 gradients of the small model
 
@@ -89,15 +89,15 @@ def test_fp16_and_powersgd_send_fewer_bytes_for_every_model_size():
 
 def test_sync_interval_divides_the_bytes_per_step(pairs, tmp_path, monkeypatch):
     """The real training loop in a 1-rank gang: gradients are all-reduced once per sync interval."""
-    from trainer.config import TrainConfig
-    from trainer.envvars import DistEnv
-    from trainer.ports import free_port
-    from trainer.train import train
+    from trainer.core.config import TrainConfig
+    from trainer.core.envvars import DistEnv
+    from trainer.core.ports import free_port
+    from trainer.learn.train import train
 
     counters: list[CommCounter] = []
     register = compression.register_hook
 
-    def counted(model, kind, observe=None):  # what trainer.train._wrap calls, with a counter added
+    def counted(model, kind, observe=None):  # what trainer.learn.train._wrap calls, with a counter added
         counters.append(CommCounter())
         return register(model, kind, counters[-1], observe=observe)
 
@@ -119,7 +119,7 @@ def _losses(run_dir) -> list[float]:
 def graded_pairs(pairs):
     """``pairs`` with a colour grade baked into the Ground Truth (x 0.6 + 0.3): far from the identity
     the untrained model starts as, so a few dozen steps show a clear drop in loss."""
-    from trainer.images import read_image, write_image
+    from trainer.data.images import read_image, write_image
 
     for path in sorted(pairs[1].iterdir()):
         write_image(path, read_image(path) * 0.6 + 0.3)
@@ -145,7 +145,7 @@ def learned_while_compressed(losses: list[float]) -> bool:
 
 
 def _convergence_cfg(pairs, run_dir, kind):
-    from trainer.config import TrainConfig
+    from trainer.core.config import TrainConfig
 
     return TrainConfig(str(pairs[0]), str(pairs[1]), str(run_dir), steps=CONVERGENCE_STEPS, batch_size=4,
                        crop_size=16, log_interval=LOG_INTERVAL, warmup_steps=2, lr=3e-3, grad_compression=kind,
@@ -173,10 +173,10 @@ def test_convergence_check_rejects_a_hook_that_returns_zeros(graded_pairs, tmp_p
     in the real training loop (a 1-rank gloo gang, in-process)."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
-    from trainer.divergence import Diverged
-    from trainer.envvars import DistEnv
-    from trainer.ports import free_port
-    from trainer.train import train
+    from trainer.learn.divergence import Diverged
+    from trainer.core.envvars import DistEnv
+    from trainer.core.ports import free_port
+    from trainer.learn.train import train
 
     real = powerSGD_hook.powerSGD_hook
 

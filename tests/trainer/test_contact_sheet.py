@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer.images import read_image, write_image
-from trainer.outputs import SHEET_GAP, SHEET_HEADER, contact_sheet_image, sheet_scale
+from trainer.data.images import read_image, write_image
+from trainer.learn.run_writer import SHEET_GAP, SHEET_HEADER, contact_sheet_image, sheet_scale
 
 
 def _ink(band: np.ndarray) -> np.ndarray:

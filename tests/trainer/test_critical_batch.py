@@ -1,4 +1,4 @@
-"""The two-batch quality probe (trainer.critical_batch): the S(B) algebra, and measurements with known answers."""
+"""The two-batch quality probe (trainer.advise.critical_batch): the S(B) algebra, and measurements with known answers."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.advise_quality import steps_to_quality
-from trainer.config import TrainConfig
-from trainer.critical_batch import (CRITICAL_BATCH_CAP, critical_batch, first_crossing, fit_critical_batch,
+from trainer.advise.quality import steps_to_quality
+from trainer.core.config import TrainConfig
+from trainer.advise.critical_batch import (CRITICAL_BATCH_CAP, critical_batch, first_crossing, fit_critical_batch,
                                     measure_critical_batch)
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.data import CropSampler, rank_loss_weight, rank_slice
-from trainer.images import DataError
+from trainer.data.crops import CropSampler, rank_loss_weight, rank_slice
+from trainer.data.images import DataError
 
 
 def frames(n=3, h=20, w=30):
@@ -61,13 +61,13 @@ def test_crop_larger_than_frames_names_sizes():
 
 
 def test_a_host_copy_gives_the_batches_of_the_same_frames_in_memory(tmp_path):
-    """The trainer's source (trainer.hostcache, 70 x 100 px frames padded to 64 px tiles, none kept in memory)
+    """The trainer's source (trainer.data.hostcache, 70 x 100 px frames padded to 64 px tiles, none kept in memory)
     and the decoded frames themselves: the same crops, flips and pairing for every step, bit for bit."""
     from tests.conftest import make_pairs
-    from trainer.colour import ColourSpec
-    from trainer.hostcache import HostCache
-    from trainer.images import load_pairs, pair_frames
-    from trainer.shot import list_shot
+    from trainer.data.colour import ColourSpec
+    from trainer.data.hostcache import HostCache
+    from trainer.data.images import load_pairs, pair_frames
+    from trainer.data.shot import list_shot
 
     dirs = make_pairs(tmp_path / "data", frames=3, height=70, width=100, ext="exr")
     cache = HostCache(tmp_path / "scratch", list_shot(*map(str, dirs)), ColourSpec(), 0)
@@ -81,7 +81,7 @@ def test_a_host_copy_gives_the_batches_of_the_same_frames_in_memory(tmp_path):
 
 
 def test_frames_go_to_the_gpu_only_within_the_stated_share_of_its_free_memory():
-    from trainer.data import GPU_FRAME_FRACTION, frames_fit_gpu
+    from trainer.data.crops import GPU_FRAME_FRACTION, frames_fit_gpu
 
     free = 24 * 2**30
     assert frames_fit_gpu(int(GPU_FRAME_FRACTION * free), free)

@@ -1,4 +1,4 @@
-"""The data phase (trainer.dataphase): run.json's record of the shot and the bytes each host read, the shot
+"""The data phase (trainer.data.shot_loading): run.json's record of the shot and the bytes each host read, the shot
 watch, and a changed file stopping a real 2-rank gang with one message."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import pytest
 import torch
 
 from tests.conftest import CHILD_PYTHONPATH, ROOT, make_pairs
-from trainer import runrecord
-from trainer.colour import ColourSpec
-from trainer.config import TrainConfig
-from trainer.dataphase import open_data
-from trainer.distributed import Runtime
-from trainer.envvars import DistEnv
-from trainer.exitcodes import ExitCode
-from trainer.rundir import RunPaths
-from trainer.shot import ShotChanged
+from trainer.record import runrecord
+from trainer.data.colour import ColourSpec
+from trainer.core.config import TrainConfig
+from trainer.data.shot_loading import open_data
+from trainer.dist.distributed import Runtime
+from trainer.core.envvars import DistEnv
+from trainer.core.exitcodes import ExitCode
+from trainer.record.rundir import RunPaths
+from trainer.data.shot import ShotChanged
 
 ALONE = Runtime(DistEnv(distributed=False), torch.device("cpu"), "none")
 

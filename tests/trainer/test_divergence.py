@@ -1,4 +1,4 @@
-"""The divergence watch (trainer.divergence): a blown-up run stops with exit 81 and no model.pt."""
+"""The divergence watch (trainer.learn.divergence): a blown-up run stops with exit 81 and no model.pt."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from trainer import divergence
+from trainer.learn import divergence
 from trainer.cli import main
-from trainer.divergence import Diverged, DivergenceWatch
-from trainer.exitcodes import ExitCode
-from trainer.nodeagent import WorkerState, classify
-from trainer.rundir import RunPaths, read_metrics
-from trainer.runrecord import FailureKind, read_record
+from trainer.learn.divergence import Diverged, DivergenceWatch
+from trainer.core.exitcodes import ExitCode
+from trainer.agent.nodeagent import WorkerState, classify
+from trainer.record.rundir import RunPaths, read_metrics
+from trainer.record.runrecord import FailureKind, read_record
 
 
 def test_three_bad_windows_in_a_row_stop_the_run_and_say_where_and_what_to_do():
@@ -66,13 +66,13 @@ def test_a_run_whose_loss_blows_up_exits_81_without_model_pt_and_the_agent_does_
 def test_a_run_ended_by_an_exception_frees_its_loop_before_train_returns(pairs, tmp_path, monkeypatch):
     """The exception's traceback must not keep the training loop (DDP model, process groups, threads) alive:
     freed later in whatever thread collects it, a gloo object can be destroyed on its own worker thread, which
-    aborts the process (seen once in a pytest worker). trainer.train.train clears the frames before teardown."""
+    aborts the process (seen once in a pytest worker). trainer.learn.train.train clears the frames before teardown."""
     import gc
     import weakref
 
-    from trainer import train as train_mod
-    from trainer.config import TrainConfig
-    from trainer.envvars import DistEnv
+    from trainer.learn import train as train_mod
+    from trainer.core.config import TrainConfig
+    from trainer.core.envvars import DistEnv
 
     loops = []
     real_run = train_mod._Loop.run

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from tests.trainer.test_train import NON_DIST, cfg
-from trainer import train as train_mod
-from trainer.config import ConfigError
-from trainer.ema import WeightEMA
-from trainer.outputs import load_latest_checkpoint
-from trainer.rundir import RunPaths
-from trainer.schedule import lr_at
+from trainer.learn import train as train_mod
+from trainer.core.config import ConfigError
+from trainer.learn.ema import WeightEMA
+from trainer.learn.run_writer import load_latest_checkpoint
+from trainer.record.rundir import RunPaths
+from trainer.learn.schedule import lr_at
 
 
 def test_onecycle_rises_from_a_25th_to_the_peak_at_30_percent_and_falls_to_a_10000th() -> None:

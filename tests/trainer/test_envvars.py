@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainer.envvars import EnvError, copycat_env, read_cue_env, read_dist_env
+from trainer.core.envvars import EnvError, copycat_env, read_cue_env, read_dist_env
 
 FULL = {"COPYCAT_MAIN_ADDR": "10.0.0.5", "COPYCAT_MAIN_PORT": "29500", "COPYCAT_RANK": "1", "COPYCAT_WORLD_SIZE": "4"}
 

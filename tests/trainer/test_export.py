@@ -1,4 +1,4 @@
-"""The host contracts of model.pt and model.onnx (trainer.export), on a model a real `cuetrain train` wrote."""
+"""The host contracts of model.pt and model.onnx (trainer.export.formats), on a model a real `cuetrain train` wrote."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch
 from packaging.requirements import Requirement
 
 from tests.conftest import run_cli
-from trainer.envvars import EnvError, read_export_onnx
-from trainer.export import ONNX_OPSET
-from trainer.rundir import RunPaths, read_json
+from trainer.core.envvars import EnvError, read_export_onnx
+from trainer.export.formats import ONNX_OPSET
+from trainer.record.rundir import RunPaths, read_json
 
 pytestmark = pytest.mark.onnx
 #: (H, W) the exports must take: odd, tiny, a multiple of 4, the demo's size, wide.
@@ -131,7 +131,7 @@ def test_model_json_lists_both_exports(trained):
 
 
 def test_the_trained_model_pt_loads_at_the_floor(trained):
-    from trainer.export_compat import check_torchscript
+    from trainer.export.compat import check_torchscript
 
     report = check_torchscript(trained.model)
     assert report.missing == () and "aten::pad" not in report.used

@@ -1,4 +1,4 @@
-"""model.pt against the floor's operator list (trainer.export_compat), for every network build_model makes."""
+"""model.pt against the floor's operator list (trainer.export.compat), for every network build_model makes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.export import torchscript_bytes
-from trainer.export_compat import FLOOR_OPS_FILE, MIN_LIBTORCH, check_torchscript, load_op_list, main
-from trainer.model import ARCHITECTURES, MODEL_SIZES, build_model
+from trainer.export.formats import torchscript_bytes
+from trainer.export.compat import FLOOR_OPS_FILE, MIN_LIBTORCH, check_torchscript, load_op_list, main
+from trainer.learn.model import ARCHITECTURES, MODEL_SIZES, build_model
 
 
 class _FPadReplicate(nn.Module):

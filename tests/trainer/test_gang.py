@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from tests.conftest import CHILD_PYTHONPATH, ROOT
-from trainer.ports import free_port
-from trainer.rundir import RunPaths
+from trainer.core.ports import free_port
+from trainer.record.rundir import RunPaths
 
 
 def start_rank(pairs, run_dir, rank, world, port, *extra, token="t0k3n", steps=6):

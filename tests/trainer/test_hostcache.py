@@ -1,4 +1,4 @@
-"""The host's decoded copy of a shot (trainer.hostcache) and the shot's signatures (trainer.shot)."""
+"""The host's decoded copy of a shot (trainer.data.hostcache) and the shot's signatures (trainer.data.shot)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_pairs
-from trainer import hostcache
-from trainer.colour import ColourSpec
-from trainer.hostcache import HostCache, ScratchError
-from trainer.images import DataError, load_pairs, pair_frames, write_image
-from trainer.shot import ShotChanged, list_shot
+from trainer.data import hostcache
+from trainer.data.colour import ColourSpec
+from trainer.data.hostcache import HostCache, ScratchError
+from trainer.data.images import DataError, load_pairs, pair_frames, write_image
+from trainer.data.shot import ShotChanged, list_shot
 
 H, W = 70, 100  # not a multiple of the 64 px tile: the copy pads
 

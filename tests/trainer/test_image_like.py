@@ -1,4 +1,4 @@
-"""Inference outputs keep their input's format, bit depth, channels and metadata (trainer.image_like)."""
+"""Inference outputs keep their input's format, bit depth, channels and metadata (trainer.data.write_like)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import OpenImageIO as oiio
 import pytest
 
-from trainer.image_like import LUMA_709, write_like
-from trainer.images import DataError, read_image
-from trainer.infer import select_frames
+from trainer.data.write_like import LUMA_709, write_like
+from trainer.data.images import DataError, read_image
+from trainer.export.infer import select_frames
 
 
 def make(path: Path, fmt: str, names: tuple[str, ...], bits: int = 0, scale: float = 1.0, **attrs) -> Path:

@@ -1,4 +1,4 @@
-"""trainer.images: decoding, channel mapping, atomic writes, sequence pairing and their errors.
+"""trainer.data.images: decoding, channel mapping, atomic writes, sequence pairing and their errors.
 
 Reference files are written with OpenImageIO or OpenEXR directly (not with write_image), so the
 reader is checked against known stored values. Images are a few pixels wide to keep tests fast.
@@ -14,8 +14,8 @@ import OpenEXR
 import OpenImageIO as oiio
 import pytest
 
-from trainer import images
-from trainer.images import (DataError, FramePair, find_sequence, frame_number, load_pairs, pair_frames,
+from trainer.data import images
+from trainer.data.images import (DataError, FramePair, find_sequence, frame_number, load_pairs, pair_frames,
                             read_image, write_image)
 
 
@@ -141,7 +141,7 @@ def test_exr_with_extra_channels_uses_named_rgb(tmp_path, caplog):
     ones, zeros = np.ones((3, 4), np.float32), np.zeros((3, 4), np.float32)
     channels = {"A": ones, "B": ones * 3, "G": ones * 2, "R": ones * 1, "Z": zeros, "N.x": zeros}
     path = exr_write(tmp_path / "aov.exr", channels)
-    with caplog.at_level(logging.DEBUG, logger="trainer.images"):
+    with caplog.at_level(logging.DEBUG, logger="trainer.data.images"):
         got = read_image(path)
     assert got.shape == (3, 4, 3)
     np.testing.assert_array_equal(got[0, 0], [1, 2, 3])
@@ -412,7 +412,7 @@ def test_load_pairs_empty():
 def test_identity_warning_same_folder_identical_frames_and_real_pairs(tmp_path):
     import numpy as np
 
-    from trainer.images import identity_warning
+    from trainer.data.images import identity_warning
 
     a = np.zeros((4, 4, 3), np.float16)
     b = np.ones((4, 4, 3), np.float16)

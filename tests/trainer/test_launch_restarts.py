@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from trainer import launch, stop
-from trainer.config import TrainConfig
-from trainer.exitcodes import ExitCode
+from trainer.agent import launch
+from trainer.dist import stopvote as stop
+from trainer.core.config import TrainConfig
+from trainer.core.exitcodes import ExitCode
 
 FAKE_RANK = textwrap.dedent("""
     import os, signal, sys, time
@@ -109,7 +110,7 @@ def test_local_gang_port_is_reserved_while_the_gang_runs(monkeypatch: pytest.Mon
 
 LOCAL_UNDER_SIGTERM = textwrap.dedent("""
     import sys
-    from trainer import launch
+    from trainer.agent import launch
     launch.TRAINER_COMMAND = (sys.executable, sys.argv[1])
     sys.exit(launch.launch_local(["--run-dir", sys.argv[2]], 2, sys.argv[2], max_restarts=2, threads_per_rank=1))
 """)
@@ -140,8 +141,8 @@ def test_supervisors_kill_strictly_after_the_trainer_checkpoint_grace() -> None:
 
     trainer_grace = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == "stop_grace_s")
     assert trainer_grace == stop.DEFAULT_GRACE_S
-    for name, kill_after in (("cue_plugin.frame", frame.STOP_GRACE_S), ("trainer.launch", launch.STOP_GRACE_S),
-                             ("trainer.stop", stop.SUPERVISOR_GRACE_S)):
+    for name, kill_after in (("cue_plugin.frame", frame.STOP_GRACE_S), ("trainer.agent.launch", launch.STOP_GRACE_S),
+                             ("trainer.dist.stopvote", stop.SUPERVISOR_GRACE_S)):
         assert kill_after > trainer_grace, f"{name} sends SIGKILL {kill_after} s after SIGTERM, before the " \
                                            f"trainer's {trainer_grace} s checkpoint grace ends"
 
@@ -152,7 +153,7 @@ def test_local_supervisor_waits_longer_than_a_raised_stop_grace(monkeypatch: pyt
 
     def fake_run_ranks(command, envs, logs, *, stop_grace_s, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(stop_grace_s)
-        from trainer.supervise import GangExit
+        from trainer.agent.supervise import GangExit
         return GangExit(0)
 
     monkeypatch.setattr(launch, "run_ranks", fake_run_ranks)

@@ -2,7 +2,7 @@
 
 import logging
 
-from trainer.logsetup import OUR_LOGGERS, configure_logging
+from trainer.core.logsetup import OUR_LOGGERS, configure_logging
 
 
 def test_third_party_info_is_hidden_and_ours_shown():
@@ -13,7 +13,7 @@ def test_third_party_info_is_hidden_and_ours_shown():
         configure_logging()
         assert not logging.getLogger("onnx_ir.passes").isEnabledFor(logging.INFO)
         assert logging.getLogger("onnx_ir.passes").isEnabledFor(logging.WARNING)
-        assert logging.getLogger("trainer.train").isEnabledFor(logging.INFO)
+        assert logging.getLogger("trainer.learn.train").isEnabledFor(logging.INFO)
         assert logging.getLogger("cuetrain").isEnabledFor(logging.INFO)
         assert logging.getLogger("cue_plugin.frame").isEnabledFor(logging.INFO)
     finally:

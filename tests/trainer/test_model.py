@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from trainer.config import DEFAULT_ARCHITECTURE
-from trainer.model import ARCHITECTURES, MODEL_SIZES, build_model, count_parameters
+from trainer.core.config import DEFAULT_ARCHITECTURE
+from trainer.learn.model import ARCHITECTURES, MODEL_SIZES, build_model, count_parameters
 
 
 @pytest.mark.parametrize("size,params", [("small", 169_843), ("medium", 4_730_211), ("large", 42_790_419)])
@@ -43,7 +43,7 @@ def test_unknown_size_lists_valid_names():
 def test_pad_to_multiple_equals_replicate_f_pad(shape, multiple):
     import torch.nn.functional as F
 
-    from trainer.model import pad_to_multiple
+    from trainer.learn.model import pad_to_multiple
 
     x = torch.rand(*shape)
     h, w = shape[-2:]
@@ -56,7 +56,7 @@ def test_pad_to_multiple_equals_replicate_f_pad(shape, multiple):
 def test_pad_to_multiple_gradients_equal_replicate_f_pad():
     import torch.nn.functional as F
 
-    from trainer.model import pad_to_multiple
+    from trainer.learn.model import pad_to_multiple
 
     x = torch.rand(2, 3, 13, 22)
     weight = torch.rand(2, 3, 16, 32)
@@ -89,7 +89,7 @@ def test_unknown_architecture_is_named():
 
 
 def test_v3_residual_blocks_start_as_the_identity_and_only_they_change():
-    from trainer.model import ResBlock
+    from trainer.learn.model import ResBlock
 
     torch.manual_seed(0)
     skip = build_model("small", "v3")  # SkipInit: the default for v3 since stop 35

@@ -1,9 +1,9 @@
-"""Address and interface choice (trainer.netaddr) on injected interface and route tables."""
+"""Address and interface choice (trainer.core.netaddr) on injected interface and route tables."""
 
 import pytest
 
-from trainer import netaddr
-from trainer.netaddr import NetAddrError, choose_collective, choose_main
+from trainer.core import netaddr
+from trainer.core.netaddr import NetAddrError, choose_collective, choose_main
 
 FARM = {"lo": ("127.0.0.1",), "eth0": ("10.1.0.5",), "ib0": ("192.168.7.5",), "docker0": ("172.17.0.1",)}
 

@@ -1,4 +1,4 @@
-"""The node agent's one loop (trainer.nodeagent.NodeAgent) with a scripted role: the states it passes,
+"""The node agent's one loop (trainer.agent.nodeagent.NodeAgent) with a scripted role: the states it passes,
 the restart budget (only FAILED generations count, only for a role that counts), the backoff it sleeps and
 the exit code each role gets to choose. The roles themselves run in the launch, frame and farm tests."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from trainer import nodeagent
-from trainer.exitcodes import ExitCode
-from trainer.nodeagent import Ended, Generation, NodeAgent, WorkerState, classify
-from trainer.rundir import RunPaths, atomic_write_json
-from trainer.supervise import GangExit
+from trainer.agent import nodeagent
+from trainer.core.exitcodes import ExitCode
+from trainer.agent.nodeagent import Ended, Generation, NodeAgent, WorkerState, classify
+from trainer.record.rundir import RunPaths, atomic_write_json
+from trainer.agent.supervise import GangExit
 
 
 class Scripted:

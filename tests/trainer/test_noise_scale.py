@@ -1,4 +1,4 @@
-"""The gradient noise scale (trainer/noise_scale.py) against cases whose answer is known.
+"""The gradient noise scale (trainer/learn/noise_scale.py) against cases whose answer is known.
 
 The analytic case: a quadratic with known gradient noise. Example ``i`` has loss
 ``0.5 |theta - x_i|^2`` with ``x_i ~ N(mu, sigma^2 I_d)``, so its gradient is ``theta - x_i``: the true
@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.noise_scale import SMOOTHING_SAMPLES, SMOOTHING_UPDATES, GradNoise, NoiseSampling, estimates, parameter_grads, squared_norm
+from trainer.learn.noise_scale import SMOOTHING_SAMPLES, SMOOTHING_UPDATES, GradNoise, NoiseSampling, estimates, parameter_grads, squared_norm
 
 D, SIGMA = 64, 1.0
 
@@ -52,7 +52,7 @@ def test_estimates_are_appendix_a():
 
 
 def test_micro_batch_estimate_of_the_quadratic_is_within_10_percent():
-    """One rank: the gradient of the first half of each batch is the small one, as trainer.train splits it."""
+    """One rank: the gradient of the first half of each batch is the small one, as trainer.learn.train splits it."""
     theta, mu, exact = problem()
     model = Quadratic(theta)
     noise = GradNoise()
@@ -72,7 +72,7 @@ def test_micro_batch_estimate_of_the_quadratic_is_within_10_percent():
     assert value == pytest.approx(exact, rel=0.10)
 
 
-DDP_BATCHES = ([4, 4], [3, 2])  # per-rank batches [crops]: even, and uneven as trainer.data splits 5 over 2 ranks
+DDP_BATCHES = ([4, 4], [3, 2])  # per-rank batches [crops]: even, and uneven as trainer.data.crops splits 5 over 2 ranks
 
 
 def _ddp_rank(rank: int, world: int, port: int, batch_sets: list[list[int]], steps: int, queue) -> None:
@@ -81,8 +81,8 @@ def _ddp_rank(rank: int, world: int, port: int, batch_sets: list[list[int]], ste
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from trainer.compression import register_hook
-    from trainer.data import rank_loss_weight
+    from trainer.dist.compression import register_hook
+    from trainer.data.crops import rank_loss_weight
 
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=60))
@@ -95,7 +95,7 @@ def _ddp_rank(rank: int, world: int, port: int, batch_sets: list[list[int]], ste
             ddp = DDP(model)
             register_hook(ddp, "none", observe=noise.observe_bucket)
             local, total = batches[rank], sum(batches)
-            weight = rank_loss_weight(local, total, world)  # uneven batches, as trainer.data weights them
+            weight = rank_loss_weight(local, total, world)  # uneven batches, as trainer.data.crops weights them
             rng = torch.Generator().manual_seed(100 + rank)
             for _ in range(steps):
                 x = mu + SIGMA * torch.randn(local, D, generator=rng)
@@ -103,7 +103,7 @@ def _ddp_rank(rank: int, world: int, port: int, batch_sets: list[list[int]], ste
                 noise.add_sync(local, total, squared_norm(parameter_grads(model)), small_scale=weight)
                 model.zero_grad(set_to_none=True)
             sums = torch.tensor(noise.window(), dtype=torch.float64)
-            dist.all_reduce(sums)  # as trainer.train reduces them with the loss
+            dist.all_reduce(sums)  # as trainer.learn.train reduces them with the loss
             queue.put((index, rank, noise.smooth(*sums.tolist(), updates=steps)))
     finally:
         dist.destroy_process_group()
@@ -113,7 +113,7 @@ def _ddp_rank(rank: int, world: int, port: int, batch_sets: list[list[int]], ste
 def ddp_estimates() -> dict[int, dict[int, float]]:
     """Two spawned gloo ranks run every case of DDP_BATCHES (one process pair for both: a rank process pays
     seconds of imports); returns ``{case index: {rank: smoothed B_simple}}``."""
-    from trainer.ports import free_port
+    from trainer.core.ports import free_port
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

@@ -1,4 +1,4 @@
-"""model_nuke.nk (trainer.nuke_script): parsed back with a small TCL-ish tokenizer, node by node and knob by knob."""
+"""model_nuke.nk (trainer.export.nuke_script): parsed back with a small TCL-ish tokenizer, node by node and knob by knob."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.model import CopyCatUNet, ModelConfig
-from trainer.nuke_script import NUKE_SCRIPT_NAME, nk_quote, nuke_script
-from trainer.outputs import export_model
-from trainer.rundir import RunPaths
+from trainer.learn.model import CopyCatUNet, ModelConfig
+from trainer.export.nuke_script import NUKE_SCRIPT_NAME, nk_quote, nuke_script
+from trainer.learn.run_writer import export_model
+from trainer.record.rundir import RunPaths
 
 RGB = "rgba.red, rgba.green, rgba.blue"
 

@@ -1,4 +1,4 @@
-"""trainer/optim.py: Muon on views of the hidden conv weights, Adam for the rest, one lr."""
+"""trainer/learn/optim.py: Muon on views of the hidden conv weights, Adam for the rest, one lr."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from trainer.model import build_model
-from trainer.optim import MuonAdam
+from trainer.learn.model import build_model
+from trainer.learn.optim import MuonAdam
 
 
 def _net(fmt: torch.memory_format = torch.channels_last) -> torch.nn.Module:
@@ -62,7 +62,7 @@ def test_muon_steps_are_torchs_muon_on_each_hidden_filter_bank_as_a_matrix(fmt):
 def test_the_schedule_sets_one_lr_and_a_resumed_optimizer_continues_the_same():
     net, twin = _net(), _net()
     opt = MuonAdam(net, 1e-3, (0.9, 0.9))
-    for group in opt.param_groups:  # as trainer.train sets the schedule's lr
+    for group in opt.param_groups:  # as trainer.learn.train sets the schedule's lr
         group["lr"] = 5e-4
     _grads(net)
     opt.step()

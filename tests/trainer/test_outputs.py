@@ -1,11 +1,11 @@
-"""trainer.outputs.check_resumable: which checkpoints a run may resume from."""
+"""trainer.learn.run_writer.check_resumable: which checkpoints a run may resume from."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainer.config import ConfigError
-from trainer.outputs import check_resumable
+from trainer.core.config import ConfigError
+from trainer.learn.run_writer import check_resumable
 
 
 def test_a_checkpoint_of_the_same_network_is_resumable():
@@ -26,7 +26,7 @@ def test_another_architecture_is_refused_and_a_checkpoint_without_one_is_v1():
 
 def test_another_optimizer_is_refused_both_ways():
     adam = {"model_size": "small", "architecture": "v3", "optimizer": {"state": {}, "param_groups": []}}
-    muon = {**adam, "optimizer": {"adam": {}, "muon": {}}}  # trainer.optim.MuonAdam.state_dict's keys
+    muon = {**adam, "optimizer": {"adam": {}, "muon": {}}}  # trainer.learn.optim.MuonAdam.state_dict's keys
     check_resumable(adam, "ckpt_00000010.pt", "small", "v3", "adam")
     check_resumable(muon, "ckpt_00000010.pt", "small", "v3", "muon")
     with pytest.raises(ConfigError, match=r"trained with --optimizer adam, but --optimizer is muon; resume with "

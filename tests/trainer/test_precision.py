@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from trainer import precision as prec
-from trainer.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
-from trainer.data import CropSampler
-from trainer.model import build_model
+from trainer.learn import precision as prec
+from trainer.core.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
+from trainer.data.crops import CropSampler
+from trainer.learn.model import build_model
 
 CPU = torch.device("cpu")
 
@@ -142,7 +142,7 @@ def test_the_cpu_bf16_test_hook_turns_auto_either_way_in_a_child_process(forced,
 
     from tests.conftest import CHILD_PYTHONPATH, ROOT
 
-    code = "import torch; from trainer.precision import resolve_precision as r; print(r('auto', torch.device('cpu')).name)"
+    code = "import torch; from trainer.learn.precision import resolve_precision as r; print(r('auto', torch.device('cpu')).name)"
     env = {**os.environ, "PYTHONPATH": CHILD_PYTHONPATH, "CUETRAIN_TEST_CPU_BF16": forced}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.split() == [expected], out.stderr

@@ -7,9 +7,9 @@ import socket
 import sys
 from pathlib import Path
 
-from trainer.rankfailure import RankFailure, read_failure, record_failure
-from trainer.rundir import RunPaths, atomic_write_json
-from trainer.supervise import RankLogs, run_ranks
+from trainer.record.rankfailure import RankFailure, read_failure, record_failure
+from trainer.record.rundir import RunPaths, atomic_write_json
+from trainer.agent.supervise import RankLogs, run_ranks
 
 
 def test_a_trainer_refusing_its_settings_records_usage_with_its_message(tmp_path: Path) -> None:

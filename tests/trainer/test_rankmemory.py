@@ -1,10 +1,10 @@
-"""What one rank needs in memory (trainer.rankmemory), as ``cuetrain advise`` reports it."""
+"""What one rank needs in memory (trainer.core.rankmemory), as ``cuetrain advise`` reports it."""
 
 import json
 
 from tests.trainer.test_advise import make_probe
-from trainer import advise
-from trainer.rankmemory import BUFFERS_MB, PROCESS_MB, largest_data_cache_mb, rank_memory_mb
+from trainer.advise import advisor as advise
+from trainer.core.rankmemory import BUFFERS_MB, PROCESS_MB, largest_data_cache_mb, rank_memory_mb
 
 
 def test_rank_memory_is_process_plus_data_cache_plus_buffers_and_the_largest_cache_fills_the_rest():

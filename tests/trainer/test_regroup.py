@@ -10,11 +10,11 @@ import time
 
 
 from tests.trainer.test_gang import finish, start_rank
-from trainer.exitcodes import ExitCode
-from trainer.ports import free_port
-from trainer.rundir import RunPaths
-from trainer.runrecord import read_record, read_record_or_empty
-from trainer.stop import GangStop, StopSignal, Vote
+from trainer.core.exitcodes import ExitCode
+from trainer.core.ports import free_port
+from trainer.record.rundir import RunPaths
+from trainer.record.runrecord import read_record, read_record_or_empty
+from trainer.dist.stopvote import GangStop, StopSignal, Vote
 
 
 EVERY = 10  # --checkpoint-interval [steps]
@@ -24,7 +24,7 @@ FAST = ("--checkpoint-interval", str(EVERY), "--log-interval", "5", "--contact-s
 
 def _wait_attempt(procs, run: RunPaths, attempt: int, timeout: float = 120) -> None:
     """Block until rank 0 recorded ``attempt`` (1-based) as running: every rank then has its handlers set
-    (trainer.train.train installs them before the gang forms), so SIGUSR1 cannot kill it."""
+    (trainer.learn.train.train installs them before the gang forms), so SIGUSR1 cannot kill it."""
     deadline = time.monotonic() + timeout
     while True:
         for p in procs:

@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from trainer.rundir import MetricsReader, RunDirError, RunPaths, append_metrics, atomic_write_bytes
-from trainer.runrecord import update_record
+from trainer.record.rundir import MetricsReader, RunDirError, RunPaths, append_metrics, atomic_write_bytes
+from trainer.record.runrecord import update_record
 
 
 def test_layout_and_listing(tmp_path):

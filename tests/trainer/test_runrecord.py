@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from trainer import runrecord
-from trainer.exitcodes import ExitCode, describe
-from trainer.gang import GangIncomplete, RankLost
-from trainer.rundir import RunDirError, RunPaths, atomic_write_json
+from trainer.record import runrecord
+from trainer.core.exitcodes import ExitCode, describe
+from trainer.dist.gang import GangIncomplete, RankLost
+from trainer.record.rundir import RunDirError, RunPaths, atomic_write_json
 
 # A run.json as cuetrain wrote it before versions (a farm run that failed on a lost rank).
 VERSION_0 = {"attempts": [{"attempt": 1, "backend": "gloo", "host": "node1", "start_step": 0,
@@ -71,7 +71,7 @@ def test_a_run_json_that_cannot_be_read_is_never_replaced(tmp_path):
 
 
 def test_farm_record_is_typed_with_defaults_for_bad_values() -> None:
-    from trainer.runrecord import FarmRecord, RunRecord
+    from trainer.record.runrecord import FarmRecord, RunRecord
 
     record = RunRecord.from_dict({"farm": {"job_id": "j1", "job_name": "n", "attempts_at_submit": 2,
                                            "job": {"ranks_per_frame": 2}}, "attempts": [{}, {}, {}]})
@@ -84,7 +84,7 @@ def test_farm_record_is_typed_with_defaults_for_bad_values() -> None:
 
 
 def test_gang_record_is_typed_belongs_to_one_job_and_round_trips(tmp_path) -> None:
-    from trainer.runrecord import GangRecord, RunRecord
+    from trainer.record.runrecord import GangRecord, RunRecord
 
     data = {"job_id": "j1", "generation": 3, "restarts": 1, "members": [0, 2], "world_size": 4,
             "events": [{"generation": 3, "reason": "regroup"}, "junk"]}

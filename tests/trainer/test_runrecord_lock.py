@@ -15,16 +15,16 @@ import sys
 import textwrap
 from pathlib import Path
 
-from trainer import runrecord
-from trainer.rundir import RunPaths
+from trainer.record import runrecord
+from trainer.record.rundir import RunPaths
 
 ATTEMPTS = 25  # per writer process
 WRITERS = 3
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from trainer import runrecord
-    from trainer.rundir import RunPaths
+    from trainer.record import runrecord
+    from trainer.record.rundir import RunPaths
     paths = RunPaths.of(sys.argv[1])
     me = int(sys.argv[2])
     start = float(sys.argv[3])

@@ -7,10 +7,10 @@ import signal
 import time
 
 from tests.trainer.test_gang import finish, start_rank
-from trainer.exitcodes import ExitCode
-from trainer.ports import free_port
-from trainer.rundir import RunPaths
-from trainer.runrecord import read_record
+from trainer.core.exitcodes import ExitCode
+from trainer.core.ports import free_port
+from trainer.record.rundir import RunPaths
+from trainer.record.runrecord import read_record
 
 # No periodic checkpoint before the signal: only the stop can save the steps trained so far.
 NO_PERIODIC = ("--checkpoint-interval", "100000", "--log-interval", "1", "--gang-timeout-s", "60")
@@ -74,7 +74,7 @@ def test_sigint_is_trapped_like_sigterm_and_the_grace_watchdog_exits_76_when_stu
     import subprocess
     import sys
 
-    from trainer.stop import StopSignal
+    from trainer.dist.stopvote import StopSignal
 
     before = signal.getsignal(signal.SIGINT)  # default_int_handler; SIG_IGN under a shell's background job
     with StopSignal(grace_s=60) as sig:
@@ -83,8 +83,8 @@ def test_sigint_is_trapped_like_sigterm_and_the_grace_watchdog_exits_76_when_stu
         assert sig.signum == signal.SIGINT
         sig.finished()
     assert signal.getsignal(signal.SIGINT) is before  # restored
-    stuck = ("import os, signal, sys, time\nfrom trainer.rundir import RunPaths\n"
-             "from trainer.stop import StopSignal, record_stop_timeout\n"
+    stuck = ("import os, signal, sys, time\nfrom trainer.record.rundir import RunPaths\n"
+             "from trainer.dist.stopvote import StopSignal, record_stop_timeout\n"
              "with StopSignal(grace_s=1.0, on_timeout=record_stop_timeout(RunPaths.of(sys.argv[1]))):\n"
              "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(60)\n")
     t = time.monotonic()

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from tests.conftest import run_cli
-from trainer import outputs as outputs_mod
-from trainer import train as train_mod
-from trainer.config import TrainConfig
-from trainer.envvars import DistEnv, read_dist_env
-from trainer.model import build_model
-from trainer.outputs import load_latest_checkpoint
-from trainer.rundir import RunPaths, read_metrics
+from trainer.learn import run_writer as outputs_mod
+from trainer.learn import train as train_mod
+from trainer.core.config import TrainConfig
+from trainer.core.envvars import DistEnv, read_dist_env
+from trainer.learn.model import build_model
+from trainer.learn.run_writer import load_latest_checkpoint
+from trainer.record.rundir import RunPaths, read_metrics
 
 NON_DIST = DistEnv(distributed=False, missing=("COPYCAT_MAIN_ADDR",))
 
@@ -162,7 +162,7 @@ def test_resume_continues_to_the_same_result(pairs, tmp_path, monkeypatch, optim
 
 
 def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
-    from trainer.images import read_image
+    from trainer.data.images import read_image
 
     run = RunPaths.of(tmp_path / "run")
     result = train_mod.train(cfg(pairs, run.root, steps=12, keep_checkpoints=2, noise_interval=1), NON_DIST)
@@ -173,7 +173,7 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     rows = read_metrics(run)
     assert [r["step"] for r in rows] == [2, 4, 6, 8, 10, 12]
     assert set(rows[0]) - {"noise_scale"} == {"step", "loss", "lr", "images_per_s", "wall_s"}
-    noise = [r["noise_scale"] for r in rows if "noise_scale" in r]  # trainer.noise_scale: B_simple [crops]
+    noise = [r["noise_scale"] for r in rows if "noise_scale" in r]  # trainer.learn.noise_scale: B_simple [crops]
     assert noise and all(math.isfinite(v) and v > 0 for v in noise)
     assert [s for s, _ in run.list_contact_sheets()] == [4, 8, 12]
     sheet = read_image(run.contact_sheet(12))
@@ -227,7 +227,7 @@ def test_a_truncated_latest_checkpoint_is_skipped(pairs, tmp_path):
 
 
 def test_the_default_lr_follows_the_model_size():
-    """Without --lr, wider networks take smaller steps (trainer.config.DEFAULT_LR: medium and large diverged at
+    """Without --lr, wider networks take smaller steps (trainer.core.config.DEFAULT_LR: medium and large diverged at
     1e-3 on a GPU, docs/scaling.md); --lr overrides it and travels in the frames' command lines."""
     for size, lr in (("small", 1e-3), ("medium", 5e-4), ("large", 1e-4)):
         c = TrainConfig("i", "t", "r", model_size=size, batch_size=32)

@@ -6,10 +6,10 @@
   gradient scale, so the weights alone would not show a wrong average: the gradients are compared.
 - Uneven split of the global batch (5 crops on 2 ranks: 3 + 2): 2 DDP ranks must end with the
   weights of 1 rank training on the whole batch, which needs the per-rank loss weight
-  (``trainer.data.rank_loss_weight``).
+  (``trainer.data.crops.rank_loss_weight``).
 
 Both compare float32-exact numerics, so both pin ``precision="fp32"``: under ``--precision auto`` a CPU with
-AVX512-BF16/AMX trains in bfloat16 (``trainer.precision``), and the bfloat16 path has its own equivalence tests
+AVX512-BF16/AMX trains in bfloat16 (``trainer.learn.precision``), and the bfloat16 path has its own equivalence tests
 with tolerances derived from its 8-bit mantissa (tests/trainer/test_train.py, tests/trainer/test_bf16.py).
 """
 
@@ -19,14 +19,14 @@ import pytest
 import torch
 
 from tests.conftest import run_cli
-from trainer import train as train_mod
-from trainer.config import TrainConfig
-from trainer.data import CropSampler
-from trainer.envvars import DistEnv
-from trainer.images import load_pairs, pair_frames
-from trainer.model import build_model
-from trainer.outputs import load_latest_checkpoint
-from trainer.rundir import RunPaths
+from trainer.learn import train as train_mod
+from trainer.core.config import TrainConfig
+from trainer.data.crops import CropSampler
+from trainer.core.envvars import DistEnv
+from trainer.data.images import load_pairs, pair_frames
+from trainer.learn.model import build_model
+from trainer.learn.run_writer import load_latest_checkpoint
+from trainer.record.rundir import RunPaths
 
 
 def _cfg(pairs, run_dir, **kw) -> TrainConfig:

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from tests.conftest import CHILD_PYTHONPATH, ROOT
-from trainer.outputs import load_latest_checkpoint
-from trainer.rundir import RunPaths
+from trainer.learn.run_writer import load_latest_checkpoint
+from trainer.record.rundir import RunPaths
 
 
 class PlantedCode:
@@ -43,7 +43,7 @@ def test_a_checkpoint_that_would_run_code_is_skipped_not_executed(tmp_path, capl
     marker = tmp_path / "code-ran"
     torch.save({"model": {"w": torch.ones(2)}, "step": 2}, paths.checkpoint(2))
     torch.save({"model": {"w": torch.zeros(2)}, "step": 3, "extra": PlantedCode(marker)}, paths.checkpoint(3))
-    with caplog.at_level(logging.WARNING, logger="trainer.outputs"):
+    with caplog.at_level(logging.WARNING, logger="trainer.learn.run_writer"):
         ckpt = load_latest_checkpoint(paths)
     assert not marker.exists()  # nothing ran
     assert ckpt["step"] == 2 and torch.equal(ckpt["model"]["w"], torch.ones(2))  # the newest SAFE checkpoint

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from trainer.tuning import MMAP_THRESHOLD_BYTES, tune_allocator
+from trainer.core.allocator import MMAP_THRESHOLD_BYTES, tune_allocator
 
 ON_GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -17,7 +17,7 @@ ON_GLIBC = platform.libc_ver()[0] == "glibc"
 # mallinfo2 (glibc >= 2.33): hblks = blocks served by mmap, arena = bytes of the main heap.
 PROBE = r"""
 import ctypes, ctypes.util, json
-from trainer.tuning import tune_allocator
+from trainer.core.allocator import tune_allocator
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",

@@ -1,0 +1,259 @@
+"""``cuetrain advise``: how many machines? A short measured probe plus the scaling model.
+
+Usage::
+
+    cuetrain advise --input IN --target GT [train args] [--max-world-size 8] [--sync-intervals 1 2 4 8]
+                    [--bandwidth-gbps 10 --latency-us 100 | --measure-link] [--ranks-per-frame 1]
+                    [--intra-bandwidth-gbps 20 --intra-latency-us 50] [--quality-probe | --noise-scale CROPS]
+    cuetrain advise link [--link-mb 16] [--repeats 5]
+
+The probe (``trainer.advise.probe.run_probe``) times the real training step on this host; the
+link is stated (``--bandwidth-gbps``, ``--latency-us``; defaults in ``trainer.advise.costmodel``) or
+measured by ``cuetrain advise link`` (``measure_link``): run as two ranks of a gang (two farm
+frames, or any two hosts with ``COPYCAT_*`` set) it measures the network between them; alone it
+measures two local processes over loopback. The model, recommendation and table are
+``trainer.advise.costmodel``; this module is the command line, and re-exports the API for the GUI:
+``run_probe`` (on a worker thread: it takes seconds), then ``predict``, ``recommend``,
+``format_table``.
+
+``--ranks-per-frame L`` predicts frames of L ranks on one host, as ``cuetrain submit --ranks-per-frame
+L`` runs them: world sizes L, 2L, ...; the probe times L processes at once; links inside a host
+(``--intra-*``, or measured over loopback with ``--measure-link``) and between hosts (``--bandwidth-gbps``,
+``--latency-us``) are modelled apart (``trainer.advise.costmodel``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+from typing import Any, Sequence
+
+from trainer.advise.costmodel import (DEFAULT_BANDWIDTH_GBPS, DEFAULT_INTRA_BANDWIDTH_GBPS, DEFAULT_INTRA_LATENCY_S,
+                                  DEFAULT_LATENCY_S, Link, Prediction, Probe,
+                                  allreduce_seconds, format_table, predict, recommend, recommendation_line)
+from trainer.advise.probe import measure_link, run_probe
+from trainer.core.config import add_train_arguments, config_from_args
+from trainer.core.rankmemory import BUFFERS_MB, PROCESS_MB, rank_memory_mb
+
+__all__ = ["Probe", "Prediction", "Link", "predict", "recommend", "format_table", "run_probe", "measure_link",
+           "describe_probe", "describe_link", "memory_line", "main"]
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cuetrain advise",
+        description="Predict images/s and scaling efficiency for 1..N ranks and sync intervals from a short "
+                    "probe on this host. 'cuetrain advise link' measures the network between two ranks.")
+    add_train_arguments(p)
+    g = p.add_argument_group("advisor")
+    g.add_argument("--max-world-size", type=int, default=8, help="largest world size in the table (default 8)")
+    g.add_argument("--sync-intervals", type=int, nargs="+", default=[1, 2, 4, 8],
+                   help="sync intervals to compare (default 1 2 4 8)")
+    g.add_argument("--bandwidth-gbps", type=float, default=DEFAULT_BANDWIDTH_GBPS,
+                   help=f"link bandwidth between farm hosts in Gb/s (default {DEFAULT_BANDWIDTH_GBPS:g})")
+    g.add_argument("--latency-us", type=float, default=DEFAULT_LATENCY_S * 1e6,
+                   help=f"per-hop all-reduce latency in microseconds (default {DEFAULT_LATENCY_S * 1e6:g})")
+    g.add_argument("--measure-link", action="store_true",
+                   help="measure the link between 2 local processes over loopback: the link between hosts with "
+                        "--ranks-per-frame 1, else the link inside a host (for farm hosts run 'cuetrain advise "
+                        "link' as two ranks and pass --bandwidth-gbps and --latency-us)")
+    g.add_argument("--link-mb", type=float, default=16.0, help="all-reduce size for --measure-link in MiB (default 16)")
+    g.add_argument("--threads", type=int, default=1, help="torch threads per rank in the probe (default 1)")
+    g.add_argument("--ranks-per-frame", "--ranks-per-host", dest="ranks_per_host", type=int, default=1,
+                   help="ranks sharing one host (cuetrain submit --ranks-per-frame, or cuetrain local): world sizes "
+                        "are multiples of it, the probe times this many processes at once, and links inside a host "
+                        "are modelled apart from the network (default 1: one rank per farm host)")
+    g.add_argument("--intra-bandwidth-gbps", type=float, default=DEFAULT_INTRA_BANDWIDTH_GBPS,
+                   help="bandwidth between ranks of one host in Gb/s (default "
+                        f"{DEFAULT_INTRA_BANDWIDTH_GBPS:g}; --measure-link measures it over loopback)")
+    g.add_argument("--intra-latency-us", type=float, default=DEFAULT_INTRA_LATENCY_S * 1e6,
+                   help=f"per-hop latency between ranks of one host in microseconds (default "
+                        f"{DEFAULT_INTRA_LATENCY_S * 1e6:g})")
+    g.add_argument("--warmup", type=int, default=3, help="untimed probe iterations per batch size (default 3)")
+    g.add_argument("--iters", type=int, default=10, help="timed probe iterations per batch size (default 10)")
+    g.add_argument("--min-efficiency", type=float, default=0.7,
+                   help="lowest scaling efficiency to recommend (default 0.7)")
+    g.add_argument("--noise-scale", type=float, default=None,
+                   help="gradient noise scale B_noise in crops (a run's metrics.jsonl 'noise_scale'): adds the "
+                        "time-to-quality speedup S(B) x step time (trainer/advise/quality.py) to the table and --json")
+    g.add_argument("--quality-probe", action="store_true",
+                   help="measure the critical batch for the time-to-quality column: short trainings from the same "
+                        "weights at the global batch, 4x and 16x it on the frames (trainer/advise/critical_batch.py; about "
+                        "a minute on a CPU, seconds on a GPU); in place of --noise-scale")
+    g.add_argument("--json", action="store_true", help="end with one JSON line: the recommendation and every "
+                   "prediction (the submit dialog reads it)")
+    return p
+
+
+def _link_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cuetrain advise link",
+        description="Measure all-reduce bandwidth and latency. Run it as the ranks of a gang (COPYCAT_* set, e.g. "
+                    "two farm frames on two hosts) to measure the network between them; without COPYCAT_* it "
+                    "measures two local processes over loopback.")
+    p.add_argument("--link-mb", type=float, default=16.0, help="all-reduce size in MiB (default 16)")
+    p.add_argument("--repeats", type=int, default=5, help="timed large all-reduces (default 5)")
+    p.add_argument("--timeout-s", type=float, default=120.0, help="rendezvous/collective timeout (default 120)")
+    return p
+
+
+def describe_probe(probe: Probe) -> str:
+    """The probe's settings and measurements, as printed above the table."""
+    fb = ", ".join(f"{b} crop{'s' if b > 1 else ''} {t * 1e3:.1f} ms" for b, t in probe.fb_s)
+    return "\n".join([
+        f"model {probe.model_size} ({probe.parameters:,} parameters), crop {probe.crop_size} px, global batch "
+        f"{probe.batch_size}, gradient compression {probe.compression}",
+        f"probe on this host: {probe.device}, {probe.threads} thread(s) per rank, {probe.ranks_per_host} rank(s) "
+        f"timed at once, {probe.warmup} warm-up + {probe.iters} timed iterations per batch size, medians",
+        f"  data + forward + backward per rank: {fb}",
+        f"  Adam step {probe.optimizer_s * 1e3:.1f} ms (once per sync); rank-0 outputs {probe.outputs_s * 1e3:.2f} "
+        f"ms/step (contact sheet {probe.contact_sheet_s * 1e3:.1f} ms every {probe.contact_sheet_interval} steps, "
+        f"checkpoint {probe.checkpoint_s * 1e3:.1f} ms every {probe.checkpoint_interval})",
+        f"  gradient sync: {probe.sync_bytes:,} bytes in {probe.sync_calls} all-reduce call(s)"
+        + (" (after PowerSGD's plain warm-up)" if probe.compression == "powersgd" else ""),
+    ])
+
+
+def describe_link(link: Link, probe: Probe | None = None) -> str:
+    """One line: bandwidth, latency, source, and (with ``probe``) the 2-rank all-reduce time it implies."""
+    line = f"link: {link.bandwidth_gbps:.3g} Gb/s, {link.latency_s * 1e6:.0f} us per hop ({link.source})"
+    if probe is not None:
+        t = allreduce_seconds(2, probe.sync_bytes, probe.sync_calls, link.bandwidth_gbps, link.latency_s)
+        line += f"; one 2-rank gradient sync: {t * 1e3:.2f} ms"
+    return line
+
+
+def memory_line(data_cache_mb: int, device: str) -> str:
+    """What each rank needs in memory (``trainer.core.rankmemory``): the figure to reserve per rank (``memory_mb``)."""
+    gpu = device == "cuda"
+    return (f"memory per rank: about {rank_memory_mb(data_cache_mb, gpu)} MiB to reserve (trainer process "
+            f"~{PROCESS_MB['gpu' if gpu else 'cpu']} MiB + --data-cache-mb {data_cache_mb} + decode buffers "
+            f"{BUFFERS_MB} MiB); the host's decoded copy of the shot is on local scratch, outside it")
+
+
+def main(argv: Sequence[str]) -> int:
+    """``cuetrain advise`` (prints the table) and ``cuetrain advise link``. Returns the exit code."""
+    argv = list(argv)
+    if argv and argv[0] == "link":
+        from trainer.core.envvars import read_dist_env
+
+        a = _link_parser().parse_args(argv[1:])
+        env = read_dist_env()
+        link = measure_link(env, a.link_mb, a.repeats, a.timeout_s)
+        if env.is_main:
+            print(describe_link(link))
+            print(f"use: cuetrain advise ... --bandwidth-gbps {link.bandwidth_gbps:.3g} "
+                  f"--latency-us {link.latency_s * 1e6:.0f}")
+        return 0
+    parser = _parser()
+    ns = parser.parse_args(argv)
+    if ns.max_world_size < 1 or min(ns.sync_intervals) < 1:
+        parser.error("--max-world-size and --sync-intervals must be >= 1")
+    if not ns.bandwidth_gbps > 0 or ns.latency_us < 0 or not ns.intra_bandwidth_gbps > 0 or ns.intra_latency_us < 0:
+        parser.error("--bandwidth-gbps and --intra-bandwidth-gbps must be > 0, "
+                     "--latency-us and --intra-latency-us >= 0")
+    if ns.noise_scale is not None and not ns.noise_scale >= 0:
+        parser.error(f"--noise-scale {ns.noise_scale} must be >= 0 crops")
+    if ns.noise_scale is not None and ns.quality_probe:
+        parser.error("give --noise-scale (an earlier run's) or --quality-probe (measure it now), not both")
+    per_frame = ns.ranks_per_host
+    if per_frame < 1 or per_frame > ns.max_world_size:
+        parser.error(f"--ranks-per-frame {per_frame} must be in 1..--max-world-size ({ns.max_world_size})")
+    ns.run_dir = ns.run_dir or tempfile.gettempdir()  # not written: the advisor needs no run directory
+    cfg = config_from_args(ns)
+    sizes = range(per_frame, ns.max_world_size + 1, per_frame)
+    probe = run_probe(cfg, sorted({1, *sizes}), threads=ns.threads, warmup=ns.warmup, iters=ns.iters,
+                      ranks_per_host=per_frame)
+    link = Link(ns.bandwidth_gbps, ns.latency_us * 1e-6, "stated; 'cuetrain advise link' measures it")
+    intra = Link(ns.intra_bandwidth_gbps, ns.intra_latency_us * 1e-6, "stated")
+    if ns.measure_link and per_frame == 1:
+        link = measure_link(None, ns.link_mb)
+    elif ns.measure_link:
+        intra = measure_link(None, ns.link_mb)
+    predictions = predict(probe, sizes, ns.sync_intervals, link.bandwidth_gbps, link.latency_s,
+                          ranks_per_frame=per_frame, intra=intra)
+    chosen = recommend(predictions, ns.min_efficiency)
+    print(describe_probe(probe))
+    print(describe_link(link, probe))
+    if per_frame > 1:
+        print(f"inside a host ({per_frame} ranks per frame): " + describe_link(intra).removeprefix("link: "))
+    if ns.max_world_size > cfg.batch_size:
+        print(f"world sizes above the global batch ({cfg.batch_size}) are left out: every rank needs a crop")
+    print()
+    print(format_table(predictions, chosen))
+    print()
+    print(recommendation_line(chosen, ns.min_efficiency))
+    print(memory_line(cfg.data_cache_mb, probe.device))
+    every = [p for p in predictions if p.sync_interval == 1]
+    if chosen.sync_interval != 1 and every:
+        plain = recommend(every, ns.min_efficiency)
+        print(f"at sync interval 1 (the effective batch you chose): {plain.world_size} rank(s), "
+              f"{plain.images_per_s:.1f} images/s, efficiency {plain.efficiency:.2f}")
+    _time_to_quality(ns, cfg, probe, predictions, chosen)
+    return 0
+
+
+def _time_to_quality(ns: argparse.Namespace, cfg: Any, probe: Probe, predictions: list[Prediction],
+                     chosen: Prediction) -> None:
+    """The time-to-quality table and recommendation (from ``--noise-scale``, or the ``--quality-probe`` it runs;
+    ``trainer.advise.quality``, ``trainer.advise.critical_batch``) and the ``--json`` line. With a critical batch the
+    JSON's ``recommended`` is the time-to-quality choice (the one the submit dialog applies) and
+    ``recommended_for_images_per_s`` the images/s one; without, both are the images/s choice."""
+    noise_scale, source, measured = ns.noise_scale, "--noise-scale" if ns.noise_scale is not None else None, None
+    if ns.quality_probe:
+        from trainer.advise.critical_batch import measure_critical_batch, probe_frames
+
+        measured = measure_critical_batch(cfg, probe_frames(cfg))
+        noise_scale, source = measured.critical_batch, "quality probe"
+        print(measured.line())
+    quality = _quality_speedups(noise_scale, cfg.batch_size, predictions)
+    line = recommendation_line(chosen, ns.min_efficiency)
+    by_speed = chosen
+    if quality:
+        from trainer.advise.quality import format_quality_table, quality_recommendation
+
+        print(f"\ntime to the same quality, x 1 rank at sync interval 1 (S(B) with critical batch "
+              f"{noise_scale:.3g} crops, {source}):")
+        cells = {(p.world_size, p.sync_interval): q for p, q in zip(predictions, quality)}
+        n, k, line = quality_recommendation([(*cell, q) for cell, q in cells.items()])
+        print(format_quality_table(cells, (n, k)))
+        chosen = next(p for p in predictions if (p.world_size, p.sync_interval) == (n, k))
+        print(line)
+    if ns.json:
+        rows = [{**dataclasses.asdict(p), "time_to_quality_speedup": quality[i] if quality else None}
+                for i, p in enumerate(predictions)]
+        chosen_quality = quality[predictions.index(chosen)] if quality else None
+        print(json.dumps({"recommended": {**dataclasses.asdict(chosen), "time_to_quality_speedup": chosen_quality,
+                                          "line": line},
+                          "recommended_for_images_per_s": {**dataclasses.asdict(by_speed),
+                                                           "line": recommendation_line(by_speed, ns.min_efficiency)},
+                          "predictions": rows, "noise_scale": noise_scale, "noise_scale_source": source,
+                          "quality_probe": _probe_record(measured),
+                          "rank_memory_mb": rank_memory_mb(cfg.data_cache_mb, probe.device == "cuda")}))
+
+
+def _probe_record(probe: Any) -> dict[str, Any] | None:
+    """The quality probe's figures for ``--json`` (its curves left out), or None without one."""
+    if probe is None:
+        return None
+    return {"batches": list(probe.batches), "updates": list(probe.updates), "level_l1": probe.level,
+            "critical_batch": probe.critical_batch, "seconds": probe.seconds}
+
+
+def _quality_speedups(noise_scale: float | None, batch: int, predictions: Sequence[Any]) -> list[float]:
+    """Time-to-quality speedup per prediction (empty without a noise scale); see trainer.advise.quality."""
+    from trainer.advise.quality import prediction_speedups
+
+    if noise_scale is None or not predictions:
+        return []
+    rows = sorted(predictions, key=lambda p: (p.world_size, p.sync_interval))
+    base = rows[0]
+    ordered = [base, *[p for p in predictions if p is not base]]
+    values = prediction_speedups(noise_scale, batch, [(p.sync_interval, p.step_s) for p in ordered])
+    by_id = {id(p): v for p, v in zip(ordered, values)}
+    return [by_id[id(p)] for p in predictions]

@@ -1,0 +1,327 @@
+"""The measurements behind ``cuetrain advise``: a compute probe and a link probe.
+
+:func:`run_probe` trains the real model on this host for a few iterations at every per-rank batch
+``ceil(B/N)`` the table needs, with the trainer's ``--precision`` and ``--memory-format`` and its
+crops cut on the device: data + forward + backward, then the Adam step, timed separately
+(warm-up iterations dropped, medians kept), in rounds that visit every batch size in turn. It also
+times rank 0's contact sheet and checkpoint, and takes the bytes all-reduced per sync from the
+parameter shapes (``trainer.dist.compression.sync_payload``). With ``ranks_per_host`` R > 1 it runs R
+timing processes at once, as ``cuetrain local --world-size R`` shares one host, and keeps the
+slowest.
+
+The probe always runs in fresh processes, as every rank is one: a process's allocator history
+changes the step time. In a fresh process glibc serves each multi-megabyte activation with a new
+``mmap`` (thousands of page faults per step, about 15% of a small-model CPU step here); after a
+large buffer has been freed (decoding video, a 16 MiB all-reduce) its raised mmap threshold
+serves them from the heap instead, so a probe in a long-lived process would time too fast.
+
+:func:`measure_link` times a one-float and a large all-reduce between ranks and fits bandwidth
+and per-hop latency; as ranks of a ``COPYCAT_*`` gang it measures the network between their
+hosts, alone it measures two local processes over loopback.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from queue import Empty
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from trainer.advise.costmodel import Link, Probe
+from trainer.core.config import TrainConfig
+from trainer.data.crops import CropSampler, per_crop_l1
+from trainer.core.envvars import DistEnv
+from trainer.core.ports import PortReservation
+
+PROBE_FRAMES = 4  # frame pairs loaded for the probe: crop cost does not depend on how many
+MAX_PROBE_POINTS = 8  # per-rank batch sizes timed at most; others are interpolated
+OUTPUT_REPEATS = 3  # contact sheets and checkpoints timed (median)
+
+
+def probe_batches(batch_size: int, world_sizes: Iterable[int], max_points: int = MAX_PROBE_POINTS) -> list[int]:
+    """Per-rank batches ``ceil(B/N)`` to time for ``world_sizes`` (N <= B), ascending.
+
+    More than ``max_points`` distinct values are thinned to ``max_points``, spread evenly on a log
+    scale (always keeping the smallest and largest); :meth:`Probe.fb_at` interpolates the rest.
+    """
+    need = sorted({math.ceil(batch_size / n) for n in world_sizes if 1 <= n <= batch_size})
+    if len(need) <= max_points:
+        return need
+    lo, hi = math.log(need[0]), math.log(need[-1])
+    picks = [need[0], need[-1]]
+    for i in range(1, max_points - 1):
+        target = lo + (hi - lo) * i / (max_points - 1)
+        picks.append(min((b for b in need if b not in picks), key=lambda b: abs(math.log(b) - target)))
+    return sorted(picks)
+
+
+def monotone(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    """Least-squares non-decreasing fit of ``(batch, seconds)`` points (pool adjacent violators).
+
+    More crops never take less time; a dip in measured medians is noise from other work on the host.
+    """
+    blocks: list[list[float]] = []  # [sum of seconds, count]
+    for _, t in sorted(points):
+        blocks.append([t, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, n = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += n
+    fitted = [s / n for s, n in blocks for _ in range(int(n))]
+    return tuple((b, t) for (b, _), t in zip(sorted(points), fitted))
+
+
+def run_probe(cfg: TrainConfig, world_sizes: Iterable[int], *, threads: int = 1, warmup: int = 3, iters: int = 10,
+              ranks_per_host: int = 1, timeout_s: float = 600.0) -> Probe:
+    """Time the real training step of ``cfg`` on this host, in ``ranks_per_host`` fresh processes
+    (see the module docstring).
+
+    Runs on CUDA when available (as the trainer does), else on the CPU with ``threads`` torch
+    threads per rank.
+
+    Raises:
+        DataError: the training data cannot be read or is smaller than the crop.
+        ValueError: ``threads``, ``warmup``, ``iters`` or ``ranks_per_host`` out of range.
+        RuntimeError: a co-located probe process failed or timed out.
+    """
+    if threads < 1 or warmup < 0 or iters < 1 or ranks_per_host < 1:
+        raise ValueError(f"threads={threads}, iters={iters} and ranks_per_host={ranks_per_host} must be >= 1, "
+                         f"warmup={warmup} >= 0")
+    sizes = sorted(set(world_sizes))
+    ctx = mp.get_context("spawn")
+    gang = _Gang(ctx.Barrier(ranks_per_host), ctx.Value("i", ranks_per_host))
+    queue: Any = ctx.Queue()
+    probes = _collect(ctx, _colocated_rank, [(cfg, sizes, threads, warmup, iters, gang, r, queue)
+                                             for r in range(ranks_per_host)], queue, timeout_s, "probe")
+    first = probes[0]
+    if ranks_per_host == 1:
+        return first
+    return replace(first, fb_s=tuple((b, max(p.fb_at(b) for p in probes)) for b, _ in first.fb_s),
+                   optimizer_s=max(p.optimizer_s for p in probes), ranks_per_host=ranks_per_host)
+
+
+@dataclass(frozen=True)
+class _Gang:
+    """Co-located probe processes: start timing together, keep the host busy until all are done."""
+
+    start: Any  # multiprocessing Barrier
+    running: Any  # multiprocessing Value("i"): processes still timing
+
+
+def _colocated_rank(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters: int, gang: _Gang,
+                    rank: int, queue: Any) -> None:
+    from trainer.core.allocator import tune_allocator
+
+    tune_allocator()  # as every trainer process does (trainer.cli train)
+    queue.put((rank, _probe(cfg, sizes, threads, warmup, iters, gang)))
+
+
+def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters: int, gang: _Gang) -> Probe:
+    from trainer.dist.compression import sync_calls, sync_payload
+    from trainer.data.images import load_pairs, pair_frames
+    from trainer.learn.model import build_model, count_parameters
+    from trainer.learn.precision import configure_backends, memory_format, resolve_precision
+    from trainer.learn.schedule import build_optimizer
+
+    frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)[:PROBE_FRAMES])
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(cfg.seed)
+        precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
+        configure_backends(device)
+        net = build_model(cfg.model_size, cfg.architecture).to(device, memory_format=fmt)  # the trainer's settings
+        opt = build_optimizer(cfg, net, cfg.base_lr)  # as trained
+        step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)
+        batches = probe_batches(cfg.batch_size, sizes)
+        samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt)
+                    for b in batches}
+        times: dict[int, list[float]] = {b: [] for b in batches}
+        opt_times: list[float] = []
+        gang.start.wait()
+        # Rounds visit every batch size once (1, 2, 4, 8, 1, 2, ...) so a noisy neighbour slows all alike.
+        for i in range(warmup + iters):
+            for b in batches:
+                fb_s, opt_s = step(samplers[b], i)
+                if i >= warmup:
+                    times[b].append(fb_s)
+                    opt_times.append(opt_s)
+        with gang.running.get_lock():  # then keep loading the host until the other probe processes are done
+            gang.running.value -= 1
+        while gang.running.value > 0:
+            step(samplers[batches[-1]], 0)
+        fb = monotone([(b, statistics.median(times[b])) for b in batches])
+        sheet_s, ckpt_s = _time_outputs(cfg, net, opt, frames, device, fmt)
+    finally:
+        torch.set_num_threads(old_threads)
+    shapes = [tuple(p.shape) for p in net.parameters() if p.requires_grad]
+    return Probe(model_size=cfg.model_size, parameters=count_parameters(net), crop_size=cfg.crop_size,
+                 batch_size=cfg.batch_size, compression=cfg.grad_compression, fb_s=fb,
+                 optimizer_s=statistics.median(opt_times), contact_sheet_s=sheet_s, checkpoint_s=ckpt_s,
+                 contact_sheet_interval=cfg.contact_sheet_interval, checkpoint_interval=cfg.checkpoint_interval,
+                 sync_bytes=sync_payload(shapes, cfg.grad_compression),
+                 sync_calls=sync_calls(shapes, cfg.grad_compression), log_interval=cfg.log_interval,
+                 threads=threads, device=device.type, warmup=warmup, iters=iters)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One training step as ``trainer.learn.train`` runs it, with its precision and memory format."""
+
+    net: torch.nn.Module
+    opt: torch.optim.Optimizer
+    autocast: Any  # () -> context manager (trainer.learn.precision.Precision.autocast)
+    scaler: torch.amp.GradScaler
+    device: torch.device
+
+    def __call__(self, sampler: CropSampler, step: int) -> tuple[float, float]:
+        """(data + forward + backward, Adam step) seconds."""
+        t0 = _now(self.device)
+        batch = sampler.batch(step)  # cut on the device, as the trainer does
+        with self.autocast():
+            out = self.net(batch.input)
+        per_crop = per_crop_l1(out, batch.target)  # the trainer's loss: (b,) L1 per crop
+        self.scaler.scale(per_crop.sum() / sampler.local_batch).backward()
+        _ = per_crop.detach().sum()  # the loop's running loss sum
+        t1 = _now(self.device)
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self.opt.zero_grad(set_to_none=True)
+        return t1 - t0, _now(self.device) - t1
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _time_outputs(cfg: TrainConfig, net: torch.nn.Module, opt: torch.optim.Optimizer, frames: list,
+                  device: torch.device, fmt: torch.memory_format) -> tuple[float, float]:
+    """Rank 0's training-thread time for one contact sheet and one checkpoint, as ``trainer.learn.train`` does them."""
+    from trainer.learn.run_writer import RunWriter, cpu_copy
+    from trainer.record.rundir import RunPaths
+
+    sampler = CropSampler(frames, cfg.crop_size, 1, seed=cfg.seed, device=device, memory_format=fmt)
+    sheets, ckpts = [], []
+    with tempfile.TemporaryDirectory(prefix="cuetrain-advise-") as tmp:
+        paths = RunPaths.of(tmp)
+        paths.create()
+        writer = RunWriter(paths, True, keep_checkpoints=1)
+        try:
+            for step in range(1, OUTPUT_REPEATS + 1):
+                t0 = _now(device)
+                prev = sampler.preview(step)
+                with torch.no_grad():
+                    out = net(prev.input)
+                writer.contact_sheet(step, prev.input, out, prev.target)
+                t1 = _now(device)
+                writer.checkpoint(step, cpu_copy({"model": net.state_dict(), "optimizer": opt.state_dict(),
+                                                  "step": step, "config": cfg.to_dict()}))
+                t2 = _now(device)
+                writer.flush()  # background encoding and writing: not on the training thread
+                sheets.append(t1 - t0)
+                ckpts.append(t2 - t1)
+        finally:
+            writer.finish("probe")
+    return statistics.median(sheets), statistics.median(ckpts)
+
+
+def _collect(ctx: Any, target: Any, args: list[tuple], queue: Any, timeout_s: float, what: str) -> list[Any]:
+    """Start one process per ``args``, gather one ``(rank, result)`` each from ``queue``, in rank order."""
+    procs = [ctx.Process(target=target, args=a) for a in args]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(results) < len(procs):
+            try:
+                rank, value = queue.get(timeout=0.5)
+                results[rank] = value
+            except Empty:
+                failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if failed or time.monotonic() > deadline:
+                    raise RuntimeError(f"{what} processes failed (exit codes {failed}) or timed out after "
+                                       f"{timeout_s:.0f} s; see the messages above") from None
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return [results[r] for r in sorted(results)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Link
+
+
+def fit_link(world_size: int, payload_bytes: int, small_s: float, big_s: float, source: str) -> Link:
+    """Bandwidth and per-hop latency from two timed all-reduces (one float, ``payload_bytes``).
+
+    The one-float all-reduce is taken as pure latency; the fit goes exactly through both points of
+    :func:`trainer.advise.costmodel.allreduce_seconds`: latency = small / (2 (N-1)),
+    bandwidth = 2 (N-1)/N x payload / (big - small).
+    """
+    hops = 2 * (world_size - 1)
+    transfer = max(big_s - small_s, 1e-9)
+    return Link(bandwidth_gbps=hops / world_size * payload_bytes * 8 / transfer / 1e9, latency_s=small_s / hops,
+                source=source)
+
+
+def _time_allreduce(env: DistEnv, mb: float, repeats: int, timeout_s: float) -> tuple[float, float]:
+    """Median seconds of a 1-float and an ``mb`` MiB float32 all-reduce in the gang of ``env``."""
+    import torch.distributed as dist
+
+    from trainer.dist import distributed
+
+    torch.set_num_threads(1)
+    rt = distributed.setup(env, timeout_s, timeout_s)  # collective and gang timeouts
+    try:
+        small, big = torch.zeros(1, device=rt.device), torch.zeros(int(mb * 2 ** 20) // 4, device=rt.device)
+        dist.all_reduce(small)
+        dist.all_reduce(big)  # warm-up: connections and buffers
+        out = []
+        for tensor, n in ((small, max(20, 4 * repeats)), (big, repeats)):
+            times = []
+            for _ in range(n):
+                dist.barrier()
+                t0 = _now(rt.device)
+                dist.all_reduce(tensor)
+                times.append(_now(rt.device) - t0)
+            out.append(statistics.median(times))
+        return out[0], out[1]
+    finally:
+        distributed.teardown(rt)
+
+
+def _local_link_rank(env: DistEnv, mb: float, repeats: int, timeout_s: float, queue: Any) -> None:
+    queue.put((env.rank, _time_allreduce(env, mb, repeats, timeout_s)))
+
+
+def measure_link(env: DistEnv | None = None, mb: float = 16.0, repeats: int = 5, timeout_s: float = 120.0) -> Link:
+    """Measure the all-reduce link: in the gang of ``env`` when it is distributed (this process is
+    one rank; every rank gets the same answer), else between two local processes over loopback.
+
+    Raises:
+        RuntimeError: the rendezvous or a collective failed.
+    """
+    payload = int(mb * 2 ** 20) // 4 * 4
+    if env is not None and env.distributed:
+        small, big = _time_allreduce(env, mb, repeats, timeout_s)
+        return fit_link(env.world_size, payload, small, big, f"measured: {env.world_size} ranks via {env.main_addr}")
+    ctx = mp.get_context("spawn")
+    queue: Any = ctx.Queue()
+    with PortReservation(0) as reservation:  # rank 0's store binds it; nobody else can meanwhile
+        port = reservation.port
+        results = _collect(ctx, _local_link_rank, [(DistEnv(True, r, 2, "127.0.0.1", port), mb, repeats, timeout_s,
+                                                    queue) for r in range(2)], queue, timeout_s, "link probe")
+    small, big = results[0]
+    return fit_link(2, payload, small, big, "measured: 2 local processes over loopback (not the farm network)")

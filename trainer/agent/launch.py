@@ -1,0 +1,129 @@
+"""``cuetrain local``: run a gang of N ranks on this machine, each exactly as a farm frame would.
+
+A local run is one "frame" holding every rank: the ranks are started by the same supervisor a farm
+frame uses for its ranks-per-frame (:func:`trainer.agent.supervise.run_ranks`). Each rank is a separate
+``python -m trainer`` process that gets the COPYCAT variables (main address 127.0.0.1, a
+free port, its rank, the world size, the sync interval, a per-gang token; the port is
+reserved for the gang's life, :mod:`trainer.core.ports`) in its environment, the
+same contract a farm frame gives its ranks. Output lines are relayed with a ``[rank N]`` prefix and
+also written to ``RUN_DIR/logs/rank_N.log``.
+
+If a rank fails, the others are stopped (SIGTERM, then SIGKILL strictly after the trainer's checkpoint
+grace, :mod:`trainer.core.timeouts`) and, by the farm frame's own rules and loop (:class:`trainer.agent.nodeagent.NodeAgent`, :class:`LocalGang`) and up
+to ``max_restarts`` times, the whole gang is started again with ``--resume`` so it continues from the
+latest complete checkpoint (OpenCue retries frames one by one; the gang restarts whole). A gang that
+exits with a code a restart cannot help (2: bad input, ...) or that was stopped by SIGTERM/Ctrl-C is not
+restarted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+
+from trainer.core.config import ConfigError
+from trainer.core.envvars import copycat_env, environ_with
+from trainer.core.exitcodes import describe
+from trainer.record.rundir import RunPaths
+from trainer.core.timeouts import GRACE
+from trainer.core.ports import PortReservation
+from trainer.agent.nodeagent import Ended, Generation, NodeAgent, WorkerState, judge_exit
+from trainer.agent.supervise import TRAINER_COMMAND, GangExit, RankLogs, rank_envs, run_ranks  # tests patch launch's name
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = GRACE.kill_after_s()  # seconds from SIGTERM to SIGKILL for the default --stop-grace-s
+
+
+def _run_gang(train_argv: list[str], world_size: int, sync_interval: int, logs: RankLogs, threads: int) -> GangExit:
+    """Start every rank once (a freshly reserved port and a new token per start) and wait; returns how the
+    gang ended. The port stays reserved until the gang exits (:mod:`trainer.core.ports`): rank 0's store binds
+    it, no other program can."""
+    token = secrets.token_hex(16)  # per gang: a stray process cannot join (trainer.dist.gang)
+    with PortReservation(0) as reservation:
+        port = reservation.port
+        base = environ_with({**copycat_env("127.0.0.1", port, 0, world_size, sync_interval, token=token),
+                             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
+        envs = rank_envs(base, 0, world_size)
+        log.info("starting %d ranks (main address 127.0.0.1:%d, %d thread(s) each)", world_size, port, threads)
+        return run_ranks([*TRAINER_COMMAND, *train_argv], list(enumerate(envs)), logs,
+                         stop_grace_s=GRACE.kill_after_for(train_argv), new_session=True)
+
+
+class LocalGang:
+    """The node agent's role for ``cuetrain local`` (:class:`trainer.agent.nodeagent.GangRole`): one generation =
+    every rank started here once; each restart adds ``--resume``; no backoff (nothing shared to spare)."""
+
+    counts_restarts = True
+
+    def __init__(self, train_argv: list[str], world_size: int, sync_interval: int, logs: RankLogs,
+                 threads: int, max_restarts: int) -> None:
+        self.argv, self.world_size, self.sync_interval = list(train_argv), world_size, sync_interval
+        self.logs, self.threads, self.max_restarts = logs, threads, max_restarts
+        self.restarts = 0
+
+    def form(self, previous: Ended | None) -> Generation:
+        if previous is not None:
+            self.restarts += previous.state is WorkerState.FAILED
+            if "--resume" not in self.argv:
+                self.argv.append("--resume")
+        number = 1 if previous is None else previous.generation.number + 1
+        return Generation(number, resume="--resume" in self.argv, restarts=self.restarts)
+
+    def run(self, generation: Generation) -> GangExit:
+        return _run_gang(self.argv, self.world_size, self.sync_interval, self.logs, self.threads)
+
+    def judge(self, generation: Generation, result: GangExit) -> tuple[WorkerState, int]:
+        return judge_exit(generation, result, self.logs.paths)
+
+    def stopped(self, ended: Ended) -> int:
+        result = ended.result
+        said = f": rank {result.failure.rank}: {result.failure.message}" if result.failure else ""
+        log.error("the gang exited with code %d (%s)%s%s; not restarting", result.code, describe(result.code),
+                  " after SIGTERM" if result.terminated else "", said)
+        return result.code
+
+    def budget_spent(self, ended: Ended, max_restarts: int) -> int:
+        log.error("the gang exited with code %d (%s) and --max-restarts %d is spent", ended.code,
+                  describe(ended.code), max_restarts)
+        return ended.code
+
+    def pause(self, ended: Ended) -> float:
+        if ended.state is WorkerState.FAILED:
+            log.warning("restarting the gang from the latest checkpoint (restart %d of %d)", self.restarts + 1,
+                        self.max_restarts)
+        else:
+            log.info("the gang stopped at a checkpoint to change size; starting it again")
+        return 0.0
+
+
+def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_interval: int = 1,
+                 max_restarts: int = 0, threads_per_rank: int | None = None) -> int:
+    """Run ``world_size`` ranks here; restart the whole gang with ``--resume`` up to ``max_restarts`` times.
+
+    Args:
+        train_argv: ``cuetrain train`` arguments (must include ``--run-dir run_dir``).
+        world_size: ranks to start [processes].
+        run_dir: the run directory (per-rank logs go to its ``logs/``).
+        sync_interval: ``COPYCAT_SYNC_INTERVAL`` [steps].
+        max_restarts: gang restarts after a failure [count].
+        threads_per_rank: ``OMP_NUM_THREADS`` per rank (default: CPU cores // world size, at least 1).
+
+    Returns: 0 on success, else the failing rank's exit code.
+
+    Raises:
+        ConfigError: ``world_size`` < 1 or ``max_restarts`` < 0.
+        KeyboardInterrupt: Ctrl-C, after every rank was stopped.
+    """
+    if world_size < 1 or max_restarts < 0:
+        raise ConfigError(f"--world-size {world_size} must be >= 1 and --max-restarts {max_restarts} >= 0")
+    paths = RunPaths.of(run_dir)
+    paths.create()
+    threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
+    logs = RankLogs(paths, prefix=True)
+    try:
+        role = LocalGang(train_argv, world_size, sync_interval, logs, threads, max_restarts)
+        return NodeAgent(role, max_restarts).run()
+    finally:
+        logs.close()

@@ -1,0 +1,25 @@
+"""Configuration, environment, exit codes, signals and timeouts, ports and addresses: stdlib only, imported by every process.
+
+Modules (its public surface; names starting with ``_`` stay inside their module):
+
+- :mod:`trainer.core.allocator`: Process-level tuning of the trainer on CPU hosts.
+- :mod:`trainer.core.config`: Training configuration: one frozen dataclass, its CLI arguments and its TOML file
+  form.
+- :mod:`trainer.core.envvars`: Every environment variable cuetrain reads, in one table, turned into frozen values.
+- :mod:`trainer.core.exitcodes`: Every exit code of ``cuetrain train``, ``cuetrain local`` and a farm frame, in one
+  table.
+- :mod:`trainer.core.logsetup`: Logging levels for every entry point (CLI, demo, farm frames): ours at INFO, third-
+  party at WARNING.
+- :mod:`trainer.core.netaddr`: Which IP frame 0 publishes and which interface each rank's collectives use, with no
+  hand settings.
+- :mod:`trainer.core.ports`: Rank 0's TCP port: reserved, never "picked free, closed and hoped for".
+- :mod:`trainer.core.procstat`: What Linux says about a process's I/O and memory (``/proc``), read the way the farm
+  reads it.
+- :mod:`trainer.core.rankmemory`: How much memory one rank needs, as the farm counts it (RSS,
+  ``trainer.core.procstat``): the figure the job builder checks against a template's ``memory_mb`` and ``cuetrain
+  advise`` reports. No torch here.
+- :mod:`trainer.core.timeouts`: The grace table: how long each process waits between SIGTERM and SIGKILL, in one
+  place.
+"""
+
+__all__ = ['allocator', 'config', 'envvars', 'exitcodes', 'logsetup', 'netaddr', 'ports', 'procstat', 'rankmemory', 'timeouts']

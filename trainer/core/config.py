@@ -1,0 +1,346 @@
+"""Training configuration: one frozen dataclass, its CLI arguments and its TOML file form.
+
+No torch here: the farm and GUI code build train arguments with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+try:
+    import tomllib
+except ImportError:  # Python 3.10 (Nuke 15's interpreter)
+    import tomli as tomllib  # type: ignore[no-redef]
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+from trainer.core.timeouts import GRACE
+
+MODEL_SIZES = ("small", "medium", "large")
+#: The default ``--lr`` of each model size at ``lr_reference_batch`` crops [1]: wider networks take smaller
+#: steps. On one H200 (batch 32, crop 128: a peak of 2x by the sqrt rule) medium at 1e-3 diverged in 3 of 4
+#: runs and at 5e-4 trained smoothly (3 seeds) to a lower loss; large diverged at 1e-3 and 5e-4 and was
+#: wiped out by a spike at 2.5e-4, hence 1e-4 (not yet run on a GPU) (docs/scaling.md, "GPU figures, stop 31").
+DEFAULT_LR = {"small": 1e-3, "medium": 5e-4, "large": 1e-4}
+ARCHITECTURES = ("v1", "v2", "v3")  # see trainer.learn.model; v1 is the network cuetrain started with
+#: The network a run trains when ``--architecture`` is not given (trainer.learn.model; docs/time_to_quality.md).
+DEFAULT_ARCHITECTURE = "v3"
+GRAD_COMPRESSION = ("none", "fp16", "powersgd")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.learn.precision
+MEMORY_FORMATS = ("channels_last", "contiguous")
+LR_SCHEDULES = ("cosine", "onecycle")  # see trainer.learn.schedule.lr_at
+OPTIMIZERS = ("adam", "muon")  # see trainer.learn.schedule.build_optimizer
+#: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md).
+DEFAULT_DATA_CACHE_MB = 512
+
+
+class ConfigError(ValueError):
+    """A configuration value or file is invalid; the message names the field/file and the fix."""
+
+
+#: ``--lr-scaling`` rules (``trainer.learn.schedule.effective_lr``); the first is the default.
+LR_SCALINGS = ("sqrt", "linear", "none")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs. Units in brackets.
+
+    Attributes:
+        input_dir: folder of the Input image sequence.
+        target_dir: folder of the Ground Truth image sequence (paired by frame number).
+        run_dir: run directory on shared storage (see ``trainer.record.rundir``).
+        steps: number of training steps [steps]; one step = one batch on every rank.
+        batch_size: global batch [crops per step], split across ranks.
+        crop_size: side of the square random crops [pixels].
+        model_size: ``small``, ``medium`` or ``large`` (see ``trainer.learn.model``).
+        architecture: ``v3`` (the default, :data:`DEFAULT_ARCHITECTURE`: v2's blocks with a full-resolution
+            first level), ``v1`` (the first network; checkpoints without an architecture are v1) or ``v2``
+            (space-to-depth stem, capacity at low resolution) (see ``trainer.learn.model``).
+        lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update; None = the model
+            size's default, :data:`DEFAULT_LR` (small 1e-3, medium 5e-4, large 1e-4); see :attr:`base_lr` [1].
+        lr_reference_batch: batch the ``lr`` is tuned for [crops]; the effective batch of an update is
+            ``batch_size x sync_interval`` (see ``lr_scaling``).
+        lr_scaling: ``sqrt`` (default: lr x sqrt(effective batch / lr_reference_batch), the square-root rule
+            for Adam, Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms"),
+            ``linear`` (lr x effective batch / lr_reference_batch, Goyal et al. 2017, derived for SGD; with
+            Adam it trained worse at 4x and diverged at 16x, docs/scaling.md) or ``none``.
+        warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
+        lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to lr/10) or ``onecycle``
+            (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
+            ``warmup_steps`` is not used) (see ``trainer.learn.schedule.lr_at``).
+        ema_decay: export (and show in contact sheets) an exponential moving average of the weights with
+            this decay per update (default 0.999, warmed up so it averages about the last 1/19 of the updates
+            until ~19,000 updates); 0 = the last weights (see ``trainer.learn.ema``; chosen with the v3 network by
+            the time-to-quality benchmark, docs/time_to_quality.md) [1].
+        optimizer: ``adam`` (the default) or ``muon``: ``torch.optim.Muon`` for every convolution but the first and
+            last, Adam (these betas) for the rest, one lr (``trainer.learn.optim``). ``cuetrain demo``'s since stop 37:
+            the time-to-quality benchmark measured v1's final gain far sooner on both clips and every seed
+            (docs/time_to_quality.md, "Stop 37"); a step costs more (a CPU's small step ~1.3x). A checkpoint
+            resumes with the optimizer it was written with.
+        adam_beta1: decay of Adam's first-moment (gradient) average, its momentum [1]: 0.9 (Kingma & Ba, the
+            default) or e.g. 0.8: with Adam, ``--adam-beta2 0.9`` and ``--lr 2e-3`` the time-to-quality benchmark
+            measured it sooner to the same held-out quality on both clips and every seed (docs/time_to_quality.md,
+            "Stop 37"; not measured with ``--optimizer muon``, whose demo keeps 0.9). A resumed checkpoint keeps
+            the value it was written with.
+        adam_beta2: decay of Adam's second-moment (squared-gradient) average [1]: 0.999 (Kingma & Ba, the
+            default) or e.g. 0.9 (NAFNet's, Chen et al. 2022; ``cuetrain demo``'s since stop 35). The
+            time-to-quality benchmark measured 0.9 better at the demo's ``--lr 2e-3`` on blur + noise (six seeds;
+            carphone within a seed's spread) and 0.2 dB worse at the small size's default 1e-3 on carphone
+            (docs/time_to_quality.md, "Stop 35"). A
+            resumed checkpoint keeps the value it was written with (its optimizer state carries it).
+        noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer
+            update only, because a measured step runs its batch as two halves (two forward and backward
+            passes: about twice a step's kernel launches, which on a GPU doubled the step of the small model,
+            docs/scaling.md). Several ranks, or a sync interval above 1, measure every update at the cost of
+            two squared norms (see ``trainer.learn.noise_scale``); 0 = not measured, by any gang [optimizer updates].
+        checkpoint_interval: write a checkpoint every N steps [steps].
+        contact_sheet_interval: write a contact sheet every N steps [steps].
+        log_interval: print ``[Step:N/M]`` and append to metrics.jsonl every N steps [steps].
+        keep_checkpoints: keep the last K checkpoints [files].
+        seed: random seed for weights and crops.
+        resume: continue from the latest checkpoint in ``run_dir``.
+        grad_compression: DDP communication hook: ``none``, ``fp16`` or ``powersgd``.
+        collective_timeout_s: a collective that takes longer fails: how fast a hung rank is noticed [seconds].
+        gang_timeout_s: how long ranks that are up wait for the rest of the gang before the whole gang
+            fails (OpenCue starts frames one by one) [seconds].
+        colorspace: OCIO colour space of the Input and Ground Truth frames ("" = no colour management;
+            see ``trainer.data.colour``).
+        working_space: OCIO colour space the network trains in, e.g. ``ACEScct`` ("" = none).
+        precision: ``auto``, ``fp32``, ``bf16`` or ``fp16`` autocast of the forward pass; weights,
+            gradients, optimizer state and loss stay float32 (see ``trainer.learn.precision``).
+        memory_format: ``channels_last`` (NHWC activations, faster on oneDNN and cuDNN) or ``contiguous``.
+        compile: ``torch.compile`` the training model (opt-in; the first steps compile).
+        stop_grace_s: after SIGTERM/SIGINT, the gang stops at an agreed step and rank 0 checkpoints; a rank
+            still running this long after the signal exits anyway (code 76) (see trainer.dist.stopvote) [seconds].
+        data_cache_mb: decoded frames a rank keeps in its own memory, taken from the host's decoded copy of
+            the shot (see ``trainer.data.hostcache``); crops of the other frames are read from that copy on local
+            scratch, whatever the shot's length. 0 = none kept [MiB].
+        shot_check_s: while training, every rank looks at the shot's files this often; a file deleted,
+            truncated or rewritten stops the gang (exit 80) so it restarts on a consistent shot
+            (see ``trainer.data.shot_loading``) [seconds].
+    """
+
+    input_dir: str
+    target_dir: str
+    run_dir: str
+    steps: int = 1000
+    batch_size: int = 8
+    crop_size: int = 64
+    model_size: str = "small"
+    architecture: str = DEFAULT_ARCHITECTURE
+    lr: float | None = None
+    lr_reference_batch: int = 8
+    lr_scaling: str = "sqrt"
+    warmup_steps: int = 50
+    lr_schedule: str = "cosine"
+    ema_decay: float = 0.999
+    optimizer: str = "adam"
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    noise_interval: int = 50
+    checkpoint_interval: int = 250
+    contact_sheet_interval: int = 100
+    log_interval: int = 10
+    keep_checkpoints: int = 3
+    seed: int = 0
+    resume: bool = False
+    grad_compression: str = "none"
+    collective_timeout_s: float = 60.0
+    gang_timeout_s: float = 600.0
+    colorspace: str = ""
+    working_space: str = ""
+    precision: str = "auto"
+    memory_format: str = "channels_last"
+    compile: bool = False
+    stop_grace_s: float = GRACE.checkpoint_s  # trainer.core.timeouts: supervisors SIGKILL strictly later
+    data_cache_mb: int = DEFAULT_DATA_CACHE_MB
+    shot_check_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
+                               "contact_sheet_interval", "log_interval", "keep_checkpoints"))
+        if isinstance(self.data_cache_mb, bool) or not isinstance(self.data_cache_mb, int) or self.data_cache_mb < 0:
+            raise ConfigError(f"data_cache_mb={self.data_cache_mb!r} must be a whole number of MiB >= 0 (e.g. 512)")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
+        if self.noise_interval < 0:
+            raise ConfigError(f"noise_interval={self.noise_interval} must be >= 0 optimizer updates (0: off, e.g. 50)")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ConfigError(f"ema_decay={self.ema_decay} must be 0 (off) or between 0 and 1 (e.g. 0.999)")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        if not 0.0 <= self.adam_beta1 < 1.0:
+            raise ConfigError(f"adam_beta1={self.adam_beta1} must be >= 0 and < 1 (e.g. 0.9 or 0.8)")
+        if not 0.0 < self.adam_beta2 < 1.0:
+            raise ConfigError(f"adam_beta2={self.adam_beta2} must be between 0 and 1, exclusive (e.g. 0.9 or 0.999)")
+        if self.lr is not None and not self.lr > 0:
+            raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
+        for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s", "shot_check_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be > 0 seconds")
+        _check_choice("model_size", self.model_size, MODEL_SIZES)
+        _check_choice("architecture", self.architecture, ARCHITECTURES)
+        _check_choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
+        _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSION)
+        if bool(self.colorspace) != bool(self.working_space):
+            raise ConfigError("--colorspace and --working-space go together: give both (e.g. --colorspace "
+                              "'Linear Rec.709 (sRGB)' --working-space ACEScct) or neither")
+        _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("memory_format", self.memory_format, MEMORY_FORMATS)
+        if self.crop_size < 8:
+            raise ConfigError(f"crop_size={self.crop_size} is too small; use at least 8 pixels (e.g. 64)")
+
+    @property
+    def base_lr(self) -> float:
+        """``lr``, or the model size's :data:`DEFAULT_LR` when it is None [1]."""
+        return DEFAULT_LR[self.model_size] if self.lr is None else self.lr
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (for run.json and checkpoints)."""
+        return dataclasses.asdict(self)
+
+    def to_argv(self) -> list[str]:
+        """CLI arguments that reproduce this config with ``cuetrain train`` (defaults omitted)."""
+        argv: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if f.name in _PATH_FIELDS:
+                argv += [_PATH_FIELDS[f.name], str(value)]
+            elif isinstance(value, bool):
+                if value:
+                    argv.append(flag)
+            elif value != f.default:
+                argv += [flag, str(value)]
+        return argv
+
+
+_PATH_FIELDS = {"input_dir": "--input", "target_dir": "--target", "run_dir": "--run-dir"}
+
+
+def _check_positive(cfg: TrainConfig, names: Sequence[str]) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name}={value!r} must be a positive whole number")
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``cuetrain train`` arguments to ``parser`` (shared by train, local, submit, advise).
+
+    The three paths are optional here because ``--config`` may supply them; ``config_from_args``
+    requires them.
+    """
+    d = {f.name: f.default for f in fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    g = parser.add_argument_group("training")
+    g.add_argument("--input", dest="input_dir", help="Input image sequence folder")
+    g.add_argument("--target", dest="target_dir", help="Ground Truth image sequence folder")
+    g.add_argument("--run-dir", dest="run_dir", help="run directory (shared storage for farm runs)")
+    g.add_argument("--config", help="TOML file with TrainConfig fields (CLI flags override it)")
+    g.add_argument("--steps", type=int, help=f"training steps (default {d['steps']})")
+    g.add_argument("--batch-size", type=int, help=f"global batch in crops (default {d['batch_size']})")
+    g.add_argument("--crop-size", type=int, help=f"crop side in pixels (default {d['crop_size']})")
+    g.add_argument("--model-size", choices=MODEL_SIZES, help=f"model size (default {d['model_size']})")
+    g.add_argument("--architecture", choices=ARCHITECTURES,
+                   help=f"network (default {DEFAULT_ARCHITECTURE}): v3 (v2's blocks, full-resolution first level), v1 "
+                        "(the first one) or v2 (space-to-depth stem); see trainer.learn.model")
+    g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size: "
+                   + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + ")")
+    g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
+    g.add_argument("--lr-scaling", choices=LR_SCALINGS,
+                   help="LR scaling with the effective batch: sqrt (default, for Adam), linear or none")
+    g.add_argument("--warmup-steps", type=int, help=f"LR warmup in updates (default {d['warmup_steps']})")
+    g.add_argument("--lr-schedule", choices=LR_SCHEDULES,
+                   help="cosine (default: warmup, then cosine to lr/10) or onecycle (30%% rise from lr/25, cosine "
+                        "to lr/1e4)")
+    g.add_argument("--ema-decay", type=float,
+                   help="export an exponential moving average of the weights with this decay per update "
+                        f"(default {d['ema_decay']}; 0: the last weights)")
+    g.add_argument("--optimizer", choices=OPTIMIZERS,
+                   help="adam (default) or muon: Muon for the hidden convolutions, Adam for the rest (the demo's)")
+    g.add_argument("--adam-beta1", type=float,
+                   help=f"decay of Adam's gradient average (default {d['adam_beta1']}; 0.8 measured better with "
+                        "Adam, --adam-beta2 0.9 and --lr 2e-3)")
+    g.add_argument("--adam-beta2", type=float,
+                   help=f"decay of Adam's squared-gradient average (default {d['adam_beta2']}; the demo uses "
+                        "0.9, NAFNet's, with --lr 2e-3)")
+    g.add_argument("--noise-interval", type=int,
+                   help="one rank at --sync-interval 1: measure the gradient noise scale every N updates "
+                        f"(default {d['noise_interval']}; each costs a second forward/backward pass; "
+                        "0: off, with any gang)")
+    g.add_argument("--checkpoint-interval", type=int, help=f"steps between checkpoints (default {d['checkpoint_interval']})")
+    g.add_argument("--contact-sheet-interval", type=int,
+                   help=f"steps between contact sheets (default {d['contact_sheet_interval']})")
+    g.add_argument("--log-interval", type=int, help=f"steps between progress lines (default {d['log_interval']})")
+    g.add_argument("--keep-checkpoints", type=int, help="checkpoints to keep (default 3)")
+    g.add_argument("--seed", type=int, help="random seed (default 0)")
+    g.add_argument("--resume", action="store_true", default=None, help="continue from the latest checkpoint")
+    g.add_argument("--grad-compression", choices=GRAD_COMPRESSION, help="DDP gradient compression (default none)")
+    g.add_argument("--collective-timeout-s", type=float, help="collective timeout in seconds (default 60)")
+    g.add_argument("--gang-timeout-s", type=float, help="wait for all ranks at most this long (default 600 s)")
+    g.add_argument("--colorspace", help="OCIO colour space of the frames, e.g. 'Linear Rec.709 (sRGB)' (default: none)")
+    g.add_argument("--working-space", help="OCIO colour space to train in, e.g. ACEScct (default: none)")
+    g.add_argument("--precision", choices=PRECISIONS,
+                   help="forward-pass precision; auto = bf16 on Ampere+ GPUs and AVX512-BF16/AMX CPUs, fp16 on "
+                        "older GPUs, else fp32 (default auto)")
+    g.add_argument("--memory-format", choices=MEMORY_FORMATS, help="activation layout (default channels_last)")
+    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (opt-in)")
+    g.add_argument("--data-cache-mb", type=int,
+                   help="decoded frames each rank keeps in memory, in MiB; crops of the others are read from the "
+                        f"host's decoded copy on local scratch (CUETRAIN_SCRATCH) (default {DEFAULT_DATA_CACHE_MB})")
+    g.add_argument("--shot-check-s", type=float,
+                   help="seconds between looks at the shot's files while training; a changed file restarts the "
+                        "gang (default 30)")
+    g.add_argument("--stop-grace-s", type=float,
+                   help="after SIGTERM/SIGINT: checkpoint and exit within this many seconds (default 20)")
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read TrainConfig fields from a TOML file (top level or a ``[train]`` table).
+
+    Raises:
+        ConfigError: unreadable file, bad TOML, or unknown keys (the valid ones are listed).
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    data = data.get("train", data)
+    valid = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(data) - valid)
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {unknown}; valid keys are {sorted(valid)}")
+    return data
+
+
+def config_from_args(ns: argparse.Namespace) -> TrainConfig:
+    """Build a TrainConfig from parsed arguments (``--config`` file first, flags override).
+
+    Raises:
+        ConfigError: a required path is missing or a value is invalid.
+    """
+    values: dict[str, Any] = load_toml(ns.config) if getattr(ns, "config", None) else {}
+    for f in fields(TrainConfig):
+        v = getattr(ns, f.name, None)
+        if v is not None:
+            values[f.name] = v
+    missing = [flag for name, flag in _PATH_FIELDS.items() if not values.get(name)]
+    if missing:
+        raise ConfigError(f"missing required argument(s) {' '.join(missing)} (or set them in --config FILE.toml)")
+    for name in _PATH_FIELDS:
+        values[name] = str(Path(values[name]).expanduser().absolute())
+    try:
+        return TrainConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(f"bad config value: {exc}") from None

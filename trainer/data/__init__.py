@@ -1,0 +1,19 @@
+"""Frames in: image I/O, colour, the shot, the host's decoded copy, crops, and the data phase across the gang.
+
+Modules (its public surface; names starting with ``_`` stay inside their module):
+
+- :mod:`trainer.data.colour`: Colour management through OpenColorIO: train in a working space, give frames back in
+  the plates' space.
+- :mod:`trainer.data.crops`: Random crops of paired frames, split across ranks.
+- :mod:`trainer.data.hostcache`: The host's decoded copy of a shot on local scratch: decoded once per host, read by
+  every rank of the frame.
+- :mod:`trainer.data.images`: Image I/O and frame-sequence pairing for training data (no torch here).
+- :mod:`trainer.data.shot`: A training shot on the file server: its frame pairs, the signature of every file, and
+  reading them in bands.
+- :mod:`trainer.data.shot_loading`: The data phase of an attempt: list the shot, decode it once per host, agree
+  across the gang, record it.
+- :mod:`trainer.data.write_like`: Write a processed frame exactly like its source: same file name, format, bit
+  depth, channels, metadata.
+"""
+
+__all__ = ['colour', 'crops', 'hostcache', 'images', 'shot', 'shot_loading', 'write_like']

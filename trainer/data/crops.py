@@ -1,0 +1,265 @@
+"""Random crops of paired frames, split across ranks.
+
+How crops are drawn (a deliberate design): the crop *coordinates* of the whole global batch of a
+step come from a generator seeded with ``(seed, step)``; rank ``r`` takes its own contiguous slice
+of that global batch. So every rank draws different crops, no two ranks ever train on the same
+crop, resuming at step N draws exactly what an uninterrupted run would, and a run on 1 rank sees
+the same global batches as the run on N ranks (which makes DDP testable for equality).
+
+Batch split: per-rank batch = global // world_size; the remainder ``global % world_size`` goes one
+extra crop each to the lowest ranks (rank < remainder). The loss is weighted so that the gradient
+DDP averages equals the mean over the global batch exactly (see :func:`rank_loss_weight`).
+
+Where crops are cut (see :class:`CropSampler`): from a :class:`FrameSource`, the host's decoded copy of
+the shot (``trainer.data.hostcache``) in training or frames already in memory (:class:`FramesInMemory`), on the
+host; on a GPU the frames are uploaded once instead when they fit in :data:`GPU_FRAME_FRACTION` of its
+free memory, and crops are cut there. Every path gives the same crops, bit for bit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+import torch
+
+from trainer.data.images import DataError
+
+log = logging.getLogger(__name__)
+
+#: Frames go to the GPU when both sides take at most this fraction of its free memory [1]; the rest is
+#: left for the model, activations and cuDNN workspaces. Otherwise only crops cross the bus.
+GPU_FRAME_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class CropBatch:
+    """One rank's share of a step.
+
+    Attributes:
+        input: (b, 3, crop, crop) float32 crops of the Input frames.
+        target: (b, 3, crop, crop) float32 crops of the Ground Truth frames.
+    """
+
+    input: torch.Tensor
+    target: torch.Tensor
+
+
+def per_crop_l1(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean absolute difference of each crop: (b, 3, h, w) ``output`` (any float dtype: autocast may give bf16
+    or fp16) and (b, 3, h, w) float32 ``target`` -> (b,) float32. The training loss (``trainer.learn.train``, and the
+    advisor's probe of it); with the crops' input as ``output``, the loss of returning the input unchanged
+    (``trainer.learn.divergence``)."""
+    return (output.float() - target).abs().mean(dim=(1, 2, 3))
+
+
+@runtime_checkable
+class FrameSource(Protocol):
+    """Where crops come from. Images are numbered ``2 x frame index + side`` (side 0 Input, 1 Ground Truth).
+
+    Attributes:
+        count: frame pairs [count].
+        size: ``(H, W)`` of every frame [pixels].
+    """
+
+    count: int
+    size: tuple[int, int]
+
+    def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
+        """(c, c, 3) float16 pixels of ``image`` from row ``y``, column ``x``."""
+        ...
+
+    def image(self, image: int) -> np.ndarray:
+        """The whole (H, W, 3) float16 ``image``."""
+        ...
+
+
+class FramesInMemory:
+    """A :class:`FrameSource` over decoded pairs ``[(input, target)]``, each (H, W, 3), all one size.
+
+    Raises:
+        DataError: no frames.
+    """
+
+    def __init__(self, frames: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+        if not frames:
+            raise DataError("no training frames were loaded; check --input and --target")
+        self.frames = frames
+        self.count = len(frames)
+        self.size = tuple(frames[0][0].shape[:2])
+
+    def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
+        return self.frames[image // 2][image % 2][y:y + c, x:x + c]
+
+    def image(self, image: int) -> np.ndarray:
+        return np.asarray(self.frames[image // 2][image % 2])
+
+
+def rank_slice(global_batch: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``[start, stop)`` of rank's crops within the global batch.
+
+    Raises:
+        DataError: fewer crops than ranks (every rank needs at least one crop per step).
+    """
+    if global_batch < world_size:
+        raise DataError(
+            f"batch size {global_batch} is smaller than the world size {world_size}; every rank needs at "
+            "least one crop per step: raise --batch-size or use fewer ranks")
+    per, rem = divmod(global_batch, world_size)
+    start = rank * per + min(rank, rem)
+    return start, start + per + (1 if rank < rem else 0)
+
+
+def rank_loss_weight(local_batch: int, global_batch: int, world_size: int) -> float:
+    """Factor for the mean loss of a rank's ``local_batch`` crops.
+
+    DDP averages gradients over ranks (divides the sum by ``world_size``); with uneven batches
+    ``mean_local * local_batch * world_size / global_batch`` makes that average equal the gradient
+    of the global-batch mean.
+    """
+    return local_batch * world_size / global_batch
+
+
+def frames_fit_gpu(frame_bytes: int, free_bytes: int) -> bool:
+    """True when frames of ``frame_bytes`` (both sides) fit in :data:`GPU_FRAME_FRACTION` of ``free_bytes``."""
+    return frame_bytes <= GPU_FRAME_FRACTION * free_bytes
+
+
+class CropSampler:
+    """Draws this rank's random crops (with horizontal/vertical flips) for any step, on ``device``.
+
+    Crops are cut on the host from ``frames`` (a :class:`FrameSource`, or decoded pairs, which are wrapped
+    in :class:`FramesInMemory`) into one (b, crop, crop, 3) buffer per side (the frames' dtype: float16 from a shot), pinned when ``device``
+    is a GPU and copied with ``non_blocking=True``. On a GPU the frames are uploaded once instead, image by
+    image, when both sides fit in :data:`GPU_FRAME_FRACTION` of its free memory; crops are then cut there by
+    one gather per step and no image data crosses the bus during training. Only the (b, 5) crop
+    coordinates come from numpy's generator (see the module doc), so a batch is the same on every path.
+
+    Args:
+        frames: a :class:`FrameSource`, or decoded pairs ``[(input, target)]`` (H, W, 3) float16/float32.
+        crop_size: crop side [pixels].
+        global_batch: crops per step over all ranks.
+        rank, world_size: this rank and the gang size.
+        seed: base seed.
+        device: where batches are returned (default CPU).
+        memory_format: layout of the returned batches (``torch.contiguous_format`` or ``torch.channels_last``).
+        check: called with the step number before each training batch (e.g. ``trainer.data.shot_loading.ShotWatch``:
+            raises when a file of the shot changed), or None.
+
+    Raises:
+        DataError: no frames, or crop larger than the frames.
+    """
+
+    def __init__(self, frames: FrameSource | Sequence[tuple[np.ndarray, np.ndarray]], crop_size: int,
+                 global_batch: int, rank: int = 0, world_size: int = 1, seed: int = 0,
+                 device: torch.device | str = "cpu", memory_format: torch.memory_format = torch.contiguous_format,
+                 check=None) -> None:
+        self.source: FrameSource = frames if isinstance(frames, FrameSource) else FramesInMemory(frames)
+        h, w = self.source.size
+        if crop_size > h or crop_size > w:
+            raise DataError(f"crop size {crop_size} px is larger than the frames ({w}x{h} px); "
+                            f"use --crop-size {min(h, w)} or less")
+        self.crop = crop_size
+        self.count = self.source.count
+        self.size = (h, w)
+        self.global_batch = global_batch
+        self.start, self.stop = rank_slice(global_batch, rank, world_size)
+        self.seed = seed
+        self.device = torch.device(device)
+        self.memory_format = memory_format
+        self.check = check
+        self.dtype = torch.from_numpy(np.asarray(self.source.crop(0, 0, 0, 1))).dtype  # kept: float16 from a shot
+        self.on_device = self._upload() if self.device.type == "cuda" else None  # (inputs, targets) or None
+
+    @property
+    def local_batch(self) -> int:
+        """Crops this rank draws per step."""
+        return self.stop - self.start
+
+    def coords(self, step: int, count: int | None = None, stream: int = 0) -> np.ndarray:
+        """Crop coordinates of the global batch of ``step``: (count, 5) int64 rows of
+        ``frame, y, x, flip_h, flip_v`` (``count`` defaults to the global batch)."""
+        n = self.global_batch if count is None else count
+        rng = np.random.default_rng([self.seed, stream, step])
+        h, w = self.size
+        return np.stack([rng.integers(0, self.count, n), rng.integers(0, h - self.crop + 1, n),
+                         rng.integers(0, w - self.crop + 1, n), rng.integers(0, 2, n), rng.integers(0, 2, n)], 1)
+
+    def cut(self, rows: np.ndarray) -> CropBatch:
+        """Crops for coordinate rows (see :meth:`coords`): (b, 3, crop, crop) float32 each, on ``device``."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        if self.on_device is not None:
+            return self._gather(rows)
+        pin = self.device.type == "cuda"
+        sides = [torch.empty((len(rows), self.crop, self.crop, 3), dtype=self.dtype, pin_memory=pin)
+                 for _ in range(2)]
+        bufs = [s.numpy() for s in sides]
+        c = self.crop
+        for i, (f, y, x, flip_h, flip_v) in enumerate(rows.tolist()):
+            for side in (0, 1):
+                px = self.source.crop(2 * f + side, y, x, c)
+                bufs[side][i] = px[::-1 if flip_v else 1, ::-1 if flip_h else 1]
+        return CropBatch(*(self._finish(s.to(self.device, non_blocking=True) if pin else s) for s in sides))
+
+    def _finish(self, crops: torch.Tensor) -> torch.Tensor:
+        """(b, c, c, 3) crops -> (b, 3, c, c) float32 in ``memory_format``, where ``crops`` are."""
+        nchw = crops.permute(0, 3, 1, 2)  # a view whose strides are already channels_last
+        return nchw.float().contiguous(memory_format=self.memory_format)
+
+    def batch(self, step: int) -> CropBatch:
+        """This rank's crops for ``step``: (local_batch, 3, crop, crop) float32 each."""
+        if self.check is not None:
+            self.check(step)
+        return self.cut(self.coords(step)[self.start:self.stop])
+
+    def preview(self, step: int, count: int = 3) -> CropBatch:
+        """``count`` random crops for a contact sheet (independent of the training stream)."""
+        return self.cut(self.coords(step, count, stream=1))
+
+    # ------------------------------------------------------------------------------------------
+    # GPU-resident frames
+
+    def _upload(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Both sides as (N, H, W, 3) float16 tensors on the GPU, image by image, when they fit (class doc)."""
+        h, w = self.size
+        need = 2 * self.count * h * w * 3 * self.dtype.itemsize  # bytes
+        free, _ = torch.cuda.mem_get_info(self.device)
+        if not frames_fit_gpu(need, free):
+            log.info("training frames (%.1f GiB) exceed %.0f%% of free GPU memory (%.1f GiB): crops are cut on the "
+                     "host and copied", need / 2**30, GPU_FRAME_FRACTION * 100, free / 2**30)
+            return None
+        out = tuple(torch.empty((self.count, h, w, 3), dtype=self.dtype, device=self.device) for _ in range(2))
+        for k in range(self.count):
+            for side in (0, 1):
+                out[side][k].copy_(torch.from_numpy(self.source.image(2 * k + side)))
+        self._ramp = torch.arange(self.crop, device=self.device)
+        return out
+
+    def _gather(self, rows: np.ndarray) -> CropBatch:
+        r = torch.from_numpy(rows).to(self.device, non_blocking=True)
+        f, y, x, flip_h, flip_v = r.unbind(1)  # (b,) each
+        ramp = self._ramp[None]  # (1, c)
+        ys = y[:, None] + torch.where(flip_v[:, None] == 1, self.crop - 1 - ramp, ramp)  # (b, c) source rows
+        xs = x[:, None] + torch.where(flip_h[:, None] == 1, self.crop - 1 - ramp, ramp)  # (b, c) source columns
+        idx = (f[:, None, None], ys[:, :, None], xs[:, None, :])  # broadcast to (b, c, c)
+        inputs, targets = self.on_device
+        return CropBatch(self._finish(inputs[idx]), self._finish(targets[idx]))
+
+
+def warn_identity(input_dir: str, target_dir: str) -> None:
+    """Log a WARNING when Input and Ground Truth are the same folder or every pair of files is byte-identical
+    (issue 21; ``trainer.data.images.identity_warning``). Compares files, not decoded frames, so a long 4K shot is not
+    decoded for it; stops at the first pair that differs (usually the first)."""
+    import filecmp
+
+    from trainer.data.images import identity_warning, pair_frames
+
+    message = identity_warning(input_dir, target_dir, [])
+    if message is None:
+        pairs = pair_frames(input_dir, target_dir)
+        if pairs and all(filecmp.cmp(p.input, p.target, shallow=False) for p in pairs):
+            message = identity_warning(input_dir, target_dir, [(np.zeros(1), np.zeros(1))])
+    if message:
+        log.warning(message)

@@ -1,0 +1,257 @@
+"""A training shot on the file server: its frame pairs, the signature of every file, and reading them in bands.
+
+A run lists its shot once per attempt (rank 0, :func:`list_shot`) and every rank checks that it sees the
+same files (:meth:`Shot.changes`). A file's *signature* is its size and modification time
+(``os.stat``: ``st_size`` [bytes], ``st_mtime_ns`` [ns]); a file whose signature moves after the shot was
+listed was deleted, truncated or rewritten under the run, which :class:`ShotChanged` reports (exit code 80,
+``trainer.core.exitcodes``): the node agent restarts the gang from its checkpoint, and the next attempt reads
+the shot again. A file that is unreadable although its signature did not move is bad input
+(:class:`~trainer.data.images.DataError`, exit code 2), unless this run had read the shot before (``--resume``
+with a shot recorded in ``run.json`` ``data.shot``): then it was readable once, so it is a change too.
+
+:func:`decode_bands` reads one image in bands of rows (OpenImageIO ``read_scanlines``, which reads tiled
+files too) and applies the rules of :func:`trainer.data.images.read_image` band by band: the same channel
+mapping, the same errors, float16 (values beyond its range refused) and the colour conversion of
+:func:`trainer.data.colour.working_pairs`. So a rank holds one band, never a whole frame.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import OpenImageIO as oiio
+
+from trainer.data.colour import ColourSpec
+from trainer.core.exitcodes import ExitCode
+from trainer.data.images import DataError, FramePair, _to_half, _to_rgb, find_sequence, pair_frames
+from trainer.record.runrecord import FailureKind
+
+log = logging.getLogger(__name__)
+
+
+class ShotChanged(DataError):
+    """A file of the shot was deleted, truncated or rewritten after the run listed it (or it differs
+    between ranks). Exit code 80: the gang restarts from its checkpoint and reads the shot again."""
+
+    exit_code = int(ExitCode.DATA_CHANGED)
+    kind = FailureKind.DATA_CHANGED
+
+
+@dataclass(frozen=True)
+class FileSig:
+    """What identifies one file's content without reading it: ``size`` [bytes] and ``mtime_ns`` [ns]."""
+
+    size: int
+    mtime_ns: int
+
+
+def sign(path: str | Path) -> FileSig | None:
+    """The signature of ``path`` (following links), or None when it does not exist or cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return FileSig(st.st_size, st.st_mtime_ns)
+
+
+def describe_change(path: str | Path, was: FileSig, now: FileSig | None) -> str:
+    """Why ``path`` no longer matches its signature ``was``: deleted, truncated or rewritten."""
+    if now is None:
+        return f"{path} was deleted (it was there, {was.size:,} bytes, when the shot was listed)"
+    if now.size < was.size:
+        return f"{path} was truncated ({was.size:,} -> {now.size:,} bytes)"
+    return f"{path} was rewritten ({was.size:,} -> {now.size:,} bytes, modified again)"
+
+
+@dataclass(frozen=True)
+class Shot:
+    """The frame pairs of one attempt, as rank 0 listed them.
+
+    Attributes:
+        pairs: the frame pairs, in frame order.
+        sigs: ``(input, target)`` signature per pair.
+        width, height: size of every frame [pixels] (from the first pair's headers).
+        input_dir, target_dir: the two folders.
+        was_read: this run read the shot before (``--resume`` and a recorded shot): a file that cannot be
+            read now is a change (:class:`ShotChanged`), not bad input.
+    """
+
+    pairs: tuple[FramePair, ...]
+    sigs: tuple[tuple[FileSig, FileSig], ...]
+    width: int
+    height: int
+    input_dir: str
+    target_dir: str
+    was_read: bool = False
+
+    @property
+    def bytes(self) -> int:
+        """Size of every file of the shot [bytes]."""
+        return sum(a.size + b.size for a, b in self.sigs)
+
+    def files(self) -> Iterator[tuple[Path, FileSig]]:
+        """Every ``(path, signature)``, Input then Ground Truth per frame."""
+        for pair, (a, b) in zip(self.pairs, self.sigs):
+            yield pair.input, a
+            yield pair.target, b
+
+    def digest(self) -> str:
+        """SHA-256 of the paths, signatures and frame size: equal digests = the same shot."""
+        h = hashlib.sha256(f"{self.width}x{self.height}".encode())
+        for path, sig in self.files():
+            h.update(f"\0{path}\0{sig.size}\0{sig.mtime_ns}".encode())
+        return h.hexdigest()
+
+    def changes(self) -> str:
+        """The first file whose signature moved since the listing, described; "" when none did."""
+        for path, sig in self.files():
+            now = sign(path)
+            if now != sig:
+                return describe_change(path, sig, now)
+        return ""
+
+    def record(self) -> dict[str, Any]:
+        """The ``run.json`` ``data.shot`` record: folders, frames, file names, size, bytes."""
+        return {"input_dir": self.input_dir, "target_dir": self.target_dir,
+                "frames": [p.frame for p in self.pairs], "input": [p.input.name for p in self.pairs],
+                "target": [p.target.name for p in self.pairs], "width": self.width, "height": self.height,
+                "bytes": self.bytes}
+
+    def to_json(self) -> str:
+        """The listing as JSON (rank 0 publishes it to the gang)."""
+        return json.dumps({"pairs": [[p.frame, str(p.input), str(p.target)] for p in self.pairs],
+                           "sigs": [[a.size, a.mtime_ns, b.size, b.mtime_ns] for a, b in self.sigs],
+                           "width": self.width, "height": self.height, "input_dir": self.input_dir,
+                           "target_dir": self.target_dir, "was_read": self.was_read})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Shot":
+        """The inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        return cls(tuple(FramePair(f, Path(i), Path(t)) for f, i, t in d["pairs"]),
+                   tuple((FileSig(a, b), FileSig(c, e)) for a, b, c, e in d["sigs"]), d["width"], d["height"],
+                   d["input_dir"], d["target_dir"], d["was_read"])
+
+
+def _recorded_pairs(input_dir: str, target_dir: str, recorded: Mapping[str, Any]) -> list[FramePair]:
+    """The frames of an earlier attempt's record (module doc), as the folders hold them now. Files that are
+    gone raise :class:`ShotChanged` naming them; frames added since are left out (logged)."""
+    try:
+        inputs, targets = find_sequence(input_dir), find_sequence(target_dir)
+    except DataError as exc:
+        raise ShotChanged(f"the shot this run trained on is gone from the file server: {exc}") from None
+    pairs, gone = [], []
+    for frame, input_name, target_name in zip(recorded["frames"], recorded["input"], recorded["target"]):
+        if frame in inputs and frame in targets:
+            pairs.append(FramePair(frame, inputs[frame], targets[frame]))
+        gone += [str(Path(folder) / name) for folder, name, have in ((input_dir, input_name, inputs),
+                                                                     (target_dir, target_name, targets))
+                 if frame not in have]
+    if gone:
+        raise ShotChanged(f"{len(gone)} file(s) of the shot this run trained on are gone from the file server: "
+                          f"{', '.join(gone[:5])}{' ...' if len(gone) > 5 else ''}; restore them (the gang restarts "
+                          "from its checkpoint when they are back) or start a new run")
+    extra = sorted((set(inputs) | set(targets)) - set(recorded["frames"]))
+    if extra:
+        log.warning("%d frame(s) were added to the shot since this run started (%s...); training goes on with the "
+                    "frames it started with", len(extra), extra[:5])
+    return pairs
+
+
+def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | None = None) -> Shot:
+    """List and sign the shot (``trainer.data.images.pair_frames``), sized from the first pair's headers.
+
+    Args:
+        recorded: ``run.json`` ``data.shot`` of an earlier attempt of this run when resuming (same folders),
+            else None: the shot is cut to its frames (:func:`_recorded_pairs`).
+
+    Raises:
+        DataError: as ``pair_frames``; the first pair cannot be opened or differs in size.
+        ShotChanged: a recorded frame is gone, or a file vanished while being listed.
+    """
+    same = recorded and recorded.get("input_dir") == str(input_dir) and recorded.get("target_dir") == str(target_dir)
+    pairs = _recorded_pairs(input_dir, target_dir, recorded) if same else pair_frames(input_dir, target_dir)
+    sigs = []
+    for pair in pairs:
+        a, b = sign(pair.input), sign(pair.target)
+        if a is None or b is None:
+            raise ShotChanged(f"{pair.input if a is None else pair.target} vanished while the shot was listed; "
+                              "is the shot being rewritten? Training starts again when it is complete")
+        sigs.append((a, b))
+    (w, h), (tw, th) = image_size(pairs[0].input), image_size(pairs[0].target)
+    if (w, h) != (tw, th):
+        raise DataError(f"frame {pairs[0].frame}: Input {pairs[0].input} is {w}x{h} but Ground Truth "
+                        f"{pairs[0].target} is {tw}x{th}; Input and Ground Truth must be the same size")
+    return Shot(tuple(pairs), tuple(sigs), w, h, str(input_dir), str(target_dir), was_read=bool(same))
+
+
+def _open(path: Path) -> oiio.ImageInput:
+    config = oiio.ImageSpec()
+    config.attribute("oiio:UnassociatedAlpha", 1)  # as trainer.data.images.read_image: colour read as stored
+    inp = oiio.ImageInput.open(str(path), config)
+    if inp is None:
+        raise DataError(f"cannot read image {path}: {oiio.geterror() or 'unknown error'}; re-render or remove it")
+    return inp
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """``(width, height)`` of subimage 0's data window [pixels], from the header only.
+
+    Raises:
+        DataError: the file cannot be opened as an image.
+    """
+    inp = _open(path)
+    try:
+        return inp.spec().width, inp.spec().height
+    finally:
+        inp.close()
+
+
+def decode_bands(path: Path, rows: int, size: tuple[int, int], colour: ColourSpec,
+                 first: FramePair | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """Decode ``path`` in bands of ``rows`` rows: yields ``(y0, band)``, band (n, W, 3) float16, n <= rows.
+
+    Values as :func:`trainer.data.images.read_image`, then float16 and the working colour space (module doc).
+    ``size`` is the shot's ``(width, height)``; ``first`` names the first pair in a size mismatch.
+
+    Raises:
+        DataError: unreadable, deep, NaN/inf or float16-overflowing pixels, or a size other than ``size``
+            (the messages of ``read_image`` and ``load_pairs``).
+    """
+    inp = _open(path)
+    try:
+        spec = inp.spec()
+        if spec.deep:
+            raise DataError(f"{path} is a deep image, which training cannot use; flatten it to a regular image")
+        if (spec.width, spec.height) != size:
+            where = f"the first frame {first.frame} ({first.input})" if first else "the first frame"
+            raise DataError(f"{path} is {spec.width}x{spec.height} but {where} is {size[0]}x{size[1]}; "
+                            "all frames must be the same size")
+        bits = spec.get_int_attribute("oiio:BitsPerSample", 0)
+        packed = spec.format == "uint16" and 0 < bits < 16  # 10/12-bit DPX, 12-bit TIFF (see images._read_pixels)
+        for y0 in range(0, spec.height, rows):
+            n = min(rows, spec.height - y0)
+            px = inp.read_scanlines(0, 0, spec.y + y0, spec.y + y0 + n, spec.z, 0, spec.nchannels,
+                                    "uint16" if packed else "float")
+            if not isinstance(px, np.ndarray):
+                raise DataError(f"cannot decode image {path}: {inp.geterror() or 'unknown error'}; "
+                                "the file is corrupt or truncated: re-render or remove it")
+            px = px.reshape(n, spec.width, spec.nchannels)
+            if packed:
+                px = (px >> (16 - bits)).astype(np.float32) / np.float32(2**bits - 1)
+            rgb = np.ascontiguousarray(_to_rgb(px, tuple(spec.channelnames)), dtype=np.float32)
+            if not np.isfinite(rgb).all():
+                raise DataError(f"{path} has {int(np.count_nonzero(~np.isfinite(rgb)))} NaN or infinite values in "
+                                f"rows {y0}-{y0 + n - 1}, which would make training diverge; fix the render (or "
+                                "clamp/remove them in comp) and write the frame again")
+            half = _to_half(rgb, path)
+            yield y0, colour.to_working(half).astype(np.float16) if colour.active else half
+    finally:
+        inp.close()

@@ -1,0 +1,139 @@
+"""The model files a run leaves for the hosts: ``model.pt`` (TorchScript) and ``model.onnx``.
+
+**The TorchScript contract** (``model.pt``, what Nuke's CatFileCreator and ``cuetrain infer`` load)::
+
+    forward(x: Tensor) -> Tensor
+    x: (1, 3, H, W) float32, any H >= 1 and W >= 1, RGB, values in the model's working space
+       (``model.json`` ``colour``; scene-linear or 0..1 display values as the training data held them)
+    returns: (1, 3, H, W) float32, same space
+
+The file is a CPU, eval-mode ``torch.jit.script`` module. Loading it needs only ``torch``
+(``torch.jit.load``): no cuetrain, numpy or OpenImageIO (tests/trainer/test_export.py loads it in
+an isolated interpreter that has nothing else on its path). A batch larger than 1 works too.
+
+**The ONNX file** (``model.onnx``, for Houdini's ONNX Inference SOP/COP and other ONNX Runtime
+hosts): opset :data:`ONNX_OPSET`, one input ``x`` of shape ``(1, 3, H, W)`` and one output ``y`` of
+the same shape, float32, with ``H`` and ``W`` dynamic (named ``H`` and ``W`` in the graph). It is
+made with ``torch.onnx.export(..., dynamo=True)``, torch's supported exporter since 2.9, which
+needs the ``onnxscript`` package (the ``onnx`` extra of cuetrain). The legacy TorchScript-based
+exporter (``dynamo=False``) needs no onnxscript but is deprecated, and tracing records the model's
+pad-to-a-multiple-of-``2**depth`` branch as a constant, so it is not used. Opset 18 is the lowest
+the exporter emits natively (asking for 17 makes it try a down-conversion that fails for ``Pad``);
+ONNX Runtime 1.14+ runs opset 18. Every node is in the default ONNX domain (no ``com.microsoft``
+or custom ops; tested), and ``model.json`` records the opset as ``onnx_opset``.
+
+Which ONNX Runtime Houdini 20.0 / 20.5 ship (for their ONNX Inference SOP/COP) was **not found**
+in a stored source (searched 2026-11-25: SideFX's node pages sop/onnx.html and cop/onnx.html name
+no version; the 20.5 third-party licence page's table was not retrievable). Opset 18 is kept as the
+conservative choice: it is the lowest this exporter writes, so no lower opset is available to pick.
+See docs/houdini.md.
+
+Exporting to ONNX takes 5-15 s on a 2-core CPU (measured 2026-11-23, small model), so it can be
+turned off (``CUETRAIN_EXPORT_ONNX=0``, see ``trainer.core.envvars``); ``model.json`` ``exports`` says
+which files were written.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+import warnings
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+#: ONNX opset of ``model.onnx`` (>= 17 as Houdini's ONNX Inference node needs; 18: see module docstring).
+ONNX_OPSET = 18
+#: Example input size the exporter traces with; not a multiple of 4 so the padding path is recorded.
+_EXAMPLE_HW = (37, 50)
+
+
+class ExportError(RuntimeError):
+    """A model could not be exported; the message says which file and why."""
+
+
+def torchscript_bytes(model: torch.nn.Module) -> bytes:
+    """``model`` (any device) as a TorchScript file's bytes: CPU, eval mode, contract above.
+
+    Raises:
+        ExportError: ``torch.jit.script`` refused the model.
+    """
+    net = copy.deepcopy(model).cpu().eval()
+    buf = io.BytesIO()
+    try:
+        with warnings.catch_warnings():  # torch 2.10+ deprecates TorchScript; the hosts still load it
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.jit.save(torch.jit.script(net), buf)
+    except Exception as exc:  # torch.jit raises many types for unscriptable code
+        raise ExportError(f"cannot script the model for model.pt: {exc}") from exc
+    return buf.getvalue()
+
+
+def onnx_available() -> str | None:
+    """None when ONNX export can run here, else the reason (a missing package and how to install it)."""
+    import importlib.util
+
+    missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (pip install 'cuetrain[onnx]')"
+    return None
+
+
+def onnx_bytes(model: torch.nn.Module) -> bytes:
+    """``model`` as an ONNX file's bytes: input ``x`` (1, 3, H, W) float32 -> output ``y``, H and W dynamic.
+
+    Raises:
+        ExportError: onnx/onnxscript are missing, or torch.onnx could not export the model.
+    """
+    reason = onnx_available()
+    if reason:
+        raise ExportError(f"cannot write model.onnx: {reason}")
+    net = copy.deepcopy(model).cpu().eval()
+    example = torch.rand(1, 3, *_EXAMPLE_HW)
+    dynamic = torch.export.Dim.DYNAMIC
+    _quiet_exporter_logs()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # FutureWarnings from torch.export internals
+            program = torch.onnx.export(net, (example,), None, input_names=["x"], output_names=["y"],
+                                        opset_version=ONNX_OPSET, dynamic_shapes={"x": {2: dynamic, 3: dynamic}},
+                                        dynamo=True, verbose=False, report=False)
+    except Exception as exc:  # torch.export/onnxscript raise many types
+        raise ExportError(f"cannot export the model to ONNX: {type(exc).__name__}: {exc}") from exc
+    proto = program.model_proto
+    _name_dynamic_dims(proto)
+    return proto.SerializeToString()
+
+
+def _name_dynamic_dims(proto: Any) -> None:
+    """Rename the exporter's symbolic sizes (``s0``, ``s53``) of input ``x`` to ``H`` and ``W`` everywhere."""
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    rename = {dims[2].dim_param: "H", dims[3].dim_param: "W"}
+    for info in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        for dim in info.type.tensor_type.shape.dim:
+            if dim.dim_param in rename:
+                dim.dim_param = rename[dim.dim_param]
+
+
+def _quiet_exporter_logs() -> None:
+    """torch.onnx logs a progress line per stage and a warning per missing torchvision op; keep them at DEBUG."""
+    for name in ("torch.onnx", "torch.onnx._internal.exporter._registration", "onnxscript"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def onnx_description() -> dict[str, Any]:
+    """What ``model.json`` ``exports["model.onnx"]`` records."""
+    return {"opset": ONNX_OPSET, "input": {"name": "x", "shape": [1, 3, "H", "W"], "dtype": "float32"},
+            "output": {"name": "y", "shape": [1, 3, "H", "W"], "dtype": "float32"}}
+
+
+def torchscript_description() -> dict[str, Any]:
+    """What ``model.json`` ``exports["model.pt"]`` records (the contract in the module docstring)."""
+    from trainer.export.compat import MIN_LIBTORCH
+
+    return {"format": "torchscript", "signature": "forward(x: Tensor) -> Tensor", "min_libtorch": MIN_LIBTORCH,
+            "input": {"shape": [1, 3, "H", "W"], "dtype": "float32"},
+            "output": {"shape": [1, 3, "H", "W"], "dtype": "float32"}}

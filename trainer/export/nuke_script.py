@@ -1,0 +1,71 @@
+"""``model_nuke.nk``: a Nuke script that turns a run's ``model.pt`` into a ``.cat`` and runs it.
+
+Rank 0 writes it beside ``model.pt`` at export (``trainer.learn.run_writer.export_model``, atomically). Opened
+in NukeX, it holds two nodes:
+
+- a ``CatFileCreator`` filled in for ``model.pt``: ``torchScriptFile`` (the TorchScript file),
+  ``catFile`` (``model.cat`` beside it), ``channelsIn``/``channelsOut`` ``rgba.red, rgba.green,
+  rgba.blue`` (the model's (1, 3, H, W) RGB contract, ``trainer.export.formats``), ``modelId`` (the run's
+  name) and ``outputScale`` 1 (the model returns the input's resolution). Pressing its
+  "Create .cat file and Inference" button writes ``model.cat``;
+- an ``Inference`` node, fed by the CatFileCreator, whose ``modelFile`` reads that ``.cat``.
+
+Sources: Foundry's .cat File Creation Reference Guide, "A Simple Example" (the CatFileCreator knobs
+TorchScript File, Cat File, Channels In, Channels Out, Model Id, Output Scale and the Inference
+node's Model File) and its Appendix (the channel names ``rgba.red`` ...):
+https://learn.foundry.com/nuke/developers/15.0/catfilecreationreferenceguide/ and
+https://learn.foundry.com/nuke/developers/14.0/catfilecreationreferenceguide/appendix.html . The
+knobs' script names (``torchScriptFile``, ``catFile``, ``channelsIn``, ``channelsOut``, ``modelId``,
+``modelFile``) are those Nuke 14.0v5 saved in a public .nk (``pedroCabrera/CatteryNodes``,
+``CatFileCreators.nk``); ``outputScale`` is the script name public Nuke Python scripts set and then
+press ``createCatFile`` with (``cat_file_creator['outputScale'].setValue(...)``, the same repository's
+``*/…NukeCatCreator.py`` for five models); a .nk saves it only when it is not its default, 1. Not checked
+in a running Nuke here (no Nuke on this machine).
+
+.nk syntax: a node is ``Class {`` + one ``knob value`` per line + ``}``; a value with spaces or
+TCL specials is double-quoted, with ``\\``, ``"``, ``$``, ``[`` and ``]`` backslash-escaped (Nuke's
+files are TCL: ``$`` and ``[`` would otherwise substitute). Paths use forward slashes on every OS.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+#: File name of the script inside a run directory (the Runs panel lists it beside model.pt).
+NUKE_SCRIPT_NAME = "model_nuke.nk"
+#: Channels the model reads and writes: its (1, 3, H, W) RGB contract (trainer.export.formats).
+RGB_CHANNELS = "rgba.red, rgba.green, rgba.blue"
+_PLAIN = re.compile(r"^[A-Za-z0-9_./:+-]+$")
+
+
+def nk_quote(value: str) -> str:
+    """``value`` as a .nk knob value: bare when it is plain, else TCL double-quoted and escaped."""
+    if value and _PLAIN.match(value):
+        return value
+    escaped = re.sub(r'([\\"$\[\]])', r"\\\1", value)
+    return f'"{escaped}"'
+
+
+def nuke_script(model_pt: Path, model_id: str) -> str:
+    """The text of ``model_nuke.nk`` for the TorchScript file ``model_pt`` (absolute path taken).
+
+    The ``.cat`` goes beside it as ``<stem>.cat``. ``model_id`` is shown by Nuke as the model's id
+    (the run's name). Raises ValueError when ``model_id`` is empty.
+    """
+    if not model_id:
+        raise ValueError("model_id is empty; pass the run's name (the run directory's name)")
+    pt = Path(model_pt).absolute()
+    cat = pt.with_suffix(".cat")
+    knobs_creator = [("inputs", "0"), ("torchScriptFile", pt.as_posix()), ("catFile", cat.as_posix()),
+                     ("channelsIn", RGB_CHANNELS), ("channelsOut", RGB_CHANNELS), ("modelId", model_id),
+                     ("outputScale", "1"), ("name", "CatFileCreator_cuetrain"), ("xpos", "0"), ("ypos", "-60")]
+    knobs_inference = [("modelFile", cat.as_posix()), ("name", "Inference_cuetrain"), ("xpos", "0"),
+                       ("ypos", "0")]
+    lines = ["# written by cuetrain (trainer.export.nuke_script): press 'Create .cat file and Inference' on",
+             "# CatFileCreator_cuetrain in NukeX to write the .cat the Inference node reads."]
+    for cls, knobs in (("CatFileCreator", knobs_creator), ("Inference", knobs_inference)):
+        lines.append(f"{cls} {{")
+        lines.extend(f" {name} {nk_quote(value)}" for name, value in knobs)
+        lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,23 @@
+"""The training step and loop: networks, optimizers, schedule, EMA, precision, noise scale, rank 0's writer.
+
+Modules (its public surface; names starting with ``_`` stay inside their module):
+
+- :mod:`trainer.learn.divergence`: The divergence watch: a run whose loss blows up stops with one clear error (exit
+  81), not garbage weights.
+- :mod:`trainer.learn.ema`: Exponential moving average (EMA) of the weights, the model rank 0 exports when ``--ema-
+  decay`` is set.
+- :mod:`trainer.learn.model`: The networks only: residual U-Nets for image-to-image tasks (no I/O, no arguments
+  parsing).
+- :mod:`trainer.learn.noise_scale`: The gradient noise scale, measured while training (McCandlish et al. 2018, "An
+  Empirical Model of Large-Batch Training", appendix A).
+- :mod:`trainer.learn.optim`: Muon for the hidden convolutions, Adam for the rest (``--optimizer muon``).
+- :mod:`trainer.learn.precision`: Mixed precision, memory format and backend switches of the training step, per
+  device.
+- :mod:`trainer.learn.run_writer`: Rank 0's outputs: run.json, metrics, contact sheets, checkpoints and the exported
+  model.
+- :mod:`trainer.learn.schedule`: The optimizer and learning-rate schedule of every rank (``--optimizer``, ``--adam-
+  beta1``, ``--adam-beta2``, ``--lr-scaling``, ``--lr-schedule``, ``--warmup-steps``).
+- :mod:`trainer.learn.train`: The training loop every rank (farm frame) runs.
+"""
+
+__all__ = ['divergence', 'ema', 'model', 'noise_scale', 'optim', 'precision', 'run_writer', 'schedule', 'train']

@@ -1,0 +1,257 @@
+"""Rank 0's outputs: run.json, metrics, contact sheets, checkpoints and the exported model.
+
+Contact sheets and checkpoints are written by one background thread so training does not wait
+on disk: the training thread only copies tensors to CPU memory (microseconds to milliseconds);
+encoding, ``torch.save`` and fsync happen off the training thread. Every file is written
+atomically (temp file + rename, see ``trainer.record.rundir``), so a kill mid-write leaves the previous
+checkpoint loadable.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import platform
+import socket
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.core.config import ConfigError
+from trainer.data.images import write_image
+from trainer.learn.optim import optimizer_of
+from trainer.record import runrecord
+from trainer.record.rundir import RunPaths, append_metrics, atomic_write_bytes, atomic_write_json
+
+log = logging.getLogger(__name__)
+
+SHEET_GAP = 2  # pixels between contact-sheet cells
+
+
+def versions() -> dict[str, str]:
+    """Versions recorded in run.json and model.json."""
+    import numpy
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+            "cuetrain": _cuetrain_version()}
+
+
+def _cuetrain_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cuetrain")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def cpu_copy(obj: Any) -> Any:
+    """Deep copy of a (nested) state dict with every tensor copied to CPU memory."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(cpu_copy(v) for v in obj)
+    return obj
+
+
+SHEET_LABELS = ("Input", "Output", "Ground Truth")
+SHEET_MIN_CELL = 96  # pixels: crops are enlarged (nearest neighbour, whole factors) to at least this width
+SHEET_HEADER = 30  # pixels: the band above the grid holding the step and the column labels
+
+
+def sheet_scale(crop: int) -> int:
+    """Whole enlargement factor of a ``crop``-pixel cell so that its label fits (>= 1)."""
+    return max(1, -(-SHEET_MIN_CELL // crop))
+
+
+def contact_sheet_image(inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor, step: int | None = None) -> np.ndarray:
+    """Labelled grid of crops: rows = crops, columns = Input | Output | Ground Truth, under a header
+    band that names the columns and the step, so the PNG reads on its own.
+
+    Args: three (n, 3, c, c) tensors; ``step``: training step written in the header (omitted when None).
+    Returns (SHEET_HEADER + n*C + (n-1)*gap, 3*C + 2*gap, 3) float32 clipped to 0..1, where C = c *
+    :func:`sheet_scale` (c) (cells enlarged by whole factors, nearest neighbour, so no pixel is invented).
+    """
+    n, _, c, _ = inp.shape
+    k = sheet_scale(c)
+    cell, g = c * k, SHEET_GAP
+    sheet = np.ones((SHEET_HEADER + n * cell + (n - 1) * g, 3 * cell + 2 * g, 3), np.float32)
+    for row in range(n):
+        for col, t in enumerate((inp, out, tgt)):
+            y, x = SHEET_HEADER + row * (cell + g), col * (cell + g)
+            crop = t[row].detach().float().cpu().permute(1, 2, 0).numpy()  # (3, c, c) -> (c, c, 3)
+            sheet[y:y + cell, x:x + cell] = crop.repeat(k, axis=0).repeat(k, axis=1)
+    sheet[:SHEET_HEADER] = _header(sheet.shape[1], cell, g, step)
+    return np.clip(sheet, 0.0, 1.0)
+
+
+def _header(width: int, cell: int, gap: int, step: int | None) -> np.ndarray:
+    """(SHEET_HEADER, width, 3) float32: dark band, the step top left, a label centred over each column.
+
+    Drawn with Pillow's built-in font (Pillow comes with imageio; no font file is needed)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    band = Image.new("RGB", (width, SHEET_HEADER), (40, 40, 40))
+    draw = ImageDraw.Draw(band)
+    font = ImageFont.load_default()
+    if step is not None:
+        draw.text((3, 1), f"step {step}", fill=(255, 210, 80), font=font)
+    for col, label in enumerate(SHEET_LABELS):
+        left, _, right, _ = draw.textbbox((0, 0), label, font=font)
+        x = col * (cell + gap) + max(0, (cell - (right - left)) // 2)
+        draw.text((x, SHEET_HEADER // 2 + 1), label, fill=(235, 235, 235), font=font)
+    return np.asarray(band, dtype=np.float32) / 255.0
+
+
+class RunWriter:
+    """Writes rank 0's outputs. On other ranks (``enabled=False``) every method is a no-op.
+
+    Args:
+        paths: the run directory layout.
+        enabled: True on rank 0.
+        keep_checkpoints: how many checkpoints to keep [files].
+    """
+
+    def __init__(self, paths: RunPaths, enabled: bool, keep_checkpoints: int) -> None:
+        self.paths = paths
+        self.enabled = enabled
+        self.keep = keep_checkpoints
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-writer") if enabled else None
+        self._pending: list[Future[None]] = []
+
+    def start(self, config: dict[str, Any], world_size: int, start_step: int, backend: str) -> None:
+        """Record this attempt in run.json (state ``running``; ``attempts`` grows by one)."""
+        if self.enabled:
+            runrecord.start_attempt(self.paths, config=config, world_size=world_size, start_step=start_step,
+                                    backend=backend, host=socket.gethostname(), pid=os.getpid(), versions=versions())
+
+    def metrics(self, row: dict[str, Any]) -> None:
+        """Append one metrics row (small; written on the training thread)."""
+        if self.enabled:
+            append_metrics(self.paths, [row])
+
+    def contact_sheet(self, step: int, inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor) -> None:
+        """Queue ``contact_sheets/step_NNNNNN.png`` from (n, 3, c, c) crops."""
+        if self.enabled:
+            sheet = contact_sheet_image(inp, out, tgt, step)
+            self._submit(write_image, self.paths.contact_sheet(step), sheet)
+
+    def checkpoint(self, step: int, state: dict[str, Any]) -> None:
+        """Queue ``checkpoints/step_NNNNNN.pt`` (``state`` must already be a CPU copy) and prune old ones."""
+        if self.enabled:
+            self._submit(self._write_checkpoint, step, state)
+
+    def _write_checkpoint(self, step: int, state: dict[str, Any]) -> None:
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        atomic_write_bytes(self.paths.checkpoint(step), buf.getvalue())
+        for _, old in self.paths.list_checkpoints()[:-self.keep]:
+            old.unlink(missing_ok=True)
+
+    def _submit(self, fn: Any, *args: Any) -> None:
+        self._raise_failed()
+        if self._pool is not None:
+            self._pending.append(self._pool.submit(fn, *args))
+
+    def _raise_failed(self) -> None:
+        done = [f for f in self._pending if f.done()]
+        self._pending = [f for f in self._pending if not f.done()]
+        for f in done:
+            f.result()  # re-raises a background write error (e.g. disk full) on the training thread
+
+    def flush(self) -> None:
+        """Wait for queued writes; re-raise the first error."""
+        for f in self._pending:
+            f.result()
+        self._pending = []
+
+    def finish(self, state: str, **fields: Any) -> None:
+        """Flush, then record the final ``state`` (and ``fields``) in run.json."""
+        if not self.enabled:
+            return
+        try:
+            self.flush()
+        finally:
+            runrecord.update_record(self.paths, state=state, finished_at=runrecord.now_iso(), **fields)
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+
+
+def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], onnx: bool | None = None) -> None:
+    """Write ``model.pt`` (TorchScript), ``model_nuke.nk``, ``model.onnx`` and ``model.json`` (``meta`` + exports + versions), atomically.
+
+    The contracts of both files are in ``trainer.export.formats``. ``model.onnx`` is skipped (with a warning,
+    and ``exports`` in model.json without it) when ``onnx`` is False (default:
+    ``CUETRAIN_EXPORT_ONNX``) or the onnx packages are missing; a failed ONNX export is logged and
+    skipped too, so a finished training run always leaves ``model.pt``.
+
+    Raises:
+        ExportError: the model cannot be scripted for model.pt.
+        RunDirError: a file cannot be written.
+    """
+    from trainer.core.envvars import read_export_onnx
+    from trainer.export.formats import ExportError, onnx_bytes, onnx_description, torchscript_bytes, torchscript_description
+
+    atomic_write_bytes(paths.model, torchscript_bytes(model))
+    from trainer.export.nuke_script import nuke_script
+
+    atomic_write_bytes(paths.model_nuke, nuke_script(paths.model, paths.root.absolute().name).encode())
+    exports: dict[str, Any] = {"model.pt": torchscript_description()}
+    if read_export_onnx() if onnx is None else onnx:
+        try:
+            atomic_write_bytes(paths.model_onnx, onnx_bytes(model))
+            exports["model.onnx"] = onnx_description()
+        except ExportError as exc:
+            log.warning("model.onnx not written: %s", exc)
+    from trainer.export.compat import MIN_LIBTORCH  # the oldest host libtorch model.pt loads in (Nuke 14)
+
+    onnx_opset = {"onnx_opset": exports["model.onnx"]["opset"]} if "model.onnx" in exports else {}
+    atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "min_libtorch": MIN_LIBTORCH, **onnx_opset,
+                                         "exports": exports, "versions": versions(),
+                                         "exported_at": runrecord.now_iso()})
+
+
+def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:
+    """Newest checkpoint that loads (``weights_only=True``: no code runs from the file), or None.
+
+    A checkpoint that fails to load (truncated by a kill) is skipped with a warning.
+    """
+    for step, path in reversed(paths.list_checkpoints()):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # corrupt/truncated files raise many types
+            log.warning("skipping unreadable checkpoint %s: %s", path, exc)
+    return None
+
+
+def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: str, architecture: str,
+                    optimizer: str = "adam") -> None:
+    """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture``, or of another
+    ``--optimizer`` (its state cannot continue another optimizer's).
+
+    Checkpoints written before architectures were named are v1; the optimizer is read from the state
+    (``trainer.learn.optim.optimizer_of``). Raises:
+        ConfigError: the size, architecture or optimizer differs (names the file, both values and the fix).
+    """
+    if ckpt["model_size"] != model_size:
+        raise ConfigError(f"checkpoint {path} is a {ckpt['model_size']} model, but --model-size is {model_size}; "
+                          "use the same size or another --run-dir")
+    saved = ckpt.get("architecture", "v1")
+    if saved != architecture:
+        raise ConfigError(f"checkpoint {path} is a {saved} network, but --architecture is {architecture}; "
+                          f"resume with --architecture {saved} or start another --run-dir")
+    trained = optimizer_of(ckpt.get("optimizer"))
+    if trained != optimizer:
+        raise ConfigError(f"checkpoint {path} was trained with --optimizer {trained}, but --optimizer is {optimizer}; "
+                          f"resume with --optimizer {trained} or start another --run-dir")
+
+
+def wall_clock() -> float:
+    """Monotonic seconds (for images/s and wall_s)."""
+    return time.perf_counter()

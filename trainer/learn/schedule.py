@@ -1,0 +1,61 @@
+"""The optimizer and learning-rate schedule of every rank (``--optimizer``, ``--adam-beta1``, ``--adam-beta2``,
+``--lr-scaling``, ``--lr-schedule``, ``--warmup-steps``).
+
+The peak LR follows the effective batch of an update (``batch_size x sync_interval`` crops) by the
+square-root rule for Adam (Malladi et al., "On the SDEs and Scaling Rules for Adaptive Gradient
+Algorithms", NeurIPS 2022: ``lr x sqrt(effective_batch / lr_reference_batch)``; the default) or the
+linear rule of Goyal et al., "Accurate, Large Minibatch SGD", 2017 (``lr x effective_batch /
+lr_reference_batch``, derived for SGD). It is warmed up linearly from 1/10 over ``warmup_steps``
+updates (Goyal et al. 2017), then decays by cosine to 1/10 at the last update; or one-cycle (Smith & Topin 2019).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainer.core.config import TrainConfig
+from trainer.learn.optim import MuonAdam
+
+
+def build_optimizer(cfg: TrainConfig, net: torch.nn.Module, lr: float) -> torch.optim.Adam | MuonAdam:
+    """The trainer's optimizer for ``net`` at ``lr`` [1]: Adam with betas ``(cfg.adam_beta1, cfg.adam_beta2)``,
+    fused (one pass over every parameter; CPU since torch 2.4: 2% of a small step, ``benchmarks/bench_adam.py``),
+    or with ``--optimizer muon`` Muon for the hidden convolutions and that Adam for the rest
+    (``trainer.learn.optim.MuonAdam``). Build it after ``net`` is on its device and memory format. The trainer, the
+    advisor's timing probe and its quality probe all build this one, so they train the same update."""
+    if cfg.optimizer == "muon":
+        return MuonAdam(net, lr, (cfg.adam_beta1, cfg.adam_beta2))
+    return torch.optim.Adam(net.parameters(), lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True)
+
+
+def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
+    """Peak LR for ``cfg.batch_size x sync_interval`` crops per update under ``cfg.lr_scaling`` (module doc):
+    ``sqrt``: ``lr * sqrt(batch * sync / reference)``; ``linear``: ``lr * batch * sync / reference``; ``none``: lr
+    (``lr``: ``cfg.base_lr``, the model size's default unless ``--lr`` is given)."""
+    if cfg.lr_scaling == "none":
+        return cfg.base_lr
+    ratio = cfg.batch_size * sync_interval / cfg.lr_reference_batch
+    return cfg.base_lr * (ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio))
+
+
+def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: str = "cosine") -> float:
+    """LR for optimizer update ``update`` (0-based) of ``total_updates``.
+
+    ``cosine``: linear warmup over ``warmup`` updates from peak/10, then cosine decay to peak/10.
+    ``onecycle`` (Smith & Topin 2019, "Super-Convergence"): linear rise from peak/25 over the first 30% of the
+    updates, then cosine decay to peak/1e4 (``warmup`` is not used), as ``benchmarks/bench_time_to_quality.py``
+    measures it.
+    """
+    if schedule == "onecycle":
+        rise = max(1, int(0.3 * total_updates))
+        if update < rise:
+            return peak * (1 / 25 + (1 - 1 / 25) * update / rise)
+        low, progress = peak / 1e4, min(1.0, (update - rise) / max(1, total_updates - rise))
+        return low + (peak - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if update < warmup:
+        return peak * (0.1 + 0.9 * update / warmup)
+    span = max(1, total_updates - warmup)
+    progress = min(1.0, (update - warmup) / span)
+    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))

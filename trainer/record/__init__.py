@@ -1,0 +1,13 @@
+"""The run directory and ``run.json``: the files shared between trainer, farm and GUI (stdlib only).
+
+Modules (its public surface; names starting with ``_`` stay inside their module):
+
+- :mod:`trainer.record.rankfailure`: A rank's structured failure record: what the node agent reads instead of
+  scraping ``rank_N.log``.
+- :mod:`trainer.record.rundir`: The run directory: the one contract between trainer, farm and GUI.
+- :mod:`trainer.record.runrecord`: ``run.json``: the one typed, versioned record of a run, and its one state table.
+- :mod:`trainer.record.sections`: The typed sections of ``run.json`` that other processes own: ``farm`` and
+  ``gang``.
+"""
+
+__all__ = ['rankfailure', 'rundir', 'runrecord', 'sections']
