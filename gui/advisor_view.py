@@ -32,7 +32,7 @@ _RECOMMENDED = re.compile(r"^[ \t]*recommended:[ \t]*(\d+)[ \t]*ranks?(?:\(s\))?
 
 
 def default_command() -> list[str]:
-    """``CUETRAIN_PYTHON -m trainer.cli advise`` (the request's arguments follow)."""
+    """``CUETRAIN_PYTHON -m cuetrain advise`` (the request's arguments follow)."""
     return cuetrain_command("advise")
 
 

@@ -6,9 +6,9 @@ gRPC, so pycue cannot be imported there. OpenCue's own Nuke submitter does the s
 imports only qtpy, pyqtgraph, numpy and cuetrain's pure modules; :class:`ProcessFarm` implements the
 :class:`cue_plugin.submit.spec.Farm` surface by running
 
-    CUETRAIN_PYTHON -m trainer.cli submit --job-json - --json      (the job on stdin)
-    CUETRAIN_PYTHON -m trainer.cli status|cancel|retry JOB --json
-    CUETRAIN_PYTHON -m trainer.cli submit-infer --model RUN_DIR/model.pt --input IN --output OUT ... --json
+    CUETRAIN_PYTHON -m cuetrain submit --job-json - --json      (the job on stdin)
+    CUETRAIN_PYTHON -m cuetrain status|cancel|retry JOB --json
+    CUETRAIN_PYTHON -m cuetrain submit-infer --model RUN_DIR/model.pt --input IN --output OUT ... --json
 
 and reading one JSON object from stdout (:mod:`cue_plugin.submit.jsonout`). Calls block, so they run on the
 controller's worker threads, never on the GUI thread. ``CUETRAIN_PYTHON`` is read in
@@ -35,7 +35,7 @@ from trainer.core.envvars import cuetrain_python
 
 log = logging.getLogger(__name__)
 
-#: The checkout holding ``gui``; put on the child's PYTHONPATH so ``-m trainer.cli`` also works from a checkout.
+#: The checkout holding ``gui``; put on the child's PYTHONPATH so ``-m cuetrain`` also works from a checkout.
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 #: How long one farm call may take [s] (a Cuebot that does not answer fails the call, not the GUI).
 CALL_TIMEOUT_S = 120.0
@@ -55,8 +55,8 @@ def python_interpreter() -> str:
 
 
 def cuetrain_command(*arguments: str) -> list[str]:
-    """``[python, "-m", "trainer.cli", *arguments]`` in the cuetrain environment."""
-    return [python_interpreter(), "-m", "trainer.cli", *arguments]
+    """``[python, "-m", "cuetrain", *arguments]`` (the front door, :mod:`cuetrain.cli`) in the cuetrain environment."""
+    return [python_interpreter(), "-m", "cuetrain", *arguments]
 
 
 def child_environment(base: dict[str, str] | None = None) -> dict[str, str]:

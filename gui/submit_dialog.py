@@ -67,7 +67,7 @@ class SubmitDialog(QDialog):
         template_folders: folders searched for farm templates (default: ``cue_plugin.submit.templates``'s
             ``CUETRAIN_TEMPLATE_PATH`` then ``farm_templates/``).
         parent: host window.
-        advisor_command: the scaling advisor's command (default ``python -m trainer.cli advise``).
+        advisor_command: the scaling advisor's command (default ``python -m cuetrain advise``).
     """
 
     def __init__(self, controller: RunsController, template_folders: list[Path] | None = None,

@@ -125,9 +125,9 @@ XDIST_GROUPS: tuple[tuple[str, str], ...] = (
     # file starts a 3-host farm (3 RQDs, 3-rank trainings on 2 cores).
     ("tests/multihost/", "netns"),
     # Its module-scoped `trained` run (training with the ONNX export) is made once, not once per worker.
-    ("tests/trainer/test_export.py", "export"),
+    ("tests/trainer/export/test_export.py", "export"),
     # Its module-scoped pair of spawned DDP ranks serves both cases.
-    ("tests/trainer/test_noise_scale.py::test_ddp_", "noise-ddp"),
+    ("tests/trainer/learn/test_noise_scale.py::test_ddp_", "noise-ddp"),
 )
 
 
@@ -138,13 +138,13 @@ XDIST_GROUPS: tuple[tuple[str, str], ...] = (
 #: so a module's tests (and its module-scoped fixtures, e.g. a farm) stay together. Serial runs keep pytest's order.
 HEAVY_FIRST: tuple[str, ...] = (
     "tests/multihost/", "tests/cue_plugin/test_elastic.py", "tests/cue_plugin/test_e2e_recovery.py",
-    "tests/trainer/test_bf16.py", "tests/cue_plugin/test_shot_recovery.py", "tests/cue_plugin/test_e2e_memory.py",
-    "tests/trainer/test_gang.py", "tests/trainer/test_stop.py", "tests/trainer/test_train.py",
+    "tests/trainer/learn/test_bf16.py", "tests/cue_plugin/test_shot_recovery.py", "tests/cue_plugin/test_e2e_memory.py",
+    "tests/trainer/dist/test_gang.py", "tests/trainer/dist/test_stopvote.py", "tests/trainer/learn/test_train.py",
     "tests/cue_plugin/test_ranks_per_frame.py", "tests/cue_plugin/test_e2e_training.py",
-    "tests/trainer/test_regroup.py", "tests/trainer/test_trust.py", "tests/trainer/test_compression.py",
-    "tests/cue_plugin/test_frame.py", "tests/gui/test_cuegui_plugin.py", "tests/trainer/test_export.py",
-    "tests/cue_plugin/test_infer_layer.py", "tests/trainer/test_noise_scale.py", "tests/trainer/test_advise.py",
-    "tests/trainer/test_phase_guard.py", "tests/trainer/test_dataphase.py", "tests/trainer/test_train_reference.py",
+    "tests/trainer/dist/test_regroup.py", "tests/trainer/record/test_trust.py", "tests/trainer/dist/test_compression.py",
+    "tests/cue_plugin/test_frame.py", "tests/gui/test_cuegui_plugin.py", "tests/trainer/export/test_export.py",
+    "tests/cue_plugin/test_infer_layer.py", "tests/trainer/learn/test_noise_scale.py", "tests/trainer/advise/test_advisor.py",
+    "tests/trainer/dist/test_phase_guard.py", "tests/trainer/data/test_shot_loading.py", "tests/trainer/learn/test_train_reference.py",
 )
 
 
@@ -228,7 +228,7 @@ def make_pairs(folder: Path, frames: int = 4, height: int = 40, width: int = 48,
 @pytest.fixture(autouse=True)
 def _skip_onnx_export(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Training runs in tests write model.pt only (CUETRAIN_EXPORT_ONNX=0): an ONNX export costs 5-15 s
-    on 2 cores. Tests marked ``onnx`` (tests/trainer/test_export.py) keep it and check model.onnx."""
+    on 2 cores. Tests marked ``onnx`` (tests/trainer/export/test_export.py) keep it and check model.onnx."""
     if "onnx" not in request.keywords:
         monkeypatch.setenv("CUETRAIN_EXPORT_ONNX", "0")
 

@@ -12,7 +12,7 @@ def test_every_heavy_first_path_exists_and_is_listed_once():
 
 
 def test_heavy_files_sort_first_in_table_order_and_others_keep_theirs():
-    ids = ["tests/trainer/test_config.py::test_a", "tests/trainer/test_train.py::test_b",
+    ids = ["tests/trainer/test_config.py::test_a", "tests/trainer/learn/test_train.py::test_b",
            "tests/multihost/test_multihost.py::test_c", "tests/gui/test_widgets.py::test_d",
            "tests/cue_plugin/test_elastic.py::test_e"]
     assert sorted(ids, key=heavy_first_key) == [ids[2], ids[4], ids[1], ids[0], ids[3]]

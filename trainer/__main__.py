@@ -6,7 +6,7 @@ arguments appended: a farm frame's node agent (``cue_plugin.node.frame``) and ``
 errors, failure record (trainer/record/rankfailure.py) and exit codes (trainer/core/exitcodes.py). One fixed command
 line also lets the Runs panel find a local run's ranks in ``/proc`` (``gui/localranks.py``).
 
-The process ends through :func:`trainer.core.exitcodes.exit_rank`, without interpreter finalization (see there).
+The process ends through :func:`trainer.core.signals.exit_rank`, without interpreter finalization (see there).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from trainer.core.exitcodes import exit_rank
+from trainer.core.signals import exit_rank
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,9 @@
-"""The ``cuetrain`` command line.
+"""The trainer's commands: ``train`` (one rank), ``local`` (a gang of ranks here), ``infer``, ``demo``, ``advise``.
 
-Subcommands: ``train`` (one rank), ``local`` (a gang of ranks here), ``infer``, ``demo``,
-``advise``; ``submit``/``status``/``cancel`` are handled by ``cue_plugin.submit.cli`` and ``gui`` by
-``gui.app`` (imported only when used, so the trainer never imports Qt or opencue).
+The ``cuetrain`` console script (:mod:`cuetrain.cli`) sends these here and the farm and GUI commands to their
+own packages; ``python -m trainer.cli`` runs the trainer's commands alone. This module imports neither
+``cue_plugin`` nor ``gui``: the front door passes the other commands' names in (``other_commands``) so that
+``cuetrain --help`` lists them.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from types import MappingProxyType
+from typing import Mapping, NoReturn, Sequence
 
 from trainer.core.config import PRECISIONS, ConfigError, add_train_arguments, config_from_args
 from trainer.record.rankfailure import record_failure
 
 log = logging.getLogger("cuetrain")
-
-FARM_COMMANDS = ("submit", "status", "cancel", "retry", "submit-infer")
 
 
 def _errors() -> tuple[type[BaseException], ...]:
@@ -28,14 +28,7 @@ def _errors() -> tuple[type[BaseException], ...]:
     from trainer.data.images import DataError
     from trainer.record.rundir import RunDirError
 
-    errors: list[type[BaseException]] = [ConfigError, EnvError, DataError, RunDirError]
-    try:
-        from cue_plugin.submit.spec import FarmError
-
-        errors.append(FarmError)
-    except ImportError:
-        pass
-    return tuple(errors)
+    return (ConfigError, EnvError, DataError, RunDirError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,7 +39,8 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(other_commands: Mapping[str, str] = MappingProxyType({})) -> argparse.ArgumentParser:
+    """The trainer's parser; ``other_commands`` (name -> help) are listed for ``--help`` only."""
     from trainer.demo import DEMO_STEPS  # the demo's defaults live with the demo (README lists the figures)
 
     p = _Parser(prog="cuetrain", description="Distributed CopyCat-style training on OpenCue.")
@@ -56,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     local.add_argument("--world-size", type=int, default=2, help="ranks to run (default 2)")
     local.add_argument("--sync-interval", type=int, default=1, help="all-reduce every N steps (default 1)")
     local.add_argument("--max-restarts", type=int, default=0, help="gang restarts after a failure (default 0)")
+    local.add_argument("-v", "--verbose", action="store_true",
+                       help="every rank's log lines on the terminal, not one progress bar (the log files get them all)")
     add_train_arguments(local)
     infer = sub.add_parser("infer", help="full-frame inference with an exported model")
     infer.add_argument("--model", required=True, help="RUN_DIR/model.pt")
@@ -68,10 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
     demo.add_argument("--steps", type=int, default=DEMO_STEPS, help=f"training steps (default {DEMO_STEPS})")
     demo.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for train (default auto)")
-    for name in FARM_COMMANDS:
-        sub.add_parser(name, add_help=False, help=f"farm: see 'cuetrain {name} --help'")
-    sub.add_parser("gui", add_help=False, help="standalone window with the Runs panel")
+    demo.add_argument("-v", "--verbose", action="store_true", help="as for local")
     sub.add_parser("advise", add_help=False, help="how many machines? see 'cuetrain advise --help'")
+    for name, text in other_commands.items():
+        sub.add_parser(name, add_help=False, help=text)
     return p
 
 
@@ -84,9 +80,16 @@ def _setup_logging() -> None:
         rank = read_dist_env().rank
     except EnvError:
         rank = 0
-    from trainer.core.logsetup import configure_logging  # third-party loggers at WARNING, ours at INFO
+    from trainer.core.logsetup import configure_logging, rank_format  # third-party at WARNING, ours at INFO
 
-    configure_logging(f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s")
+    configure_logging(rank_format(rank))
+
+
+def _terminal(verbose: bool) -> None:
+    """``local``/``demo``: INFO records reach the terminal only with ``-v`` (the run's log files get them all)."""
+    from trainer.core.logsetup import configure_logging
+
+    configure_logging(console_level=logging.INFO if verbose else logging.WARNING)
 
 
 def _run(ns: argparse.Namespace) -> int:
@@ -101,8 +104,9 @@ def _run(ns: argparse.Namespace) -> int:
         from trainer.agent.launch import launch_local
 
         cfg = config_from_args(ns)
+        _terminal(ns.verbose)
         return launch_local(cfg.to_argv(), ns.world_size, cfg.run_dir, sync_interval=ns.sync_interval,
-                            max_restarts=ns.max_restarts)
+                            max_restarts=ns.max_restarts, progress_steps=None if ns.verbose else cfg.steps)
     if ns.command == "infer":
         from trainer.export.infer import infer_sequence
 
@@ -112,21 +116,14 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.command == "demo":
         from trainer.demo import DEMO_TRAIN_ARGS, run_demo
 
+        _terminal(ns.verbose)
         return run_demo(Path(ns.run_dir).absolute(), ns.world_size, ns.steps,
-                        [*DEMO_TRAIN_ARGS, "--precision", ns.precision])
+                        [*DEMO_TRAIN_ARGS, "--precision", ns.precision], progress=not ns.verbose)
     raise ConfigError(f"unknown command {ns.command!r}")
 
 
 def _dispatch(argv: list[str]) -> int | None:
-    """Commands owned by other packages; None when ``argv`` is a trainer command."""
-    if argv and argv[0] in FARM_COMMANDS:
-        from cue_plugin.submit.cli import main as farm_main
-
-        return farm_main(argv)
-    if argv and argv[0] == "gui":
-        from gui.app import main as gui_main
-
-        return gui_main(argv[1:])
+    """``advise`` (its own parser); None for the other commands."""
     if argv and argv[0] == "advise":
         from trainer.advise.advisor import main as advise_main
 
@@ -134,15 +131,19 @@ def _dispatch(argv: list[str]) -> int | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``cuetrain`` console script. Returns the process exit code."""
+def main(argv: Sequence[str] | None = None, other_commands: Mapping[str, str] = MappingProxyType({})) -> int:
+    """Run one trainer command (default ``sys.argv[1:]``); returns the process exit code.
+
+    ``other_commands`` (name -> one-line help) are commands the front door handles elsewhere; they appear in
+    ``--help`` and are an error here (:class:`~trainer.core.config.ConfigError`, exit 2).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     _setup_logging()
     try:
         code = _dispatch(args)
         if code is not None:
             return code
-        return _run(_parser().parse_args(args))
+        return _run(_parser(other_commands).parse_args(args))
     except _errors() as exc:
         print(f"cuetrain: error: {exc}", file=sys.stderr)
         code = int(getattr(exc, "exit_code", 2))  # 2, or e.g. 80 for a shot that changed (trainer.core.exitcodes)
@@ -164,15 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> NoReturn:
-    """The ``cuetrain`` console script: :func:`main`, ended as a rank ends (:func:`trainer.core.exitcodes.exit_rank`).
-
-    ``cuetrain train`` run by hand with the COPYCAT variables is a rank like any other, and its interpreter
-    finalization can abort it after it succeeded (exit 134; see ``exit_rank``), so every entry point ends so.
-    """
-    from trainer.core.exitcodes import exit_rank
+    """``python -m trainer.cli``: :func:`main`, ended as a rank ends (:func:`trainer.core.signals.exit_rank`)."""
+    from trainer.core.signals import exit_rank
 
     exit_rank(main)
 
 
-if __name__ == "__main__":  # `python -m trainer.cli`: ends as a rank does (trainer.core.exitcodes.exit_rank)
+if __name__ == "__main__":  # `python -m trainer.cli`: ends as a rank does (trainer.core.signals.exit_rank)
     console_main()

@@ -23,11 +23,10 @@ log = logging.getLogger(__name__)
 
 HOLDOUT_EVERY = 6
 
-#: Demo defaults: the shortest measured setting that reaches +2.9 dB held out (+2.99 dB). Halving the
-#: steps costs 0.9 dB (1500 steps: +2.12 dB at lr 2e-3, +0.91 dB at lr 4e-3); docs/scaling.md has the table
-#: and ``benchmarks/bench_demo_defaults.py`` measures more settings. Adam's beta2 0.9 since stop 35 (v1's final
-#: gain on blur + noise in 0.53x its time, 0.64x before); Muon for the hidden convolutions since stop 37
-#: (``--optimizer muon``: sooner still on both clips and every seed measured; docs/time_to_quality.md, "Stop 37").
+#: The demo's recipe: v3 with Muon for the hidden convolutions, Adam's beta2 0.9 and lr 2e-3, 3,000 steps (the
+#: shortest measured setting that reaches its gain; fewer steps lose quality). docs/studies/time_to_quality.md has
+#: the measurements, ``benchmarks/bench_time_to_quality.py`` measures the recipes side by side and
+#: ``benchmarks/studies/bench_demo_defaults.py`` more settings.
 DEMO_STEPS = 3000
 DEMO_TRAIN_ARGS = ["--batch-size", "8", "--crop-size", "64", "--model-size", "small", "--lr", "2e-3",
                    "--optimizer", "muon", "--adam-beta2", "0.9",
@@ -94,14 +93,17 @@ def mean_psnr(folder_a: Path, folder_b: Path) -> float:
     return float(np.mean([psnr(read_image(a[n]), read_image(b[n])) for n in sorted(b)]))
 
 
-def train_demo(run_dir: Path, data: DemoData, world_size: int, steps: int, train_args: list[str]) -> int:
-    """Train ``world_size`` local ranks on the demo's training frames; returns the gang's exit code."""
+def train_demo(run_dir: Path, data: DemoData, world_size: int, steps: int, train_args: list[str],
+               progress: bool = True) -> int:
+    """Train ``world_size`` local ranks on the demo's training frames; returns the gang's exit code.
+
+    ``progress``: one progress bar on the terminal (False: every rank line, ``-v``)."""
     from trainer.agent.launch import launch_local
 
     argv = ["--input", str(data.train_input), "--target", str(data.train_target), "--run-dir", str(run_dir),
             "--steps", str(steps), *train_args]
     print(f"training {world_size} ranks for {steps} steps on {data.train_input.parent} ...", flush=True)
-    return launch_local(argv, world_size, str(run_dir))
+    return launch_local(argv, world_size, str(run_dir), progress_steps=steps if progress else None)
 
 
 def holdout_psnr(run_dir: Path, data: DemoData) -> tuple[float, float]:
@@ -114,11 +116,13 @@ def holdout_psnr(run_dir: Path, data: DemoData) -> tuple[float, float]:
     return mean_psnr(data.holdout_input, data.holdout_target), mean_psnr(out, data.holdout_target)
 
 
-def run_demo(run_dir: Path, world_size: int, steps: int, train_args: list[str]) -> int:
-    """Extract, train locally with ``world_size`` ranks, infer on held-out frames, print PSNR."""
+def run_demo(run_dir: Path, world_size: int, steps: int, train_args: list[str], progress: bool = True) -> int:
+    """Extract, train locally with ``world_size`` ranks, infer on held-out frames, print PSNR.
+
+    ``progress``: one progress bar while training (False: every rank line, as ``cuetrain demo -v``)."""
     t0 = time.monotonic()
     data = extract(run_dir / "data")
-    code = train_demo(run_dir, data, world_size, steps, train_args)
+    code = train_demo(run_dir, data, world_size, steps, train_args, progress)
     if code != 0:
         print(f"training failed (exit code {code}); see {run_dir / 'logs'}")
         return code

@@ -1,8 +1,8 @@
 """What one frame process knows, built once at its entry point (``cue_plugin.node.frame.main``).
 
-Issue 20: the frame's functions used to take the same values one by one (up to 11 parameters) and read
-the environment 8 times. :class:`FrameContext` is made once, after the arguments and the environment
-are read and checked, and every function of the frame and of its node agent takes it.
+:class:`FrameContext` is made once, after the arguments and the environment are read and checked, and every
+function of the frame and of its node agent takes it, instead of the same values one by one or a fresh read of
+the environment.
 """
 
 from __future__ import annotations

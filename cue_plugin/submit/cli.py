@@ -1,4 +1,4 @@
-"""``cuetrain submit | status | cancel``: the farm commands (``trainer.cli`` dispatches them here).
+"""``cuetrain submit | status | cancel``: the farm commands (the front door, ``cuetrain.cli``, dispatches them here).
 
     cuetrain submit --template gpu-small --show demo --shot sh010 --input IN --target GT --run-dir RUN
     cuetrain submit ... --dry-run          # print the OpenCue job spec XML, contact nothing

@@ -110,8 +110,8 @@ def test_status_and_cancel_by_name_or_id(capsys):
     assert "cannot reach Cuebot" in capsys.readouterr().err
 
 
-def test_trainer_cli_dispatches_here(tmp_path, capsys, monkeypatch):
-    from trainer.cli import main
+def test_the_front_door_dispatches_here(tmp_path, capsys, monkeypatch):
+    from cuetrain.cli import main
 
     monkeypatch.setenv("SHOW", "demo")
     monkeypatch.setenv("SHOT", "sh010")

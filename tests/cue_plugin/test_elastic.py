@@ -6,7 +6,7 @@ No RQD here (tests/cue_plugin/test_e2e_recovery.py has the farm): each frame run
 it (``CUE_IFRAME``, its own process group), and "the host dies" is a SIGKILL of frame 2's group.
 
 Precision: the comparison is float32-exact, so both runs pin ``--precision fp32`` (``auto`` trains in bfloat16
-on a CPU with AVX512-BF16/AMX; the bfloat16 regroup has its own test, tests/trainer/test_bf16.py).
+on a CPU with AVX512-BF16/AMX; the bfloat16 regroup has its own test, tests/trainer/learn/test_bf16.py).
 
 The grow-back cannot lose the race: a 2-rank gang of small crops trains its remaining steps in about a second,
 faster than a new frame process starts. So once the 2-rank gang trains, the test holds it deterministically: it
@@ -168,7 +168,7 @@ def test_a_gang_of_3_shrinks_to_2_and_grows_back_matching_an_uninterrupted_run(t
     assert "grows at its next checkpoint" in run.rank_log(0).read_text()
 
     # Same seed and steps: the (seed, step) crops are split over whatever ranks there are, so the weights and
-    # Adam's state match within float32 summation order (tests/trainer/test_regroup.py measured 3e-8).
+    # Adam's state match within float32 summation order (tests/trainer/dist/test_regroup.py measured 3e-8).
     assert run.list_checkpoints()[-1][0] == ref.list_checkpoints()[-1][0] == STEPS
     assert starts[2] < COMPARE_AT, f"the 3-rank gang grew back at step {starts[2]}: after COMPARE_AT"
     got, want = state_at(run, COMPARE_AT), state_at(ref, COMPARE_AT)

@@ -2,7 +2,7 @@
 test seam. The test suite runs as root and ``OpenCueFarm`` refuses root submission (RQD refuses uid-0 frames);
 the farm tests pass ``allow_root=True``, and this shim does the same for the GUI's subprocesses.
 
-Called as ``SHIM -m trainer.cli ARGS...`` (what :func:`gui.farm_process.cuetrain_command` builds).
+Called as ``SHIM -m cuetrain ARGS...`` (what :func:`gui.farm_process.cuetrain_command` builds).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import functools
 import sys
 
 if __name__ == "__main__":
-    if sys.argv[1:3] != ["-m", "trainer.cli"]:
-        sys.exit(f"cuetrain_env_shim: expected '-m trainer.cli ...', got {sys.argv[1:]}")
+    if sys.argv[1:3] != ["-m", "cuetrain"]:
+        sys.exit(f"cuetrain_env_shim: expected '-m cuetrain ...', got {sys.argv[1:]}")
     from cue_plugin.submit import opencue_farm
-    from trainer.cli import main
+    from cuetrain.cli import main
 
     opencue_farm.OpenCueFarm.__init__ = functools.partialmethod(opencue_farm.OpenCueFarm.__init__, allow_root=True)
     sys.exit(main(sys.argv[3:]))

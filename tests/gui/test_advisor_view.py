@@ -68,7 +68,7 @@ def test_request_arguments_are_the_cli_flags():
     assert args == ["--input", "/in", "--target", "/gt", "--model-size", "small", "--crop-size", "64",
                     "--batch-size", "8", "--steps", "1000", "--max-world-size", "16", "--bandwidth-gbps", "25",
                     "--json"]
-    assert default_command()[1:] == ["-m", "trainer.cli", "advise"]
+    assert default_command()[1:] == ["-m", "cuetrain", "advise"]
     with_noise = AdviseRequest("/in", "/gt", "small", 64, 8, 1000, noise_scale=4.5)
     assert with_noise.arguments()[-3:] == ["--noise-scale", "4.5", "--json"]
     # the quality probe measures the critical batch now, in place of an earlier run's noise scale

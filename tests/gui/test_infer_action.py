@@ -83,7 +83,7 @@ def test_apply_to_shot_runs_submit_infer_with_the_exact_arguments(qtbot, tmp_pat
     qtbot.waitUntil(lambda: "submitted inference job" in panel.message.text(), timeout=30000)
     assert "s-sh-u_cuetrain_infer_out" in panel.message.text()
     argv = (tmp_path / "argv.txt").read_text().splitlines()
-    assert argv == ["-m", "trainer.cli", "submit-infer", "--model", os.path.join(str(run_dir), "model.pt"),
+    assert argv == ["-m", "cuetrain", "submit-infer", "--model", os.path.join(str(run_dir), "model.pt"),
                     "--input", "/shots/plates", "--output", "/shots/out", "--template", template,
                     "--chunk", "25", "--show", "s", "--shot", "sh", "--json"]
     assert panel.controller.run(str(run_dir)).handle is None  # the inference job does not replace the run's job
@@ -120,7 +120,7 @@ def _dry_run_layers(tmp_path: Path, frames: int, *extra: str) -> tuple[Path, lis
     model = tmp_path / "run" / "model.pt"
     model.parent.mkdir()
     model.write_bytes(b"torchscript")
-    out = subprocess.run([sys.executable, "-m", "trainer.cli", "submit-infer", "--model", str(model), "--input",
+    out = subprocess.run([sys.executable, "-m", "cuetrain", "submit-infer", "--model", str(model), "--input",
                           str(inp), "--output", str(tmp_path / "out"), *extra, "--show", "s", "--shot", "sh",
                           "--dry-run", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120,
                          check=True).stdout

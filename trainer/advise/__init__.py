@@ -13,4 +13,10 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   (pure functions, no torch).
 """
 
-__all__ = ['advisor', 'costmodel', 'critical_batch', 'probe', 'quality']
+__all__ = [
+    'advisor',
+    'costmodel',
+    'critical_batch',
+    'probe',
+    'quality',
+]

@@ -11,10 +11,11 @@ weights at ``B`` and ``k B`` crops per update, measured to the same loss, solve 
 :data:`CRITICAL_BATCH_CAP`; ``r >= 1``: it bought nothing, 0); with more than two batches S(B) is fitted by
 least squares (:func:`fit_critical_batch`). The default runs :data:`FACTORS` 4 and 16 because the advisor's
 largest effective batches (8 ranks, or ``--sync-interval 8``) are where the trainer's learning-rate rule, not
-the gradient noise, can decide the updates (docs/scaling.md). Why not ``B_simple``: on the two clips of
-docs/scaling.md the simple noise scale ``tr(Sigma) / |G|^2`` (``trainer.learn.noise_scale``) was 1.5x (carphone)
-and 9-15x (blur + noise) below the critical batch fitted to full runs at batches 8, 32 and 128, so no one
-calibration fits both; this probe measures the batch dependence itself.
+the gradient noise, can decide the updates (docs/scaling.md, "Time to quality"). Why not ``B_simple``: on the
+two clips of docs/studies/noise_scale.md the simple noise scale ``tr(Sigma) / |G|^2``
+(``trainer.learn.noise_scale``) was 1.5x (carphone) and 9-15x (blur + noise) below the critical batch fitted
+to full runs at batches 8, 32 and 128, so no one calibration fits both; this probe measures the batch
+dependence itself.
 
 Each run is the trainer's update: its network (``build_model``, or ``build``), fused Adam with its betas,
 its precision and memory format, the peak learning rate of its effective batch by ``--lr-scaling``
@@ -26,8 +27,9 @@ crops of the training frames (their own crop stream), about :data:`EVALUATIONS` 
 made monotone by its running minimum (the first crossing). The run at ``B`` trains :data:`SMALL_UPDATES`
 updates and its last loss is the level; each bigger run stops as soon as it reaches that level (at most as
 many updates), and the updates to it are interpolated linearly between evaluations. The level is early in
-a long run, and the critical batch grows as the loss falls (McCandlish et al. 2018 observe it; docs/scaling.md
-measured it on the second clip), so for a quality much later in a run the probe's figure is likely low.
+a long run, and the critical batch grows as the loss falls (McCandlish et al. 2018 observe it;
+docs/studies/noise_scale.md measured it on the second clip), so for a quality much later in a run the probe's
+figure is likely low.
 """
 
 from __future__ import annotations

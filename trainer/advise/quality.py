@@ -125,8 +125,8 @@ def format_quality_table(speedups: Mapping[tuple[int, int], float], chosen: tupl
 
 def quality_recommendation(rows: Sequence[tuple[int, int, float]], tolerance: float = 0.05) -> tuple[int, int, str]:
     """The setting to recommend for time to quality: the fewest ranks, then the shortest sync interval, whose
-    speedup is within ``tolerance`` of the best (issue 18: the world size that minimises the time to the same
-    quality, not the one that maximises images/s).
+    speedup is within ``tolerance`` of the best: the world size that minimises the time to the same quality, not
+    the one that maximises images/s (docs/scaling.md, "Time to quality: the noise scale and the quality probe").
 
     Args:
         rows: ``(world_size, sync_interval, speedup)`` per prediction, speedups against 1 rank at sync 1 [1].

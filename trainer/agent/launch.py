@@ -18,6 +18,7 @@ restarted.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -25,9 +26,11 @@ import secrets
 from trainer.core.config import ConfigError
 from trainer.core.envvars import copycat_env, environ_with
 from trainer.core.exitcodes import describe
-from trainer.record.rundir import RunPaths
+from trainer.core.logsetup import log_file
+from trainer.record.rundir import FILE_MODE, RunPaths
 from trainer.core.timeouts import GRACE
 from trainer.core.ports import PortReservation
+from trainer.agent.progress import Console
 from trainer.agent.nodeagent import Ended, Generation, NodeAgent, WorkerState, judge_exit
 from trainer.agent.supervise import TRAINER_COMMAND, GangExit, RankLogs, rank_envs, run_ranks  # tests patch launch's name
 
@@ -99,16 +102,20 @@ class LocalGang:
 
 
 def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_interval: int = 1,
-                 max_restarts: int = 0, threads_per_rank: int | None = None) -> int:
+                 max_restarts: int = 0, threads_per_rank: int | None = None,
+                 progress_steps: int | None = None) -> int:
     """Run ``world_size`` ranks here; restart the whole gang with ``--resume`` up to ``max_restarts`` times.
 
     Args:
         train_argv: ``cuetrain train`` arguments (must include ``--run-dir run_dir``).
         world_size: ranks to start [processes].
-        run_dir: the run directory (per-rank logs go to its ``logs/``).
+        run_dir: the run directory (per-rank logs and this supervisor's ``local.log`` go to its ``logs/``).
         sync_interval: ``COPYCAT_SYNC_INTERVAL`` [steps].
         max_restarts: gang restarts after a failure [count].
         threads_per_rank: ``OMP_NUM_THREADS`` per rank (default: CPU cores // world size, at least 1).
+        progress_steps: the run's ``--steps``: show one progress bar and only the ranks' warnings, errors and
+            tracebacks on the terminal (:class:`trainer.agent.progress.Console`); None: every rank line, as a
+            farm frame's log has them. The log files get every line either way.
 
     Returns: 0 on success, else the failing rank's exit code.
 
@@ -121,9 +128,10 @@ def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_i
     paths = RunPaths.of(run_dir)
     paths.create()
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
-    logs = RankLogs(paths, prefix=True)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(log_file(paths.local_log, FILE_MODE))  # this supervisor's INFO records
+        console = None if progress_steps is None else stack.enter_context(Console(paths, progress_steps))
+        logs = RankLogs(paths, prefix=True, stream=console)
+        stack.callback(logs.close)
         role = LocalGang(train_argv, world_size, sync_interval, logs, threads, max_restarts)
         return NodeAgent(role, max_restarts).run()
-    finally:
-        logs.close()

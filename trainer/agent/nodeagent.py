@@ -87,7 +87,7 @@ def judge_exit(generation: Generation, result: GangExit, paths: RunPaths) -> tup
     """:func:`classify` for a gang that trains the run in ``paths``, and its exit code; a gang that FAILED after
     it recorded the run as complete (:func:`completed_step` since the generation formed) SUCCEEDED, code 0: a
     restart would find nothing to train, and frames that had already exited 0 would leave its gang incomplete
-    (seen once: rank 0 aborted in interpreter finalization after training, before trainer.core.exitcodes.exit_rank).
+    (seen once: rank 0 aborted in interpreter finalization after training, before trainer.core.signals.exit_rank).
     """
     state = classify(result.code, terminated=result.terminated)
     if state is WorkerState.FAILED and (step := completed_step(paths, generation.formed_at)) is not None:

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Callable, Mapping, Sequence
 
+from trainer.core import signals
 from trainer.core.envvars import EnvError
 from trainer.core.timeouts import GRACE
 from trainer.record.rankfailure import ERROR_FILE_VAR, RankFailure, clear_failure, read_failure
@@ -283,13 +284,12 @@ def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str
     """
     group = _Group(new_session)
     terminated = threading.Event()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def on_sigterm(signum: int, frame: object) -> None:
-            terminated.set()
-            group.signal(signal.SIGTERM)
 
-        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    def on_sigterm(signum: int, frame: object) -> None:
+        terminated.set()
+        group.signal(signal.SIGTERM)
+
+    previous = signals.install(signals.Process.SUPERVISOR, {signals.Action.PASS_ON: on_sigterm})
     try:
         bad = _start(group, command, envs, logs)
         if bad is not None:
@@ -309,8 +309,7 @@ def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str
     finally:
         for relay in group.relays:
             relay.join(timeout=5)  # a grandchild holding the pipe open must not hang the supervisor
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        signals.restore(previous)
 
 
 def _result(group: _Group, failed: int | None, stopped: str, code: int | None = None, *,

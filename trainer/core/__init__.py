@@ -1,4 +1,4 @@
-"""Configuration, environment, exit codes, signals and timeouts, ports and addresses: stdlib only, imported by every process.
+"""Configuration, environment, exit codes, signals and timeouts, ports, addresses: stdlib, for every process.
 
 Modules (its public surface; names starting with ``_`` stay inside their module):
 
@@ -8,8 +8,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.core.envvars`: Every environment variable cuetrain reads, in one table, turned into frozen values.
 - :mod:`trainer.core.exitcodes`: Every exit code of ``cuetrain train``, ``cuetrain local`` and a farm frame, in one
   table.
-- :mod:`trainer.core.logsetup`: Logging levels for every entry point (CLI, demo, farm frames): ours at INFO, third-
-  party at WARNING.
+- :mod:`trainer.core.logsetup`: Logging for every entry point (CLI, demo, farm frames), and the two line formats a
+  rank prints.
 - :mod:`trainer.core.netaddr`: Which IP frame 0 publishes and which interface each rank's collectives use, with no
   hand settings.
 - :mod:`trainer.core.ports`: Rank 0's TCP port: reserved, never "picked free, closed and hoped for".
@@ -18,8 +18,22 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.core.rankmemory`: How much memory one rank needs, as the farm counts it (RSS,
   ``trainer.core.procstat``): the figure the job builder checks against a template's ``memory_mb`` and ``cuetrain
   advise`` reports. No torch here.
+- :mod:`trainer.core.signals`: The signal policy: what each cuetrain process does on each signal, and the exit code
+  that follows.
 - :mod:`trainer.core.timeouts`: The grace table: how long each process waits between SIGTERM and SIGKILL, in one
   place.
 """
 
-__all__ = ['allocator', 'config', 'envvars', 'exitcodes', 'logsetup', 'netaddr', 'ports', 'procstat', 'rankmemory', 'timeouts']
+__all__ = [
+    'allocator',
+    'config',
+    'envvars',
+    'exitcodes',
+    'logsetup',
+    'netaddr',
+    'ports',
+    'procstat',
+    'rankmemory',
+    'signals',
+    'timeouts',
+]

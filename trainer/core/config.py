@@ -21,17 +21,20 @@ MODEL_SIZES = ("small", "medium", "large")
 #: The default ``--lr`` of each model size at ``lr_reference_batch`` crops [1]: wider networks take smaller
 #: steps. On one H200 (batch 32, crop 128: a peak of 2x by the sqrt rule) medium at 1e-3 diverged in 3 of 4
 #: runs and at 5e-4 trained smoothly (3 seeds) to a lower loss; large diverged at 1e-3 and 5e-4 and was
-#: wiped out by a spike at 2.5e-4, hence 1e-4 (not yet run on a GPU) (docs/scaling.md, "GPU figures, stop 31").
+#: wiped out by a spike at 2.5e-4, hence 1e-4 (not yet run on a GPU) (docs/studies/trainer_speed.md,
+#: "Default learning rate per model size").
 DEFAULT_LR = {"small": 1e-3, "medium": 5e-4, "large": 1e-4}
 ARCHITECTURES = ("v1", "v2", "v3")  # see trainer.learn.model; v1 is the network cuetrain started with
-#: The network a run trains when ``--architecture`` is not given (trainer.learn.model; docs/time_to_quality.md).
+#: The network a run trains when ``--architecture`` is not given (trainer.learn.model;
+#: docs/studies/time_to_quality.md).
 DEFAULT_ARCHITECTURE = "v3"
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.learn.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
 LR_SCHEDULES = ("cosine", "onecycle")  # see trainer.learn.schedule.lr_at
 OPTIMIZERS = ("adam", "muon")  # see trainer.learn.schedule.build_optimizer
-#: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md).
+#: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md,
+#: "Production plates").
 DEFAULT_DATA_CACHE_MB = 512
 
 
@@ -65,7 +68,8 @@ class TrainConfig:
         lr_scaling: ``sqrt`` (default: lr x sqrt(effective batch / lr_reference_batch), the square-root rule
             for Adam, Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms"),
             ``linear`` (lr x effective batch / lr_reference_batch, Goyal et al. 2017, derived for SGD; with
-            Adam it trained worse at 4x and diverged at 16x, docs/scaling.md) or ``none``.
+            Adam it trained worse at 4x and diverged at 16x, docs/studies/noise_scale.md, "Validation at
+            global batches 8, 32 and 128") or ``none``.
         warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
         lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to lr/10) or ``onecycle``
             (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
@@ -73,28 +77,29 @@ class TrainConfig:
         ema_decay: export (and show in contact sheets) an exponential moving average of the weights with
             this decay per update (default 0.999, warmed up so it averages about the last 1/19 of the updates
             until ~19,000 updates); 0 = the last weights (see ``trainer.learn.ema``; chosen with the v3 network by
-            the time-to-quality benchmark, docs/time_to_quality.md) [1].
+            the time-to-quality benchmark, docs/studies/time_to_quality.md) [1].
         optimizer: ``adam`` (the default) or ``muon``: ``torch.optim.Muon`` for every convolution but the first and
-            last, Adam (these betas) for the rest, one lr (``trainer.learn.optim``). ``cuetrain demo``'s since stop 37:
+            last, Adam (these betas) for the rest, one lr (``trainer.learn.optim``). ``cuetrain demo`` passes it:
             the time-to-quality benchmark measured v1's final gain far sooner on both clips and every seed
-            (docs/time_to_quality.md, "Stop 37"); a step costs more (a CPU's small step ~1.3x). A checkpoint
-            resumes with the optimizer it was written with.
+            (docs/studies/time_to_quality.md, "Muon for the hidden convolutions"); a step costs more (a CPU's
+            small step ~1.3x). A checkpoint resumes with the optimizer it was written with.
         adam_beta1: decay of Adam's first-moment (gradient) average, its momentum [1]: 0.9 (Kingma & Ba, the
             default) or e.g. 0.8: with Adam, ``--adam-beta2 0.9`` and ``--lr 2e-3`` the time-to-quality benchmark
-            measured it sooner to the same held-out quality on both clips and every seed (docs/time_to_quality.md,
-            "Stop 37"; not measured with ``--optimizer muon``, whose demo keeps 0.9). A resumed checkpoint keeps
-            the value it was written with.
+            measured it sooner to the same held-out quality on both clips and every seed
+            (docs/studies/time_to_quality.md, "Muon for the hidden convolutions"; not measured with
+            ``--optimizer muon``, whose demo keeps 0.9). A resumed checkpoint keeps the value it was written with.
         adam_beta2: decay of Adam's second-moment (squared-gradient) average [1]: 0.999 (Kingma & Ba, the
-            default) or e.g. 0.9 (NAFNet's, Chen et al. 2022; ``cuetrain demo``'s since stop 35). The
+            default) or e.g. 0.9 (NAFNet's, Chen et al. 2022; ``cuetrain demo`` passes it). The
             time-to-quality benchmark measured 0.9 better at the demo's ``--lr 2e-3`` on blur + noise (six seeds;
             carphone within a seed's spread) and 0.2 dB worse at the small size's default 1e-3 on carphone
-            (docs/time_to_quality.md, "Stop 35"). A
-            resumed checkpoint keeps the value it was written with (its optimizer state carries it).
+            (docs/studies/time_to_quality.md, "SkipInit and Adam's beta2 0.9"). A resumed checkpoint keeps the
+            value it was written with (its optimizer state carries it).
         noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer
             update only, because a measured step runs its batch as two halves (two forward and backward
             passes: about twice a step's kernel launches, which on a GPU doubled the step of the small model,
-            docs/scaling.md). Several ranks, or a sync interval above 1, measure every update at the cost of
-            two squared norms (see ``trainer.learn.noise_scale``); 0 = not measured, by any gang [optimizer updates].
+            docs/studies/trainer_speed.md, "GPU figures"). Several ranks, or a sync interval above 1, measure
+            every update at the cost of two squared norms (see ``trainer.learn.noise_scale``); 0 = not measured,
+            by any gang [optimizer updates].
         checkpoint_interval: write a checkpoint every N steps [steps].
         contact_sheet_interval: write a contact sheet every N steps [steps].
         log_interval: print ``[Step:N/M]`` and append to metrics.jsonl every N steps [steps].

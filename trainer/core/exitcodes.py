@@ -30,14 +30,7 @@ reasons.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
-import signal
-import sys
-import traceback
 from enum import IntEnum
-from typing import Callable, NoReturn
 
 
 class ExitCode(IntEnum):
@@ -104,44 +97,3 @@ def describe(code: int) -> str:
     if code > 128:
         return f"killed by signal {code - 128}"
     return f"exit {code}"
-
-
-def exit_rank(entry: Callable[[], int]) -> NoReturn:
-    """Run ``entry`` and end the process with its exit code, skipping interpreter finalization.
-
-    Why: a rank that has left its process group still holds torch's C++ threads and objects (gloo's, the
-    TCPStore's); when Python finalizes the interpreter their destructors can race it and abort the process
-    ("terminate called without an active exception", SIGABRT: exit 134). Seen here after a rank had trained
-    to its last step, written ``model.pt`` and recorded the run as succeeded: its frame read 134 as a failed
-    rank and restarted a gang whose other frames had already exited 0, and the layer failed (a crash of the
-    same kind, gloo's C++ objects destroyed while the interpreter finalizes, is described in
-    pytorch/pytorch#179291, whose atexit ``destroy_process_group`` was abandoned). Every
-    file a rank owns (run.json, checkpoints, model files, the failure record) is written atomically before
-    ``entry`` returns, so nothing is lost by ending with ``os._exit`` after flushing the logs and streams.
-
-    Exit codes are those Python itself would give: ``entry``'s return value or ``SystemExit`` code (a message
-    instead of a code is printed and gives 1); an uncaught exception prints its traceback and gives 1; an
-    uncaught ``KeyboardInterrupt`` ends the process by SIGINT, as Python does.
-    """
-    interrupted = False
-    try:
-        code = entry()
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-            code = 1
-    except KeyboardInterrupt:
-        interrupted, code = True, 130
-    except BaseException:  # noqa: BLE001 - what Python prints and exits 1 for, without finalization after it
-        traceback.print_exc()
-        code = 1
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    if interrupted:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    os._exit(int(code))

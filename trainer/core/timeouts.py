@@ -1,6 +1,7 @@
 """The grace table: how long each process waits between SIGTERM and SIGKILL, in one place.
 
-Order (issue 20): a supervisor's SIGKILL comes strictly after the trainer's checkpoint grace.
+Order: a supervisor's SIGKILL comes strictly after the trainer's checkpoint grace (docs/failure_handling.md,
+"SIGTERM and SIGINT").
 
 - the trainer (:class:`trainer.dist.stopvote.StopSignal`) has ``checkpoint_s`` seconds (``--stop-grace-s``) from
   SIGTERM/SIGINT to agree on a step, write rank 0's checkpoint and exit 75; past it, its watchdog exits 76;

@@ -16,4 +16,12 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   depth, channels, metadata.
 """
 
-__all__ = ['colour', 'crops', 'hostcache', 'images', 'shot', 'shot_loading', 'write_like']
+__all__ = [
+    'colour',
+    'crops',
+    'hostcache',
+    'images',
+    'shot',
+    'shot_loading',
+    'write_like',
+]

@@ -250,7 +250,7 @@ class CropSampler:
 
 def warn_identity(input_dir: str, target_dir: str) -> None:
     """Log a WARNING when Input and Ground Truth are the same folder or every pair of files is byte-identical
-    (issue 21; ``trainer.data.images.identity_warning``). Compares files, not decoded frames, so a long 4K shot is not
+    (``trainer.data.images.identity_warning``). Compares files, not decoded frames, so a long 4K shot is not
     decoded for it; stops at the first pair that differs (usually the first)."""
     import filecmp
 

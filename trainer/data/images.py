@@ -82,7 +82,7 @@ def read_image(path: str | Path) -> np.ndarray:
         pixels = _read_pixels(inp, spec, path)
     finally:
         inp.close()
-    rgb = np.ascontiguousarray(_to_rgb(pixels, tuple(spec.channelnames)), dtype=np.float32)
+    rgb = np.ascontiguousarray(to_rgb(pixels, tuple(spec.channelnames)), dtype=np.float32)
     if not np.isfinite(rgb).all():
         bad = int(np.count_nonzero(~np.isfinite(rgb)))
         raise DataError(f"{path} has {bad} NaN or infinite values, which would make training diverge; "
@@ -106,8 +106,12 @@ def _read_pixels(inp: oiio.ImageInput, spec: oiio.ImageSpec, path: Path) -> np.n
     return pixels
 
 
-def _to_rgb(pixels: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
-    """(H, W, C) -> (H, W, 3) following the channel rules of the module docstring."""
+def to_rgb(pixels: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
+    """Pick the colour channels: ``pixels`` (H, W, C) with channel ``names`` -> (H, W, 3), by the module's rules.
+
+    One or two channels (Y, Y + A) repeat Y into R, G, B; files with R, G and B named take them; otherwise
+    the first three channels. Dropped channels are logged once per set of names.
+    """
     count = pixels.shape[2]
     if count in (1, 2):
         if count == 2:
@@ -164,7 +168,7 @@ def write_image(path: str | Path, rgb: np.ndarray, like: str | Path | None = Non
     spec, pixels = _output_spec(ext, rgb, like)
     temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp{path.suffix}")
     try:
-        _write_oiio(temp, spec, pixels)
+        write_oiio(temp, spec, pixels)
         os.chmod(temp, 0o640)  # trainer.record.rundir.FILE_MODE: group-readable, never world-writable
         os.replace(temp, path)
     finally:
@@ -215,8 +219,12 @@ def _pixel_type(like: str | Path) -> str:
         inp.close()
 
 
-def _write_oiio(path: Path, spec: oiio.ImageSpec, pixels: np.ndarray) -> None:
-    """Write ``pixels`` to ``path`` with OIIO, raising OSError on failure."""
+def write_oiio(path: Path, spec: oiio.ImageSpec, pixels: np.ndarray) -> None:
+    """Write ``pixels`` (H, W, C) to ``path`` with OIIO as ``spec`` describes; raises OSError on failure.
+
+    Not atomic by itself: callers write to a temp file and rename (:func:`write_image`,
+    :func:`trainer.data.write_like.write_like`).
+    """
     out = oiio.ImageOutput.create(str(path))
     if out is None:
         raise OSError(f"cannot write {path}: {oiio.geterror()}")
@@ -358,12 +366,12 @@ def load_pairs(pairs: Sequence[FramePair]) -> list[tuple[np.ndarray, np.ndarray]
             raise DataError(
                 f"frame {pair.frame} ({pair.input}) is {_size(source)} but the first frame "
                 f"{first.frame} ({first.input}) is {_size(loaded[0][0])}; all frames must be the same size")
-        loaded.append((_to_half(source, pair.input), _to_half(target, pair.target)))
+        loaded.append((to_half(source, pair.input), to_half(target, pair.target)))
     return loaded
 
 
-def _to_half(rgb: np.ndarray, path: Path) -> np.ndarray:
-    """(H, W, 3) float32 -> float16, refusing values that would overflow to inf."""
+def to_half(rgb: np.ndarray, path: Path) -> np.ndarray:
+    """(H, W, 3) float32 -> float16; raises DataError naming ``path`` for values that would overflow to inf."""
     with np.errstate(over="ignore"):  # overflow becomes inf, reported just below
         half = rgb.astype(np.float16)
     if not np.isfinite(half).all():

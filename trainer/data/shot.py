@@ -30,7 +30,7 @@ import OpenImageIO as oiio
 
 from trainer.data.colour import ColourSpec
 from trainer.core.exitcodes import ExitCode
-from trainer.data.images import DataError, FramePair, _to_half, _to_rgb, find_sequence, pair_frames
+from trainer.data.images import DataError, FramePair, to_half, to_rgb, find_sequence, pair_frames
 from trainer.record.runrecord import FailureKind
 
 log = logging.getLogger(__name__)
@@ -246,12 +246,12 @@ def decode_bands(path: Path, rows: int, size: tuple[int, int], colour: ColourSpe
             px = px.reshape(n, spec.width, spec.nchannels)
             if packed:
                 px = (px >> (16 - bits)).astype(np.float32) / np.float32(2**bits - 1)
-            rgb = np.ascontiguousarray(_to_rgb(px, tuple(spec.channelnames)), dtype=np.float32)
+            rgb = np.ascontiguousarray(to_rgb(px, tuple(spec.channelnames)), dtype=np.float32)
             if not np.isfinite(rgb).all():
                 raise DataError(f"{path} has {int(np.count_nonzero(~np.isfinite(rgb)))} NaN or infinite values in "
                                 f"rows {y0}-{y0 + n - 1}, which would make training diverge; fix the render (or "
                                 "clamp/remove them in comp) and write the frame again")
-            half = _to_half(rgb, path)
+            half = to_half(rgb, path)
             yield y0, colour.to_working(half).astype(np.float16) if colour.active else half
     finally:
         inp.close()

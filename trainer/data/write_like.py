@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import OpenImageIO as oiio
 
-from trainer.data.images import DataError, _write_oiio  # the same checked OIIO write as write_image
+from trainer.data.images import DataError, write_oiio  # the same checked OIIO write as write_image
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def write_like(path: str | Path, rgb: np.ndarray, like: str | Path) -> None:
     out = _encode(pixels, spec)
     temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp{path.suffix}")
     try:
-        _write_oiio(temp, spec, out)
+        write_oiio(temp, spec, out)
         os.chmod(temp, 0o640)  # trainer.record.rundir.FILE_MODE
         os.replace(temp, path)
     finally:

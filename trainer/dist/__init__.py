@@ -11,4 +11,9 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   periodic checkpoint).
 """
 
-__all__ = ['compression', 'distributed', 'gang', 'stopvote']
+__all__ = [
+    'compression',
+    'distributed',
+    'gang',
+    'stopvote',
+]

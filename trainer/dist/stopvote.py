@@ -52,6 +52,7 @@ from enum import IntEnum
 from typing import Any, Callable
 
 from trainer.record import runrecord
+from trainer.core import signals
 from trainer.core.exitcodes import ExitCode
 from trainer.core.timeouts import GRACE
 from trainer.record.rundir import RunPaths
@@ -60,8 +61,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = GRACE.checkpoint_s  # seconds from SIGTERM/SIGINT to exit (checkpoint included)
 SUPERVISOR_GRACE_S = GRACE.kill_after_s()  # seconds cuetrain's supervisors wait before SIGKILL (trainer.core.timeouts)
-SIGNALS = (signal.SIGTERM, signal.SIGINT)  # stop now (vote 2), under the grace watchdog
-REGROUP_SIGNAL = signal.SIGUSR1  # regroup at the next periodic checkpoint (vote 1); no watchdog
+SIGNALS = signals.signals_for(signals.Process.RANK, signals.Action.STOP)  # stop now (vote 2), under the watchdog
+REGROUP_SIGNAL = signals.signals_for(signals.Process.RANK, signals.Action.REGROUP)[0]  # vote 1; no watchdog
 
 
 class Vote(IntEnum):
@@ -129,9 +130,8 @@ class StopSignal:
         r, w = os.pipe()
         os.set_blocking(w, False)
         self._pipe = (r, w)
-        for signum in SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handler)
-        self._previous[REGROUP_SIGNAL] = signal.signal(REGROUP_SIGNAL, self._regroup_handler)
+        self._previous = signals.install(signals.Process.RANK, {signals.Action.STOP: self._handler,
+                                                                signals.Action.REGROUP: self._regroup_handler})
         self._old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
         self._thread.start()
@@ -146,8 +146,7 @@ class StopSignal:
         if self._pipe is None:
             return
         signal.set_wakeup_fd(self._old_fd)
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+        signals.restore(self._previous)
         os.write(self._pipe[1], b"\0")  # wake the watchdog so it sees _done
         if self._thread is not None:
             self._thread.join(timeout=5)

@@ -12,4 +12,9 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   ``.cat`` and runs it.
 """
 
-__all__ = ['compat', 'formats', 'infer', 'nuke_script']
+__all__ = [
+    'compat',
+    'formats',
+    'infer',
+    'nuke_script',
+]

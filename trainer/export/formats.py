@@ -8,7 +8,7 @@
     returns: (1, 3, H, W) float32, same space
 
 The file is a CPU, eval-mode ``torch.jit.script`` module. Loading it needs only ``torch``
-(``torch.jit.load``): no cuetrain, numpy or OpenImageIO (tests/trainer/test_export.py loads it in
+(``torch.jit.load``): no cuetrain, numpy or OpenImageIO (tests/trainer/export/test_export.py loads it in
 an isolated interpreter that has nothing else on its path). A batch larger than 1 works too.
 
 **The ONNX file** (``model.onnx``, for Houdini's ONNX Inference SOP/COP and other ONNX Runtime
@@ -23,14 +23,14 @@ ONNX Runtime 1.14+ runs opset 18. Every node is in the default ONNX domain (no `
 or custom ops; tested), and ``model.json`` records the opset as ``onnx_opset``.
 
 Which ONNX Runtime Houdini 20.0 / 20.5 ship (for their ONNX Inference SOP/COP) was **not found**
-in a stored source (searched 2026-11-25: SideFX's node pages sop/onnx.html and cop/onnx.html name
-no version; the 20.5 third-party licence page's table was not retrievable). Opset 18 is kept as the
-conservative choice: it is the lowest this exporter writes, so no lower opset is available to pick.
-See docs/houdini.md.
+in a stored source (SideFX's node pages sop/onnx.html and cop/onnx.html name no version; the 20.5
+third-party licence page's table was not retrievable). Opset 18 is kept as the conservative choice: it is
+the lowest this exporter writes, so no lower opset is available to pick. See docs/hosts.md, "Houdini: the
+ONNX Inference nodes".
 
-Exporting to ONNX takes 5-15 s on a 2-core CPU (measured 2026-11-23, small model), so it can be
-turned off (``CUETRAIN_EXPORT_ONNX=0``, see ``trainer.core.envvars``); ``model.json`` ``exports`` says
-which files were written.
+Exporting to ONNX takes 5-15 s on a 2-core CPU (small model), so it can be turned off
+(``CUETRAIN_EXPORT_ONNX=0``, see ``trainer.core.envvars``); ``model.json`` ``exports`` says which files were
+written.
 """
 
 from __future__ import annotations

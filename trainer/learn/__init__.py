@@ -20,4 +20,14 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.learn.train`: The training loop every rank (farm frame) runs.
 """
 
-__all__ = ['divergence', 'ema', 'model', 'noise_scale', 'optim', 'precision', 'run_writer', 'schedule', 'train']
+__all__ = [
+    'divergence',
+    'ema',
+    'model',
+    'noise_scale',
+    'optim',
+    'precision',
+    'run_writer',
+    'schedule',
+    'train',
+]

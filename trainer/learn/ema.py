@@ -6,7 +6,8 @@ The decay warms up as TensorFlow's ``tf.train.ExponentialMovingAverage`` with ``
 constant :data:`EMA_WARMUP` in place of its 10: ``min(decay, (1 + n) / (20 + n))`` after ``n`` updates, so the
 first updates are not an average dominated by the random initial weights and, until the cap, the average
 covers about the last ``n / 19`` updates. ``benchmarks/bench_time_to_quality.py`` measured the EMA and
-``benchmarks/bench_ema_warmup.py`` the constant (docs/time_to_quality.md).
+``benchmarks/studies/bench_ema_warmup.py`` the constant (docs/studies/time_to_quality.md, "The EMA's warm-up
+constant").
 
 Only rank 0 keeps one (DDP keeps every rank's weights identical); it is saved in the checkpoint, so a resumed
 or restarted gang continues the same average.
@@ -21,7 +22,8 @@ import torch
 
 #: k of the warm-up decay ``(1 + n) / (k + n)``. 20, not TensorFlow's 10: on one trajectory of the default
 #: recipe, 20 was 0.02-0.05 dB higher than 10 at every evaluation on both clips of the time-to-quality benchmark,
-#: 40 the same as 20, 4 and 2 lower (bench_ema_warmup.py, bench_recipe_variants.py; docs/time_to_quality.md).
+#: 40 the same as 20, 4 and 2 lower (studies/bench_ema_warmup.py, bench_recipe_variants.py;
+#: docs/studies/time_to_quality.md).
 EMA_WARMUP = 20
 
 
@@ -32,7 +34,7 @@ class WeightEMA:
         net: the training network (float32 master weights; the copy keeps its device and memory format).
         decay: the long-run decay per optimizer update, in (0, 1) [1] (e.g. 0.999: ~1000 updates of memory).
         warmup: k of the warm-up decay ``(1 + n) / (k + n)``, above 1 [1]: :data:`EMA_WARMUP` (the trainer's);
-            other values are for benchmarks/bench_ema_warmup.py and its kind.
+            other values are for benchmarks/studies/bench_ema_warmup.py and its kind.
 
     Raises:
         ValueError: ``decay`` is not in (0, 1), or ``warmup`` is not above 1 (the average would never move).

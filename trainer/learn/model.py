@@ -7,13 +7,14 @@ network's total downsampling and the output is cropped back, so inference runs o
 
 Three architectures, each in three sizes (:data:`ARCHITECTURES`):
 
-- ``v3`` (:class:`CopyCatUNetV2` with ``stem=1``, the default since issue 18): v2's cheaper blocks with
+- ``v3`` (:class:`CopyCatUNetV2` with ``stem=1``, the default): v2's cheaper blocks with
   v1's full-resolution first level. The first level keeps one residual block each way at full
   resolution (what blur and noise need: v2's stem cost ~0.35 dB there); the way up is a 1x1
   convolution + ``pixel_shuffle`` and skips are added, so the full-resolution work costs less than v1's
   (v1 runs a 3x3 convolution on the upsampled features and a 1x1 merge of a concatenation there), and
   what that saves buys more residual blocks at the lower levels. Chosen by the time-to-quality
-  benchmark (docs/time_to_quality.md): better than v1 on both of its clips at the same inference cost.
+  benchmark (docs/studies/time_to_quality.md, "v3: the default network"): better than v1 on both of its
+  clips at the same inference cost.
   Its residual blocks start as the identity (:data:`SKIP_INIT_ARCHITECTURES`).
 - ``v1`` (:class:`CopyCatUNet`): the U-Net cuetrain started with, at full resolution from the first
   convolution. Kept unchanged so runs and checkpoints made with it still resume (checkpoints without an
@@ -23,7 +24,7 @@ Three architectures, each in three sizes (:data:`ARCHITECTURES`):
   so full-resolution work costs a quarter; the compute saved goes into more residual blocks at the
   low-resolution levels, where capacity is cheapest. Down: 2x2 stride-2 convolutions; up: 1x1
   convolution + ``pixel_shuffle``; skips are added (NAFNet), not concatenated. The best of the three on
-  compression artefacts, the worst on blur and noise (docs/time_to_quality.md).
+  compression artefacts, the worst on blur and noise (docs/studies/time_to_quality.md, "Exploration").
 
 Every operator is one torch 1.12's TorchScript has and that exports to standard ONNX (opset <= 18):
 conv2d, relu, add, slicing, pixel_shuffle/pixel_unshuffle; padding goes through :func:`pad_to_multiple`.
@@ -56,7 +57,7 @@ class ModelConfig:
 
 
 #: The v1 sizes. Parameter counts (measured by ``count_parameters``): small 169,843 (0.17 M), medium
-#: 4,730,211 (4.7 M), large 42,790,419 (42.8 M); checked in tests/trainer/test_model.py.
+#: 4,730,211 (4.7 M), large 42,790,419 (42.8 M); checked in tests/trainer/learn/test_model.py.
 MODEL_SIZES_V1: dict[str, ModelConfig] = {
     "small": ModelConfig(base_channels=16, depth=2, blocks=1),
     "medium": ModelConfig(base_channels=32, depth=3, blocks=2),
@@ -72,8 +73,8 @@ def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
 
     Written as slice copies into one new tensor rather than ``F.pad(mode="replicate")``, so the exported
     TorchScript has no ``aten::pad``: libtorch 1.10 lacks it ("Unknown builtin op: aten::pad",
-    pytorch/pytorch#90301). One pass over the frame, like F.pad (benchmarks/bench_pad.py); the output equals
-    ``F.pad(x, [0, pw, 0, ph], mode="replicate")`` exactly, gradients to float rounding (tests/trainer/test_model.py).
+    pytorch/pytorch#90301). One pass over the frame, like F.pad (benchmarks/studies/bench_pad.py); the output equals
+    ``F.pad(x, [0, pw, 0, ph], mode="replicate")`` exactly, gradients to float rounding (tests/trainer/learn/test_model.py).
     """
     h, w = x.shape[-2], x.shape[-1]
     ph = (multiple - h % multiple) % multiple
@@ -238,7 +239,7 @@ def _blocks(ch: int, count: int) -> nn.Sequential:
     return nn.Sequential(*[ResBlock(ch) for _ in range(count)])
 
 
-#: The v2 sizes. Parameter counts (measured by ``count_parameters``; tests/trainer/test_model.py):
+#: The v2 sizes. Parameter counts (measured by ``count_parameters``; tests/trainer/learn/test_model.py):
 #: small 1,012,204 (1.0 M), medium 9,499,740 (9.5 M), large 68,418,252 (68.4 M).
 MODEL_SIZES_V2: dict[str, ModelConfigV2] = {
     "small": ModelConfigV2(width=32, enc_blocks=(1, 2), mid_blocks=2, dec_blocks=(1, 2)),
@@ -247,7 +248,7 @@ MODEL_SIZES_V2: dict[str, ModelConfigV2] = {
 }
 
 #: The v3 sizes (v2's blocks, no stem: the first level at full resolution), each about the parameter count
-#: of the v1 size it replaces. Counts (``count_parameters``; tests/trainer/test_model.py): small 252,627
+#: of the v1 size it replaces. Counts (``count_parameters``; tests/trainer/learn/test_model.py): small 252,627
 #: (0.25 M), medium 4,220,579 (4.2 M), large 38,483,379 (38.5 M).
 MODEL_SIZES_V3: dict[str, ModelConfigV2] = {
     "small": ModelConfigV2(width=16, enc_blocks=(1, 2), mid_blocks=2, dec_blocks=(1, 2), stem=1),
@@ -278,9 +279,9 @@ def model_config(size: str, architecture: str) -> ModelConfig | ModelConfigV2:
 
 #: Architectures whose residual blocks start as the identity (SkipInit, De & Smith 2020, "Batch Normalization
 #: Biases Residual Blocks Towards the Identity Function in Deep Networks": each block's last convolution starts
-#: at zero, as Goyal et al. 2017 zero each block's last batch-norm scale): v3 since stop 35, chosen by the
-#: time-to-quality benchmark (docs/time_to_quality.md, "Stop 35": better at lr 2e-3, the same at 1e-3). v1 and v2
-#: keep torch's init.
+#: at zero, as Goyal et al. 2017 zero each block's last batch-norm scale): v3, chosen by the time-to-quality
+#: benchmark (docs/studies/time_to_quality.md, "SkipInit and Adam's beta2 0.9": better at lr 2e-3, the same
+#: at 1e-3). v1 and v2 keep torch's init.
 SKIP_INIT_ARCHITECTURES = ("v3",)
 
 

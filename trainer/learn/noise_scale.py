@@ -28,8 +28,8 @@ Where the two norms come from (:class:`GradNoise`):
   half's gradient is ``G_small`` (``trainer.learn.train`` does the split; the sum of the two halves is the
   same gradient as one pass, up to float rounding). A split step launches every kernel twice, which
   on a GPU, where the small network's step is bound by kernel launches, doubled the step (one H200,
-  docs/scaling.md); so one rank at k = 1 splits only every ``--noise-interval`` updates, and the
-  smoothing then spans at least :data:`SMOOTHING_SAMPLES` samples.
+  docs/studies/trainer_speed.md, "GPU figures"); so one rank at k = 1 splits only every ``--noise-interval``
+  updates, and the smoothing then spans at least :data:`SMOOTHING_SAMPLES` samples.
 
 The gradients are the ones the loss produces, so the noise scale refers to the mean L1 loss per
 crop. Every quantity stays on the training device until the log all-reduce (no host sync per step).

@@ -22,7 +22,7 @@ import torch
 
 def optimizer_of(state: Any) -> str:
     """Which ``--optimizer`` wrote an optimizer state dict: ``muon`` for :meth:`MuonAdam.state_dict`'s
-    ``{"adam", "muon"}``, else ``adam`` (torch's Adam, every checkpoint before stop 37)."""
+    ``{"adam", "muon"}``, else ``adam`` (torch's Adam, and every checkpoint written before Muon was an option)."""
     return "muon" if isinstance(state, dict) and set(state) == {"adam", "muon"} else "adam"
 
 

@@ -21,8 +21,9 @@ from trainer.learn.optim import MuonAdam
 
 def build_optimizer(cfg: TrainConfig, net: torch.nn.Module, lr: float) -> torch.optim.Adam | MuonAdam:
     """The trainer's optimizer for ``net`` at ``lr`` [1]: Adam with betas ``(cfg.adam_beta1, cfg.adam_beta2)``,
-    fused (one pass over every parameter; CPU since torch 2.4: 2% of a small step, ``benchmarks/bench_adam.py``),
-    or with ``--optimizer muon`` Muon for the hidden convolutions and that Adam for the rest
+    fused (one pass over every parameter; CPU since torch 2.4: 2% of a small step,
+    ``benchmarks/studies/bench_adam.py``), or with ``--optimizer muon`` Muon for the hidden convolutions and that
+    Adam for the rest
     (``trainer.learn.optim.MuonAdam``). Build it after ``net`` is on its device and memory format. The trainer, the
     advisor's timing probe and its quality probe all build this one, so they train the same update."""
     if cfg.optimizer == "muon":

@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from trainer.dist import distributed
 from trainer.data.colour import ColourSpec
 from trainer.core.config import TrainConfig
+from trainer.core.logsetup import progress_line
 from trainer.data.crops import CropBatch, CropSampler, per_crop_l1, rank_loss_weight, rank_slice, warn_identity
 from trainer.data.shot_loading import open_data
 from trainer.learn.divergence import DivergenceWatch
@@ -300,8 +301,7 @@ class _Loop:
         loss = total / max(count, 1.0)
         images_per_s = count / dt if dt > 0 else 0.0
         lr = self.opt.param_groups[0]["lr"]
-        line = f"[Step:{step}/{self.cfg.steps}] loss={loss:.6f} lr={lr:.3g} images/s={images_per_s:.1f}"
-        _print_progress(line)
+        _print_progress(progress_line(step, self.cfg.steps, loss, lr, images_per_s))
         row = {"step": step, "loss": loss, "lr": lr, "images_per_s": images_per_s, "wall_s": wall}
         self.writer.metrics(row if noise_scale is None else {**row, "noise_scale": noise_scale})
         self.divergence.check(step, loss, identity / max(count, 1.0))  # every rank: the same all-reduced sums

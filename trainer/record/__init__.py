@@ -10,4 +10,9 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   ``gang``.
 """
 
-__all__ = ['rankfailure', 'rundir', 'runrecord', 'sections']
+__all__ = [
+    'rankfailure',
+    'rundir',
+    'runrecord',
+    'sections',
+]

@@ -103,6 +103,11 @@ class RunPaths:
         """Frame ``frame``'s presence record while its node agent waits to join (``cue_plugin.node.membership``)."""
         return self.root / "rendezvous" / "frames" / f"frame_{frame}.json"
 
+    @property
+    def local_log(self) -> Path:
+        """The log of ``cuetrain local``'s own supervisor (its INFO records, which its terminal leaves out)."""
+        return self.logs / "local.log"
+
     def rank_log(self, rank: int) -> Path:
         """Log file of one rank (every rank writes its own)."""
         return self.logs / f"rank_{rank}.log"

@@ -6,7 +6,7 @@ import json
 import signal
 import time
 
-from tests.trainer.test_gang import finish, start_rank
+from tests.trainer.dist.test_gang import finish, start_rank
 from trainer.core.exitcodes import ExitCode
 from trainer.core.ports import free_port
 from trainer.record.rundir import RunPaths

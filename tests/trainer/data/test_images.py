@@ -256,7 +256,7 @@ def test_write_is_atomic_on_failure(tmp_path, monkeypatch):
         temp.write_bytes(b"\x89PNG half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(images, "_write_oiio", half_written)
+    monkeypatch.setattr(images, "write_oiio", half_written)
     with pytest.raises(OSError, match="disk full"):
         write_image(path, np.zeros((3, 4, 3), np.float32))
     assert path.read_bytes() == before

@@ -80,7 +80,7 @@ def test_v3_parameter_counts_and_full_resolution_first_level(size, params):
     net = build_model(size, "v3")
     assert count_parameters(net) == params
     assert net.head.in_channels == 3 and net.tail.out_channels == 3  # no space-to-depth stem: full resolution
-    assert DEFAULT_ARCHITECTURE == "v3"  # the default network since issue 18 (docs/time_to_quality.md)
+    assert DEFAULT_ARCHITECTURE == "v3"  # the default network (docs/studies/time_to_quality.md)
 
 
 def test_unknown_architecture_is_named():

@@ -1,4 +1,4 @@
-"""How a rank process ends (trainer.core.exitcodes.exit_rank): its exit code is its own, whatever finalization does.
+"""How a rank process ends (trainer.core.signals.exit_rank): its exit code is its own, whatever finalization does.
 
 Each test's child registers ``os.abort`` with ``atexit``: it stands for torch's C++ destructors aborting the
 interpreter's finalization ("terminate called without an active exception", exit 134, seen once after a rank
@@ -52,20 +52,20 @@ def test_bad_input_keeps_its_exit_code_and_message_through_trainer_cli(tmp_path)
 
 
 def test_an_uncaught_exception_prints_its_traceback_and_exits_1():
-    done = child("from trainer.core.exitcodes import exit_rank\nexit_rank(lambda: 1 / 0)")
+    done = child("from trainer.core.signals import exit_rank\nexit_rank(lambda: 1 / 0)")
     assert done.returncode == 1 and "ZeroDivisionError" in done.stderr and "Traceback" in done.stderr
 
 
 def test_a_system_exit_message_is_printed_and_exits_1_and_a_code_is_kept():
-    said = child("import sys\nfrom trainer.core.exitcodes import exit_rank\n"
+    said = child("import sys\nfrom trainer.core.signals import exit_rank\n"
                  "exit_rank(lambda: sys.exit('no such shot'))")
     assert (said.returncode, said.stderr.strip()) == (1, "no such shot")
-    coded = child("import sys\nfrom trainer.core.exitcodes import exit_rank\nexit_rank(lambda: sys.exit(75))")
+    coded = child("import sys\nfrom trainer.core.signals import exit_rank\nexit_rank(lambda: sys.exit(75))")
     assert coded.returncode == 75
 
 
 def test_an_uncaught_keyboard_interrupt_ends_the_process_by_sigint():
-    done = child("from trainer.core.exitcodes import exit_rank\n"
+    done = child("from trainer.core.signals import exit_rank\n"
                  "def stop():\n    raise KeyboardInterrupt\nexit_rank(stop)")
     assert done.returncode == -signal.SIGINT, (done.returncode, done.stderr)
 

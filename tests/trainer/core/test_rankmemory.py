@@ -2,7 +2,7 @@
 
 import json
 
-from tests.trainer.test_advise import make_probe
+from tests.trainer.advise.test_advisor import make_probe
 from trainer.advise import advisor as advise
 from trainer.core.rankmemory import BUFFERS_MB, PROCESS_MB, largest_data_cache_mb, rank_memory_mb
 

@@ -3,7 +3,7 @@
 The float32 equivalence tests (2 ranks == 1 rank, accumulation, the elastic 3 -> 2 -> 3 gang) compare
 float32-exact numerics and pin ``--precision fp32``. Under bfloat16 autocast the same runs agree only up to
 bfloat16 rounding (8 significant bits: relative 2**-8 per rounding), so these tests hold bf16 runs to the
-tolerance derived in ``tests.trainer.test_train.assert_mixed_precision_match``:
+tolerance derived in ``tests.trainer.learn.test_train.assert_mixed_precision_match``:
 
 - DDP vs one process: ``test_train.py::test_two_ranks_equal_one_rank_with_the_same_global_batch[1-bf16]``;
 - elastic vs uninterrupted: below, a 2-rank gang that regroups at a checkpoint and finishes on 1 rank (what
@@ -18,8 +18,8 @@ import signal
 
 import pytest
 
-from tests.trainer.test_gang import finish, start_rank
-from tests.trainer.test_train import assert_mixed_precision_match, final_weights
+from tests.trainer.dist.test_gang import finish, start_rank
+from tests.trainer.learn.test_train import assert_mixed_precision_match, final_weights
 from trainer.core.config import TrainConfig
 from trainer.core.exitcodes import ExitCode
 from trainer.core.ports import free_port

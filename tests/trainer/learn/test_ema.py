@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tests.trainer.test_train import NON_DIST, cfg
+from tests.trainer.learn.test_train import NON_DIST, cfg
 from trainer.learn import train as train_mod
 from trainer.core.config import ConfigError
 from trainer.learn.ema import WeightEMA
