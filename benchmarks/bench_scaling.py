@@ -7,7 +7,7 @@
     checkpoint every 10 steps, at the defaults (100 / 250), and never; 1 rank, interleaved;
 (e) GPU figures on a CUDA machine (probe images/s per model size, NCCL all-reduce bandwidth with
     two or more GPUs); skipped cleanly without one.
-(a) and (b), trainer vs bare DDP and weak scaling, are in bench_trainer.py.
+Trainer against a bare DDP loop and weak scaling are ``benchmarks/bench_trainer.py``'s (a)-(c).
 
 Run: .venv/bin/python benchmarks/bench_scaling.py [--repeats 3] [--steps 200] [--skip-bytes] [--skip-outputs]
 """

@@ -3,8 +3,9 @@
 An artist waits for a model that is good enough, not for images/s. This benchmark trains each recipe of
 :data:`RECIPES` on two clips, one after the other in this process, and evaluates the held-out frames
 (every 6th frame, as ``cuetrain demo`` holds out) at intervals. Evaluation time is excluded from the
-training clock. The output is a table (stdout and ``docs/time_to_quality.md``) and a plot
-(``docs/time_to_quality.png``: PSNR gain against seconds, one curve per recipe, one panel per clip).
+training clock. The output is a table per clip (stdout, and ``--out``'s ``.md`` and ``.json``) and a plot
+(``--out``'s ``.png``: PSNR gain against seconds, one curve per recipe, one panel per clip). ``--out`` defaults to
+``docs/studies/time_to_quality_latest``; the study that records the results is docs/studies/time_to_quality.md.
 
 Recipes:
 - ``v1``: the recipe as it landed at c47904a, frozen: ``--architecture v1 --model-size small``, Adam,
@@ -32,9 +33,9 @@ resolves to bf16 on CPUs with AVX512-BF16, fp32 elsewhere; evaluation is always 
 It is not the DDP trainer; the per-step overhead outside forward/backward is the same for all recipes
 (``Recipe.fused`` aside).
 
-Metrics per clip and recipe: final held-out gain, seconds to reach v1's final gain (linear interpolation
-between evaluations) and its ratio to v1's seconds, the gain at v1's full training time, ms per full
-2048x1080 frame (fp32 inference, median of 3) and the parameter count.
+Printed per clip and recipe (ratios against v1, measured in the same run): final held-out gain, seconds to
+reach v1's final gain (linear interpolation between evaluations) and its ratio to v1's seconds, the gain at
+v1's full training time, ms per full 2048x1080 frame (fp32 inference, median of 3) and the parameter count.
 
 Needs matplotlib for the plot (``pip install -e '.[bench]'``). Run (under the heavy lock on a shared host; ~20 min at --scale 0.5 on 2 cores in bf16):
     flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_time_to_quality.py [--scale 0.5]
@@ -68,7 +69,7 @@ from trainer.learn.optim import MuonAdam
 from trainer.learn.precision import resolve_precision
 from trainer.learn.schedule import lr_at
 
-DOCS = common.ROOT / "docs"
+DOCS = common.ROOT / "docs" / "studies"
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Recipe:
         ema: decay of the exponential moving average of the weights used for evaluation, 0 = none [1].
         ema_warmup: k of the EMA's warm-up decay (1 + n) / (k + n) (``trainer.learn.ema.WeightEMA``) [1].
         fused: Adam's fused implementation (the trainer's since stop 33) instead of torch's default foreach
-            one: the same update, ~2% less time a step on a 2-core CPU (benchmarks/bench_adam.py).
+            one: the same update, ~2% less time a step on a 2-core CPU (benchmarks/studies/bench_adam.py).
         beta2: Adam's second-moment decay [1]: 0.999 (Kingma & Ba; the trainer's default, v1 and every recipe
             before stop 35) or 0.9 (NAFNet's; ``cuetrain demo``'s ``--adam-beta2`` since stop 35).
         beta1: Adam's first-moment decay [1]: 0.9 (Kingma & Ba; the trainer's) unless a screen names another.
@@ -235,7 +236,7 @@ def train_averages(r: Recipe, train: list, held: list, scale: float, evals: int,
     """Train ``r`` once and return one curve per EMA of its weights, one EMA per warm-up constant in ``warmups``
     (default ``r.ema_warmup``): the averages differ, the training does not. With ``r.ema`` 0, one curve: the
     network's own. The clock counts one EMA update a step, as the trainer keeps one. ``seed`` draws the initial
-    weights and the crops (0: the figures in docs/time_to_quality.md); ``device`` trains there (a GPU's clock is
+    weights and the crops (0: the figures in docs/studies/time_to_quality.md); ``device`` trains there (a GPU's clock is
     synchronised each step)."""
     torch.manual_seed(seed)
     net = build_model(r.size, r.architecture, r.skip_init).to(device, memory_format=torch.channels_last)
@@ -343,7 +344,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def write_docs(results: dict, header: list[str], out: Path) -> None:
-    """docs/time_to_quality.{md,json,png} (atomic: temp file + rename); the plot needs matplotlib (the
+    """``out``.{md,json,png} (atomic: temp file + rename); the plot needs matplotlib (the
     ``bench`` extra of pyproject.toml)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# Time to quality (benchmarks/bench_time_to_quality.py)", "", *header]
@@ -366,7 +367,9 @@ def main() -> None:
     ap.add_argument("--evals", type=int, default=12, help="held-out evaluations per run")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=DOCS / "time_to_quality", help="docs path without suffix")
+    ap.add_argument("--out", type=Path, default=DOCS / "time_to_quality_latest",
+                    help="path without suffix for the .md, .json and .png "
+                    "(default docs/studies/time_to_quality_latest)")
     ap.add_argument("--from-json", type=Path, help="rewrite the table and plot from a saved JSON; no training")
     a = ap.parse_args()
     if a.from_json:

@@ -1,6 +1,6 @@
 """benchmarks/bench_noise_scale.py: its learning-rate rules, the seed medians and the prediction table, without
-training (the runs themselves are the benchmark's; their figures are in docs/scaling.md), and which optimizer a
-run builds (40 updates on noise frames)."""
+training (the runs themselves are the benchmark's; their figures are in docs/studies/noise_scale.md), and which
+optimizer a run builds (40 updates on noise frames)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Times the padding alone and the whole TorchScript model.pt forward (what hosts r
 padding, fp32 on CPU, runs interleaved (A B A B ...), and prints medians, the ratio new/old and the largest
 absolute difference of the outputs (issue 21: within 1e-6, no slower).
 
-    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_pad.py [--repeats 15]
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/studies/bench_pad.py [--repeats 15]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import trainer.learn.model as model_module  # noqa: E402

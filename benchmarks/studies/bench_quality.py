@@ -9,22 +9,28 @@ Default precisions: fp32, auto, and bf16/fp16 where this host runs them fast (bf
 a CPU with AVX512-BF16/AMX; fp16: CUDA). A CPU without AVX512-BF16 runs bf16 through a slow
 reference path (25x slower here), so ask for it explicitly with ``--precisions fp32,bf16``.
 
-Run: .venv/bin/python benchmarks/bench_quality.py [--precisions fp32,auto,bf16] [--steps N] [--world-size 2]
+A one-off study. ``bench_demo_defaults.py`` (also here) and the maintained
+``benchmarks/bench_time_to_quality.py`` measure the demo recipe's held-out PSNR too; for time to quality
+use ``bench_time_to_quality.py``. This one is kept for the precision parity check.
+
+Run: .venv/bin/python benchmarks/studies/bench_quality.py [--precisions fp32,auto,bf16] [--steps N] [--world-size 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import common  # noqa: F401  (puts the checkout on sys.path)
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common and its kin
+import common  # noqa: E402,F401  (puts the checkout on sys.path)
+import torch  # noqa: E402
 
-from trainer.demo import DEMO_STEPS, DEMO_TRAIN_ARGS, extract, holdout_psnr, train_demo
-from trainer.learn.precision import cpu_has_fast_bf16
+from trainer.demo import DEMO_STEPS, DEMO_TRAIN_ARGS, extract, holdout_psnr, train_demo  # noqa: E402
+from trainer.learn.precision import cpu_has_fast_bf16  # noqa: E402
 
 
 def default_precisions() -> list[str]:

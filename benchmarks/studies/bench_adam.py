@@ -6,20 +6,23 @@ Prints the median milliseconds of the optimizer's ``step()`` + ``zero_grad()`` a
 ratio of the whole steps (fused / foreach): below 1 is faster. Both implement the same update (torch's
 ``_fused_adam`` and ``_multi_tensor_adam``; Kingma & Ba 2015), to float rounding.
 
-Run: .venv/bin/python benchmarks/bench_adam.py [--steps 200] [--threads 2] [--architecture v3] [--device cpu]
+Run: .venv/bin/python benchmarks/studies/bench_adam.py [--steps 200] [--threads 2] [--architecture v3] [--device cpu]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
-import common  # noqa: F401  (puts the checkout on sys.path)
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common and its kin
+import common  # noqa: E402,F401  (puts the checkout on sys.path)
+import torch  # noqa: E402
 
-from trainer.learn.model import build_model
-from trainer.learn.precision import resolve_precision
+from trainer.learn.model import build_model  # noqa: E402
+from trainer.learn.precision import resolve_precision  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:

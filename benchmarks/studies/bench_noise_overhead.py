@@ -12,19 +12,25 @@ run does. Printed per gang: each variant's median over the repeats, and the medi
 on / off - 1 (the overhead; the issue's target is <= 2%).
 
 Run (under the heavy lock on a shared host; a loaded machine gives meaningless ratios):
-    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_noise_overhead.py [--worlds 1,2]
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/studies/bench_noise_overhead.py [--worlds 1,2]
         [--batch 8] [--crop 64] [--steps 300] [--repeats 5] [--data DIR]
 On a GPU host the trainer picks CUDA itself; ``--data`` takes a folder ``trainer.demo.extract`` wrote.
+
+A one-off study (result in docs/studies/noise_scale.md, "Overhead per step"). ``bench_gpu_step.py`` (also here) times
+``--noise-interval`` on against off too, among a GPU step's other extras: for the overhead figure use this
+one; for where a GPU step goes, that one.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
-from common import demo_data, run_cuetrain_metrics, window_step_times
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common and its kin
+from common import demo_data, run_cuetrain_metrics, window_step_times  # noqa: E402
 
 VARIANTS = {"noise scale off (--noise-interval 0)": ["--noise-interval", "0"], "defaults": []}
 

@@ -9,18 +9,21 @@ between them. ``v1`` trains
 beside it for the time ratios (seconds to v1's final gain / v1's seconds; evaluation is off the clock).
 
 Run (heavy: under the lock on a shared host; ~8 min at --scale 1 on 2 cores in bf16):
-    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_ema_warmup.py [--ks 10,20,40] [--scale 1.0]
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/studies/bench_ema_warmup.py [--ks 10,20,40] [--scale 1.0]
         [--clips carphone,bikes-blur-noise] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-import common  # noqa: F401  (puts the checkout on sys.path)
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: common and its kin
+import common  # noqa: E402,F401  (puts the checkout on sys.path)
+import torch  # noqa: E402
 
-import bench_time_to_quality as ttq
+import bench_time_to_quality as ttq  # noqa: E402
 
 
 def main() -> None:

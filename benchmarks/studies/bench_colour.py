@@ -13,7 +13,7 @@ applied to the held-out frames with ``cuetrain infer`` (which converts back to l
 output and the Ground Truth are converted to display values (``sRGB - Display`` /
 ``ACES 1.0 - SDR Video``) for the PSNR, as an artist would judge them.
 
-    .venv/bin/python benchmarks/bench_colour.py [--steps 1000] [--out /tmp/bench_colour] [--only linear|ACEScct]
+    .venv/bin/python benchmarks/studies/bench_colour.py [--steps 1000] [--out /tmp/bench_colour] [--only linear|ACEScct]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from trainer.data.colour import ColourSpec, to_display  # noqa: E402
