@@ -47,8 +47,8 @@ class Console:
         self._stream = stream
         self._tty = bool(getattr(stream or sys.stderr, "isatty", lambda: False)())
         self._bar: Any = None
-        self._lines_shown = 0
         self._next_line_step = 0
+        self._last_shown = False
         self._started = time.monotonic()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="progress", daemon=True)
@@ -101,7 +101,8 @@ class Console:
                 if step > self._bar.n:
                     self._bar.update(step - self._bar.n)  # tqdm's rate, hence the time left, follows the updates
                 self._bar.set_postfix_str(postfix)
-            elif last["step"] >= self._next_line_step:
+            elif last["step"] >= min(self._next_line_step, self._total) and not self._last_shown:
+                self._last_shown = last["step"] >= self._total  # the last step's line is always shown, once
                 self._next_line_step = last["step"] + max(1, self._total // 10)
                 meter = tqdm.format_meter(min(last["step"], self._total), self._total,
                                           time.monotonic() - self._started, unit="step", postfix=postfix)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 
-from trainer.agent.progress import Console
+from trainer.agent.progress import POLL_S, Console
 from trainer.core.logsetup import is_detail, progress_line, rank_format
 from trainer.record.rundir import RunPaths
 
@@ -48,6 +49,17 @@ def test_without_a_terminal_the_bar_is_a_line_per_tenth_and_rank_lines_are_filte
     meters = [line for line in text.splitlines() if "/100 [" in line]
     assert meters and meters[-1].startswith("100%") and "100/100" in meters[-1] and "loss=0.0050" in meters[-1]
     assert len(meters) <= 11  # at most one line per tenth of the run (and the last)
+
+
+def test_without_a_terminal_the_last_step_gets_its_line_even_off_the_tenths(tmp_path):
+    paths = RunPaths.of(tmp_path)
+    out = io.StringIO()
+    with Console(paths, total_steps=100, stream=out):
+        _rows(paths, [95])  # a line at 95: the next tenth would be 105, past the end
+        time.sleep(3 * POLL_S)  # read on its own
+        _rows(paths, [100])
+    meters = [line for line in out.getvalue().splitlines() if "/100 [" in line]
+    assert sum("100/100" in m for m in meters) == 1 and meters[-1].startswith("100%")
 
 
 def test_the_bar_follows_metrics_written_after_it_started(tmp_path):
