@@ -16,6 +16,7 @@ Each package is imported only when its command runs, so ``cuetrain train`` never
 
 from __future__ import annotations
 
+import os
 import sys
 from types import MappingProxyType
 from typing import Mapping, NoReturn, Sequence
@@ -33,8 +34,20 @@ FARM_COMMANDS = ("submit", "status", "cancel", "retry", "submit-infer")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one ``cuetrain`` command (default ``sys.argv[1:]``); returns the process exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Run one ``cuetrain`` command (default ``sys.argv[1:]``); returns the process exit code.
+
+    Output piped into a reader that stops early (``cuetrain submit --dry-run | head``) ends the command quietly
+    with exit 1 instead of a BrokenPipeError traceback (the Python docs' recipe, ``signal`` module, "Note on
+    SIGPIPE").
+    """
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not fail again
+        return 1
+
+
+def _main(args: list[str]) -> int:
     command = args[0] if args else None
     if command in FARM_COMMANDS:
         from trainer.core.logsetup import configure_logging
