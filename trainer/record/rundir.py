@@ -15,6 +15,7 @@ Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
       model_nuke.nk                Nuke script: CatFileCreator for model.pt -> Inference (trainer.export.nuke_script)
       model.json                   metadata of model.pt (model size, parameters, step, channels)
       logs/rank_N.log              per-rank log (every rank writes its own)
+      logs/local.log               cuetrain local's own supervisor log (its INFO records)
       rendezvous/main.json         frame 0's published main address {host, port, attempt, token}
       rendezvous/frames/frame_F.json  frame F's node agent waits to join the next generation (elastic gangs)
 
