@@ -39,7 +39,7 @@ log = logging.getLogger("screenshots")
 
 def demo_command(run_dir: Path, steps: int) -> list[str]:
     """``cuetrain demo`` (2 ranks) into ``run_dir`` (its frames under ``run_dir/data``) for ``steps`` steps."""
-    return [sys.executable, "-m", "trainer.cli", "demo", "--run-dir", str(run_dir), "--steps", str(steps)]
+    return [sys.executable, "-m", "cuetrain", "demo", "--run-dir", str(run_dir), "--steps", str(steps)]
 
 
 def train(run_dir: Path, steps: int) -> None:
