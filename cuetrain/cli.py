@@ -30,7 +30,7 @@ OTHER_COMMANDS: Mapping[str, str] = MappingProxyType({
     "submit-infer": "farm: submit an inference job with a trained model",
     "gui": "standalone window with the Runs panel",
 })
-FARM_COMMANDS = ("submit", "status", "cancel", "retry", "submit-infer")
+FARM_COMMANDS = tuple(name for name in OTHER_COMMANDS if name != "gui")  # cue_plugin.submit.cli's
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -100,6 +100,19 @@ def rule_for(process: Process, signum: int) -> Rule:
     raise KeyError(f"no signal rule for {process.value} and signal {signum}")
 
 
+def rank_exit_code(signum: int, *, timeout: bool = False) -> int:
+    """The exit code a rank ends with after ``signum`` (``timeout``: when the action overran its grace).
+
+    Raises:
+        KeyError: the policy gives a rank no such code for ``signum``.
+    """
+    rule = rule_for(Process.RANK, signum)
+    code = rule.timeout_exit_code if timeout else rule.exit_code
+    if code is None:
+        raise KeyError(f"no {'timeout ' if timeout else ''}exit code for a rank and signal {signum}")
+    return code
+
+
 def install(process: Process, handlers: Mapping[Action, Handler]) -> dict[int, Any]:
     """Install ``handlers`` (by action) on every signal the policy gives ``process`` for that action.
 

@@ -53,7 +53,6 @@ from typing import Any, Callable
 
 from trainer.record import runrecord
 from trainer.core import signals
-from trainer.core.exitcodes import ExitCode
 from trainer.core.timeouts import GRACE
 from trainer.record.rundir import RunPaths
 
@@ -76,8 +75,8 @@ class Vote(IntEnum):
 class StopTraining(Exception):
     """The gang stopped at ``step`` after SIGTERM/SIGINT (rank 0 wrote the checkpoint); exit code 75."""
 
-    exit_code = int(ExitCode.STOPPED)
-    timeout_code = int(ExitCode.STOP_TIMEOUT)  # what the watchdog exits with when the grace runs out
+    exit_code = signals.rank_exit_code(SIGNALS[0])  # the policy's table (trainer.core.signals)
+    timeout_code = signals.rank_exit_code(SIGNALS[0], timeout=True)  # the watchdog's, when the grace runs out
 
     def __init__(self, step: int, signum: int) -> None:
         super().__init__(f"stopped by {signal.Signals(signum).name if signum else 'a peer'} at step {step}; "
@@ -92,7 +91,7 @@ class Regroup(StopTraining):
     and split across ranks, see :mod:`trainer.data.crops`).
     """
 
-    exit_code = int(ExitCode.REGROUP)
+    exit_code = signals.rank_exit_code(REGROUP_SIGNAL)
 
     def __init__(self, step: int) -> None:
         Exception.__init__(self, f"regrouping at step {step} (SIGUSR1: the node agent re-forms the gang); the "
@@ -189,7 +188,7 @@ class StopSignal:
 
     def _force_exit(self) -> None:
         log.error("no checkpoint within the %.0f s stop grace period (a hung collective or a slow disk?); exiting "
-                  "with code %d, resume continues from the previous checkpoint", self.grace_s, ExitCode.STOP_TIMEOUT)
+                  "with code %d, resume continues from the previous checkpoint", self.grace_s, StopTraining.timeout_code)
         try:
             if self.on_timeout is not None:
                 self.on_timeout()
@@ -198,7 +197,7 @@ class StopSignal:
         finally:
             logging.shutdown()
             sys.stdout.flush()
-            os._exit(int(ExitCode.STOP_TIMEOUT))
+            os._exit(StopTraining.timeout_code)
 
     def finished(self) -> None:
         """The stop completed (checkpoint written): the watchdog will not force an exit."""
@@ -272,5 +271,5 @@ def record_stop_timeout(paths: RunPaths) -> Callable[[], None]:
     def record() -> None:
         runrecord.update_record(paths, state="failed", failure_kind=runrecord.FailureKind.STOP_TIMEOUT.value,
                                 error="no checkpoint within the stop grace period after SIGTERM/SIGINT",
-                                exit_code=int(ExitCode.STOP_TIMEOUT), finished_at=runrecord.now_iso())
+                                exit_code=StopTraining.timeout_code, finished_at=runrecord.now_iso())
     return record

@@ -26,6 +26,16 @@ def test_the_table_gives_each_process_its_signals_and_exit_codes():
     assert signals.rule_for(Process.SUPERVISOR, signal.SIGTERM).exit_code is None  # the ranks' own
     with pytest.raises(KeyError, match="no signal rule for supervisor and signal 10"):
         signals.rule_for(Process.SUPERVISOR, signal.SIGUSR1)
+    assert signals.rank_exit_code(signal.SIGTERM) == ExitCode.STOPPED
+    assert signals.rank_exit_code(signal.SIGINT, timeout=True) == ExitCode.STOP_TIMEOUT
+    with pytest.raises(KeyError, match="no timeout exit code for a rank and signal 10"):
+        signals.rank_exit_code(signal.SIGUSR1, timeout=True)
+
+
+def test_the_stop_and_regroup_exceptions_take_their_exit_codes_from_the_table():
+    from trainer.dist.stopvote import Regroup, StopTraining
+
+    assert (StopTraining.exit_code, StopTraining.timeout_code, Regroup.exit_code) == (75, 76, 79)
 
 
 def test_install_puts_the_handlers_on_the_tables_signals_and_restore_puts_back_the_old_ones():
