@@ -3,11 +3,16 @@
 :func:`install_menu` finds or creates the host's "Render" menu and adds the action; calling it again
 returns the same action. Nothing is kept in module globals: the action owns a :class:`TrainOnFarm`
 handler (a child ``QObject``), which owns the controller, the dialog and the runs window.
+
+A host may pass ``prefill``: a function called each time the dialog opens that returns what to fill in from
+the host's selection (:class:`gui.upres.Prefill`, or None), e.g. Nuke's ``menu.py`` turns the two selected
+Read nodes into the Input and Ground Truth folders and the upscale factor (:func:`gui.upres.prefill_from_reads`).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from qtpy.QtCore import QObject, Qt, QTimer
 from qtpy.QtWidgets import QAction, QApplication, QMainWindow, QMenu, QMenuBar, QWidget
@@ -15,8 +20,12 @@ from qtpy.QtWidgets import QAction, QApplication, QMainWindow, QMenu, QMenuBar, 
 from gui.controller import FarmFactory, RunsController, default_settings
 from gui.runs_panel import RunsPanel
 from gui.submit_dialog import SubmitDialog
+from gui.upres import Prefill
 
 log = logging.getLogger(__name__)
+
+#: A host's view of its selection, asked each time the dialog opens (None: nothing to fill in).
+PrefillSource = Callable[[], "Prefill | None"]
 
 RENDER_MENU = "Render"
 ACTION_TEXT = "Train on Render Farm"
@@ -35,11 +44,14 @@ class TrainOnFarm(QObject):
         host: the host's main window: parent of the dialog and of the runs window.
         runs_view: a widget already showing the runs (the standalone window); shown instead of a new one.
         parent: Qt parent (the menu action).
+        prefill: the host's selection as dialog values, asked each time the dialog opens (see the module doc).
     """
 
     def __init__(self, farm_factory: FarmFactory | None = None, controller: RunsController | None = None,
-                 host: QWidget | None = None, runs_view: QWidget | None = None, parent: QObject | None = None) -> None:
+                 host: QWidget | None = None, runs_view: QWidget | None = None, parent: QObject | None = None,
+                 prefill: PrefillSource | None = None) -> None:
         super().__init__(parent)
+        self._prefill = prefill
         self._farm_factory = farm_factory
         self._controller = controller
         self._host = host
@@ -62,6 +74,11 @@ class TrainOnFarm(QObject):
         if self.dialog is None:
             self.dialog = SubmitDialog(self.controller, parent=self._host)
             self.dialog.accepted.connect(self.show_runs)
+        if self._prefill is not None:
+            try:
+                self.dialog.apply_prefill(self._prefill())
+            except Exception as exc:  # noqa: BLE001 - a host's selection must never stop the dialog opening
+                log.warning("could not read the host selection: %s", exc)
         self.dialog.show()
         self.dialog.raise_()
         self.dialog.activateWindow()
@@ -97,7 +114,8 @@ def find_render_menu(menubar_or_menu: QMenuBar | QMenu) -> QMenu:
 
 
 def install_menu(menubar_or_menu: QMenuBar | QMenu, farm_factory: FarmFactory | None = None, *,
-                 controller: RunsController | None = None, runs_view: QWidget | None = None) -> QAction:
+                 controller: RunsController | None = None, runs_view: QWidget | None = None,
+                 prefill: PrefillSource | None = None) -> QAction:
     """Add Render > Train on Render Farm (and Render > Training Runs...) to a host menu bar or menu.
 
     Idempotent: a second call returns the existing action and adds nothing.
@@ -107,6 +125,7 @@ def install_menu(menubar_or_menu: QMenuBar | QMenu, farm_factory: FarmFactory | 
         farm_factory: farm backend factory (default: :class:`gui.farm_process.ProcessFarm`, OpenCue out of process).
         controller: share this controller (the standalone window); else one is made on first use.
         runs_view: a widget already showing the runs, shown by "Training Runs...".
+        prefill: the host's selection as dialog values, asked each time the dialog opens (see the module doc).
 
     Returns:
         The "Train on Render Farm" action.
@@ -118,7 +137,8 @@ def install_menu(menubar_or_menu: QMenuBar | QMenu, farm_factory: FarmFactory | 
     host = menubar_or_menu.window() if isinstance(menubar_or_menu, QWidget) else None
     action = QAction(ACTION_TEXT, menu)
     action.setObjectName(ACTION_NAME)
-    handler = TrainOnFarm(farm_factory, controller, host if isinstance(host, QMainWindow) else None, runs_view, action)
+    handler = TrainOnFarm(farm_factory, controller, host if isinstance(host, QMainWindow) else None, runs_view, action,
+                          prefill)
     handler.setObjectName(HANDLER_NAME)
     action.triggered.connect(handler.open_dialog)
     runs = QAction(RUNS_ACTION_TEXT, menu)
@@ -144,17 +164,18 @@ def find_main_window() -> QMainWindow | None:
     return (visible or windows or [None])[0]
 
 
-def install_in_main_window(farm_factory: FarmFactory | None = None, retries: int = 20) -> QAction | None:
+def install_in_main_window(farm_factory: FarmFactory | None = None, retries: int = 20, *,
+                           prefill: PrefillSource | None = None) -> QAction | None:
     """Install the menu in the host's main window menu bar (Nuke ``menu.py``, Maya ``userSetup.py``).
 
     When the main window does not exist yet the install is retried from the event loop (every 500 ms,
-    ``retries`` times); returns the action when installed now, else ``None``.
+    ``retries`` times); returns the action when installed now, else ``None``. ``prefill``: see :func:`install_menu`.
     """
     window = find_main_window()
     if window is not None:
-        return install_menu(window.menuBar(), farm_factory)
+        return install_menu(window.menuBar(), farm_factory, prefill=prefill)
     if retries > 0:
-        QTimer.singleShot(500, lambda: install_in_main_window(farm_factory, retries - 1))
+        QTimer.singleShot(500, lambda: install_in_main_window(farm_factory, retries - 1, prefill=prefill))
     else:
         log.warning("no host main window found; Render > %s was not installed", ACTION_TEXT)
     return None

@@ -19,11 +19,13 @@ from gui.controller import RunsController
 from gui.graph import GraphView
 from gui.infer_dialog import MODEL_FILES, InferDialog, model_file, model_files
 from gui.records import Run, format_duration, format_number
+from gui.upres import init_from_record, record_scale, scale_text, started_from_text
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("Run", "Job", "State", "Ranks", "Step", "Loss", "Images/s", "ETA", "Graph", "Sheet")
+COLUMNS = ("Run", "Job", "State", "Ranks", "Step", "Loss", "Images/s", "ETA", "Scale", "Start", "Graph", "Sheet")
 GRAPH_COL, SHEET_COL = COLUMNS.index("Graph"), COLUMNS.index("Sheet")
+SCALE_COL, START_COL = COLUMNS.index("Scale"), COLUMNS.index("Start")
 _RUN_DIR_ROLE = Qt.ItemDataRole.UserRole
 #: The action that applies a finished run's model.pt to a shot (``cuetrain submit-infer``).
 INFER_ACTION = "Apply to Shot on Farm..."
@@ -44,7 +46,18 @@ def row_texts(run: Run) -> list[str]:
     total = run.total_steps
     step = f"{run.step}/{total}" if total else str(run.step)
     return [run.name, job, run.state, run.ranks_text, step, format_number(run.metrics.last("loss")),
-            format_number(run.metrics.last("images_per_s"), 3), format_duration(run.eta_s())]
+            format_number(run.metrics.last("images_per_s"), 3), format_duration(run.eta_s()),
+            scale_text(record_scale(run.record)), started_from_text(run.record)]
+
+
+def start_tooltip(run: Run) -> str:
+    """The Start cell's tooltip: every field of ``run.json`` ``init_from`` (path, kind, weights, step, ...),
+    else ``config.init_from``'s path ("" for random weights)."""
+    started = init_from_record(run.record)
+    if started:
+        return "\n".join(f"{key}: {value}" for key, value in started.items())
+    path = run.record.config.get("init_from") if run.record.config else ""
+    return f"path: {path}" if isinstance(path, str) and path else ""
 
 
 class RunsPanel(QWidget):
@@ -181,6 +194,7 @@ class RunsPanel(QWidget):
             self.table.item(row, col).setText(text)
         self.table.item(row, 0).setToolTip(run.run_dir)
         self.table.item(row, 2).setToolTip(run.farm_error or run.read_error or (run.status.native_state if run.status else ""))
+        self.table.item(row, START_COL).setToolTip(start_tooltip(run))
         checked, unchecked = Qt.CheckState.Checked, Qt.CheckState.Unchecked
         self.table.item(row, GRAPH_COL).setCheckState(checked if run.show_graph else unchecked)
         self.table.item(row, SHEET_COL).setCheckState(checked if run.show_sheet else unchecked)

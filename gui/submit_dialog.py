@@ -3,6 +3,9 @@
 Problems are listed inline before anything is sent (missing folders, world size above batch size,
 ...). Submitting runs on the controller's worker; the dialog waits for ``submit_finished`` (it then
 closes) or ``submit_failed`` (the farm's message is shown in the dialog, never a traceback).
+"Upscale factor" (``--scale``) and "Start from" (``--init-from``, :class:`gui.start_from.StartFromField`) go
+into the :class:`TrainConfig` like every other field; a host can fill the folders and the factor from its
+selection (:meth:`SubmitDialog.apply_prefill`, e.g. Nuke's two Read nodes through :func:`gui.upres.prefill_from_reads`).
 The "How many machines?" section (:mod:`gui.advisor_view`) runs ``cuetrain advise`` for the
 dialog's values in a separate process and can copy its recommended world size and sync interval.
 """
@@ -25,13 +28,18 @@ from cue_plugin.submit.templates import list_templates, load_template, make_job
 from gui.advisor_view import AdviseRequest, AdvisorView
 from gui.controller import RunsController
 from gui.poller import measured_noise_scale
-from trainer.core.config import MODEL_SIZES, ConfigError, TrainConfig
+from gui.start_from import StartFromField
+from gui.upres import Prefill, start_mismatch
+from trainer.core.config import MODEL_SIZES, SCALES, ConfigError, TrainConfig
 from trainer.record.rundir import RunPaths
 
 log = logging.getLogger(__name__)
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
 NO_TEMPLATE = "(defaults)"
+#: The upscale factor dropdown's text for each ``--scale``.
+SCALE_TEXTS = {1: "1x (same size)", **{s: f"{s}x" for s in SCALES if s != 1}}
+_WARN_STYLE = "color: #d09030;"
 
 
 def _spin(value: int, low: int, high: int) -> QSpinBox:
@@ -99,6 +107,16 @@ class SubmitDialog(QDialog):
                                    "the world size must be a multiple of it")
         self.sync_spin = _spin(1, 1, 100_000)
         self.resume_box = QCheckBox("Resume from the latest checkpoint in the run directory")
+        self.scale_box = QComboBox()
+        for scale in SCALES:
+            self.scale_box.addItem(SCALE_TEXTS[scale], scale)
+        self.scale_box.setToolTip("upres: the Ground Truth is this many times the Input's width and height")
+        self.scale_note = _note("scale_note")  # where a host's proposed factor came from, or why it is a guess
+        self.start_field = StartFromField(self._controller)
+        self.start_note = _note("start_note")  # the chosen head start does not fit the factor or model size
+        choices = (self.start_field.changed, self.scale_box.currentIndexChanged, self.model_box.currentIndexChanged)
+        for changed in choices:
+            changed.connect(lambda *_: self._update_start_note())
         self.template_box = QComboBox()
         self._fill_templates()
         self.template_box.currentIndexChanged.connect(self._on_template_chosen)
@@ -149,7 +167,9 @@ class SubmitDialog(QDialog):
                             ("Run directory", self.run_dir_edit)):
             form.addRow(label, folder_row(self, edit))
         form.addRow("", self.resume_box)
-        for label, widget in (("Model size", self.model_box), ("Crop size [px]", self.crop_spin),
+        for label, widget in (("Upscale factor", self.scale_box), ("", self.scale_note),
+                              ("Start from", self.start_field), ("", self.start_note),
+                              ("Model size", self.model_box), ("Crop size [px]", self.crop_spin),
                               ("Batch size [crops]", self.batch_spin), ("Steps", self.steps_spin),
                               ("World size [ranks]", self.world_spin), ("Ranks per frame", self.frame_spin),
                               ("Sync interval [steps]", self.sync_spin),
@@ -176,6 +196,7 @@ class SubmitDialog(QDialog):
             elif not os.path.isdir(os.path.expanduser(path)):
                 problems.append(f"{label} folder {path} does not exist.")
         problems += self._run_dir_problems()
+        problems += self._start_problems()
         if self.world_spin.value() > self.batch_spin.value():
             problems.append(f"World size {self.world_spin.value()} is larger than batch size {self.batch_spin.value()}: "
                             "every rank needs at least one crop per step; raise the batch or lower the world size.")
@@ -198,6 +219,48 @@ class SubmitDialog(QDialog):
             return [f"Run directory {run_dir} already holds a run; choose a new folder or tick Resume."]
         return []
 
+    def _start_problems(self) -> list[str]:
+        path = self.start_field.path()
+        if path and not os.path.exists(path):
+            return [f"Start from {path} does not exist (moved or deleted?); choose another model or Random weights."]
+        mismatch = self._start_mismatch()
+        return [mismatch] if mismatch else []
+
+    def _start_mismatch(self) -> str:
+        """Why the chosen head start does not fit the factor or model size ("" when it does or is unknown)."""
+        return start_mismatch(self.start_field.candidate(), self.scale(), self.model_box.currentText())
+
+    def scale(self) -> int:
+        """The chosen upscale factor (``--scale``) [1]."""
+        return int(self.scale_box.currentData())
+
+    def set_scale(self, scale: int) -> None:
+        """Choose the upscale factor ``scale`` (one of ``SCALES``; another value leaves the choice as it is)."""
+        index = self.scale_box.findData(scale)
+        if index >= 0:
+            self.scale_box.setCurrentIndex(index)
+
+    def apply_prefill(self, prefill: Prefill | None) -> None:
+        """Fill the folders and the factor a host proposes; its note or warning is shown under the factor.
+        ``None`` (nothing selected) leaves the fields as they are and clears an earlier note."""
+        if prefill is None:
+            self.scale_note.setText("")
+            return
+        for edit, value in ((self.input_edit, prefill.input_dir), (self.target_edit, prefill.target_dir)):
+            if value:
+                edit.setText(value)
+        if prefill.input_dir or prefill.target_dir:
+            self.set_scale(prefill.scale)
+        self.scale_note.setText(prefill.warning or prefill.note)
+        self.scale_note.setStyleSheet(_WARN_STYLE if prefill.warning else "")
+
+    def _update_start_note(self) -> None:
+        self.start_note.setText(self._start_mismatch())
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API: a reopened dialog lists the runs finished since
+        self.start_field.refresh()
+        super().showEvent(event)
+
     def build_job(self) -> TrainingJob:
         """The job the form describes: job defaults < farm template < the dialog's fields.
 
@@ -207,7 +270,9 @@ class SubmitDialog(QDialog):
         train = TrainConfig(
             input_dir=_abs(self.input_edit.text()), target_dir=_abs(self.target_edit.text()),
             run_dir=_abs(self.run_dir_edit.text()), steps=self.steps_spin.value(), batch_size=self.batch_spin.value(),
-            crop_size=self.crop_spin.value(), model_size=self.model_box.currentText(), resume=self.resume_box.isChecked())
+            crop_size=self.crop_spin.value(), model_size=self.model_box.currentText(),
+            resume=self.resume_box.isChecked(), scale=self.scale(),
+            init_from=_abs(self.start_field.path()) if self.start_field.path() else "")
         infer = None
         if self.infer_input_edit.text().strip() or self.infer_output_edit.text().strip():
             from cue_plugin.submit.infer_cli import layer_from_folders
@@ -289,6 +354,15 @@ class SubmitDialog(QDialog):
         if self._busy:
             self._set_busy(False)
             self.show_errors([f"Submit failed: {message}"])
+
+
+def _note(name: str) -> QLabel:
+    """An empty word-wrapped label in the warning colour, named ``name`` (for tests)."""
+    label = QLabel("")
+    label.setObjectName(name)
+    label.setWordWrap(True)
+    label.setStyleSheet(_WARN_STYLE)
+    return label
 
 
 def _abs(path: str) -> str:

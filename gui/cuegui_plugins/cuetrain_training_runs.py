@@ -8,11 +8,13 @@ Views/Plugins > Cuetrain > Training Runs.
 
 Selecting (single or double click) a job in the job monitor emits ``app.single_click`` /
 ``app.view_object``; a cuetrain job (one layer whose command runs ``-m cue_plugin.frame``) is followed:
-its run directory comes from the layer command's ``--run-dir``. The dock shows the run's live loss graph
-(:class:`gui.graph.GraphView`), its contact sheets (:class:`gui.contact_sheet.ContactSheetView`) and one
-row per rank = frame (state, host, retries, exit status), polled by a :class:`gui.controller.RunsController`
-on its worker thread. CueGUI is a pycue application, so the farm here is
-:class:`cue_plugin.submit.opencue_farm.OpenCueFarm` in process, using CueGUI's Cuebot connection.
+its run directory comes from the layer command's ``--run-dir``. The dock's label sums the run up
+(:func:`run_summary`: state, step, ranks, upres factor and what its weights started from, as the Runs panel's
+Scale and Start columns show them) above its live loss graph (:class:`gui.graph.GraphView`), its contact
+sheets (:class:`gui.contact_sheet.ContactSheetView`) and one row per rank = frame (state, host, retries, exit
+status), polled by a :class:`gui.controller.RunsController` on its worker thread. CueGUI is a pycue
+application, so the farm here is :class:`cue_plugin.submit.opencue_farm.OpenCueFarm` in process, using CueGUI's
+Cuebot connection.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from cue_plugin.submit.spec import JobHandle  # noqa: E402
 from gui.contact_sheet import ContactSheetView  # noqa: E402
 from gui.controller import RunsController  # noqa: E402
 from gui.graph import GraphView  # noqa: E402
+from gui.records import Run  # noqa: E402
+from gui.runs_panel import start_tooltip  # noqa: E402
+from gui.upres import record_scale, scale_text, started_from_text  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +71,17 @@ def run_dir_of(job) -> str | None:
             if arg == "--run-dir":
                 return argv[i + 1]
     return None
+
+
+def run_summary(run: Run) -> str:
+    """The dock's label for ``run``: job, state, step, ranks, upres factor and start, run directory.
+
+    The factor and the start read as the Runs panel's Scale and Start columns (:mod:`gui.upres`), e.g.
+    ``shot010 - running, step 40/400, ranks 2/2 - upres 2x, start: shot010_v1 step 100 - /runs/shot010_v2``.
+    """
+    job = run.handle.job_name if run.handle else run.name
+    return (f"{job}  -  {run.state}, step {run.step}/{run.total_steps or '?'}, ranks {run.ranks_text}  -  "
+            f"{scale_text(record_scale(run.record))}, start: {started_from_text(run.record)}  -  {run.run_dir}")
 
 
 class TrainingRunsDockWidget(cuegui.AbstractDockWidget.AbstractDockWidget):
@@ -123,8 +139,8 @@ class TrainingRunsDockWidget(cuegui.AbstractDockWidget.AbstractDockWidget):
         run = self.controller.run(run_dir)
         if run is None or run_dir != self.run_dir:
             return
-        self.job_label.setText(f"{run.handle.job_name if run.handle else run.name}  -  {run.state}, "
-                               f"step {run.step}/{run.total_steps or '?'}, ranks {run.ranks_text}  -  {run_dir}")
+        self.job_label.setText(run_summary(run))
+        self.job_label.setToolTip(start_tooltip(run))  # the head start's path, kind, weights, step, ...
         self.ranks.clear()
         frames = run.status.frames if run.status is not None else {}
         for number, frame in sorted(frames.items(), key=lambda kv: int(kv[0])):

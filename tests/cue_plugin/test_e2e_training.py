@@ -291,12 +291,13 @@ def running_farm(rqds: int, rules: CuebotRules | None = None):
 
 def submit(farm: Farm, tmp_path: Path, name: str, *, world_size: int = 2, max_retries: int = 0,
            **train) -> tuple[OpenCueFarm, JobHandle, RunPaths]:
-    inp, tgt = make_pairs(tmp_path / "data")
     run = tmp_path / name
     values = dict(steps=4, batch_size=2, crop_size=16, model_size="small", log_interval=2, checkpoint_interval=2,
                   contact_sheet_interval=2)
     values.update(train)
-    cfg = TrainConfig(input_dir=str(inp), target_dir=str(tgt), run_dir=str(run), **values)
+    if "input_dir" not in values:
+        values["input_dir"], values["target_dir"] = map(str, make_pairs(tmp_path / "data"))
+    cfg = TrainConfig(run_dir=str(run), **values)
     extra = {"PYTHONPATH": CHILD_PYTHONPATH, "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
              "CUEBOT_HOSTS": farm.cuebot.address, "CUETRAIN_EXPORT_ONNX": "0"}  # model.onnx: test_export.py
     job = templates.make_job(cfg, template="cpu-test", world_size=world_size, show="cuetrain", shot="e2e",
@@ -357,6 +358,35 @@ def test_issue_3_a_submitted_two_frame_job_trains_to_the_end(farm, tmp_path):
     assert "gang of 2 formed (rank 1)" in paths.rank_log(1).read_text()
     assert "[Step:4/4]" in paths.rank_log(0).read_text()
     print(f"issue 3: submit -> SUCCEEDED in {took:.1f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_an_upres_job_with_a_head_start_trains_on_the_farm(farm, tmp_path):
+    """--scale 2 and --init-from through pyoutline, the Cuebot double and two real RQDs: the frames train from
+    an earlier run's model and export a 2x model."""
+    from tests.conftest import make_upres_pairs
+    from trainer.core.envvars import DistEnv
+    from trainer.learn.train import train
+
+    inp, tgt = make_upres_pairs(tmp_path / "updata", scale=2)
+    earlier = tmp_path / "earlier"
+    train(TrainConfig(input_dir=str(inp), target_dir=str(tgt), run_dir=str(earlier), steps=2, batch_size=2,
+                      crop_size=8, scale=2, checkpoint_interval=2, contact_sheet_interval=2, log_interval=2),
+          DistEnv(distributed=False, missing=("COPYCAT_MAIN_ADDR",)))
+    cue, handle, paths = submit(farm, tmp_path, "upres", input_dir=str(inp), target_dir=str(tgt), crop_size=8,
+                                scale=2, init_from=str(earlier))
+    status = wait_finished(cue, handle, paths, timeout=90)
+    assert status.state is RunState.SUCCEEDED, status
+    record = read_json(paths.run_json)
+    assert record["state"] == "succeeded" and record["config"]["scale"] == 2
+    assert record["init_from"]["path"] == str(earlier) and record["init_from"]["kind"] == "run"
+    assert all("weights from" in paths.rank_log(k).read_text() for k in (0, 1))
+    import torch
+
+    model = torch.jit.load(str(paths.model))
+    assert model(torch.rand(1, 3, 20, 24)).shape == (1, 3, 40, 48)
+    assert "outputScale 2" in (paths.root / "model_nuke.nk").read_text()
 
 
 def find_trainer(rank: int, run: Path, timeout: float = 30) -> psutil.Process:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from trainer.cli import main
@@ -111,6 +112,35 @@ def test_the_demo_trains_the_recipe_the_time_to_quality_benchmark_chose(tmp_path
     got = (cfg.architecture, cfg.model_size, cfg.batch_size, cfg.crop_size, cfg.base_lr, cfg.optimizer,
            cfg.adam_beta1, cfg.adam_beta2, cfg.ema_decay, cfg.lr_schedule, cfg.warmup_steps)
     assert got == ("v3", "small", 8, 64, 2e-3, "muon", 0.9, 0.9, 0.999, "cosine", 50)
+
+
+def test_the_upscale_demo_trains_the_same_recipe_at_scale_2_on_half_size_crops():
+    """``cuetrain demo --task upscale`` changes only --scale and the Input crop (64 px Ground Truth crops, as repair)."""
+    from trainer.demo import DEMO_TRAIN_ARGS, task_train_args
+    from trainer.data.images import DataError
+
+    assert task_train_args("repair") == DEMO_TRAIN_ARGS
+    up = task_train_args("upscale")
+    assert up[up.index("--crop-size") + 1] == "32" and up[-2:] == ["--scale", "2"]
+    assert [a for i, a in enumerate(up) if a != "32" and i < len(DEMO_TRAIN_ARGS)] == \
+        [a for a in DEMO_TRAIN_ARGS if a != "64"]
+    with pytest.raises(DataError, match="demo task 'roto' is not one of repair, upscale"):
+        task_train_args("roto")
+
+
+def test_the_upscale_demo_reduces_pristine_frames_by_two_with_an_antialiased_bicubic(tmp_path):
+    """Its Input is the Ground Truth at half size (bicubic), and bicubic back up is close to, not equal to, it."""
+    from trainer.demo import bicubic_resize
+    from trainer.export.infer import psnr
+    from skimage import data
+
+    photo = data.astronaut()[:144, :176].astype(np.float32) / 255.0
+    small = bicubic_resize(photo, 88, 72)
+    assert small.shape == (72, 88, 3) and small.dtype == np.float32
+    back = bicubic_resize(small, 176, 144)
+    assert 22.0 < psnr(back, photo) < 40.0
+    box = photo.reshape(72, 2, 88, 2, 3).mean(axis=(1, 3))
+    assert np.abs(small - box).mean() < 0.03  # a low-pass reduction, not a decimation
 
 
 def test_infer_with_a_bad_model_path(capsys, monkeypatch, tmp_path, pairs):

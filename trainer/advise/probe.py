@@ -129,7 +129,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
     from trainer.learn.precision import configure_backends, memory_format, resolve_precision
     from trainer.learn.schedule import build_optimizer
 
-    frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)[:PROBE_FRAMES])
+    frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)[:PROBE_FRAMES], scale=cfg.scale)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -137,7 +137,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
         torch.manual_seed(cfg.seed)
         precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
         configure_backends(device)
-        net = build_model(cfg.model_size, cfg.architecture).to(device, memory_format=fmt)  # the trainer's settings
+        net = build_model(cfg.model_size, cfg.architecture, scale=cfg.scale).to(device, memory_format=fmt)  # the trainer's settings
         opt = build_optimizer(cfg, net, cfg.base_lr)  # as trained
         step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)
         batches = probe_batches(cfg.batch_size, sizes)

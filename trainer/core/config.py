@@ -36,6 +36,9 @@ OPTIMIZERS = ("adam", "muon")  # see trainer.learn.schedule.build_optimizer
 #: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md,
 #: "Production plates").
 DEFAULT_DATA_CACHE_MB = 512
+#: ``--scale`` factors: the Ground Truth is this many times the Input's width and height (1: same size; 2 and 4:
+#: upres, see ``trainer.learn.model``) [1].
+SCALES = (1, 2, 4)
 
 
 class ConfigError(ValueError):
@@ -125,6 +128,11 @@ class TrainConfig:
         shot_check_s: while training, every rank looks at the shot's files this often; a file deleted,
             truncated or rewritten stops the gang (exit 80) so it restarts on a consistent shot
             (see ``trainer.data.shot_loading``) [seconds].
+        scale: upres factor: the Ground Truth is ``scale`` times the Input in both dimensions and the model
+            returns frames that size; 1 = same size (repair), 2 or 4 = upres [1].
+        init_from: start from another model's weights ("" = random weights): a run directory (its exported
+            ``model.pt``), a checkpoint ``.pt`` or a ``model.pt``; only the weights are loaded, the optimizer and
+            the schedule start fresh (``trainer.learn.init_from``). Ignored when ``--resume`` finds a checkpoint.
     """
 
     input_dir: str
@@ -162,6 +170,8 @@ class TrainConfig:
     stop_grace_s: float = GRACE.checkpoint_s  # trainer.core.timeouts: supervisors SIGKILL strictly later
     data_cache_mb: int = DEFAULT_DATA_CACHE_MB
     shot_check_s: float = 30.0
+    scale: int = 1
+    init_from: str = ""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -195,6 +205,12 @@ class TrainConfig:
                               "'Linear Rec.709 (sRGB)' --working-space ACEScct) or neither")
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("memory_format", self.memory_format, MEMORY_FORMATS)
+        if isinstance(self.scale, bool) or self.scale not in SCALES:
+            raise ConfigError(f"scale={self.scale!r} is not one of {', '.join(map(str, SCALES))} (the Ground Truth's "
+                              "size over the Input's: 1 for repair, 2 or 4 for upres)")
+        if not isinstance(self.init_from, str):
+            raise ConfigError(f"init_from={self.init_from!r} must be a path (a run directory, a checkpoint or a "
+                              "model.pt) or empty")
         if self.crop_size < 8:
             raise ConfigError(f"crop_size={self.crop_size} is too small; use at least 8 pixels (e.g. 64)")
 
@@ -304,6 +320,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--shot-check-s", type=float,
                    help="seconds between looks at the shot's files while training; a changed file restarts the "
                         "gang (default 30)")
+    g.add_argument("--scale", type=int, choices=SCALES,
+                   help="upres: the Ground Truth is 2 or 4 times the Input's width and height (default 1: same size)")
+    g.add_argument("--init-from", metavar="PATH",
+                   help="start from an earlier model's weights: a run directory, a checkpoint or a model.pt of the "
+                        "same architecture, size and scale (default: random weights)")
     g.add_argument("--stop-grace-s", type=float,
                    help="after SIGTERM/SIGINT: checkpoint and exit within this many seconds (default 20)")
 
@@ -345,6 +366,8 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
         raise ConfigError(f"missing required argument(s) {' '.join(missing)} (or set them in --config FILE.toml)")
     for name in _PATH_FIELDS:
         values[name] = str(Path(values[name]).expanduser().absolute())
+    if values.get("init_from"):
+        values["init_from"] = str(Path(values["init_from"]).expanduser().absolute())
     try:
         return TrainConfig(**values)
     except TypeError as exc:

@@ -14,6 +14,10 @@ Where crops are cut (see :class:`CropSampler`): from a :class:`FrameSource`, the
 the shot (``trainer.data.hostcache``) in training or frames already in memory (:class:`FramesInMemory`), on the
 host; on a GPU the frames are uploaded once instead when they fit in :data:`GPU_FRAME_FRACTION` of its
 free memory, and crops are cut there. Every path gives the same crops, bit for bit.
+
+Upres (``--scale`` s): the Ground Truth is s times the Input in both dimensions, and crops are aligned: the Input
+crop of side c at ``(y, x)`` pairs with the Ground Truth crop of side s*c at ``(s*y, s*x)``, flipped the same way.
+The coordinates are drawn in Input pixels exactly as for s = 1, so scale 1 batches are what they always were.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 import torch
 
+from trainer.core.config import SCALES
 from trainer.data.images import DataError
 
 log = logging.getLogger(__name__)
@@ -40,7 +45,7 @@ class CropBatch:
 
     Attributes:
         input: (b, 3, crop, crop) float32 crops of the Input frames.
-        target: (b, 3, crop, crop) float32 crops of the Ground Truth frames.
+        target: (b, 3, scale*crop, scale*crop) float32 crops of the Ground Truth frames, aligned with ``input``.
     """
 
     input: torch.Tensor
@@ -61,34 +66,47 @@ class FrameSource(Protocol):
 
     Attributes:
         count: frame pairs [count].
-        size: ``(H, W)`` of every frame [pixels].
+        size: ``(H, W)`` of every Input frame [pixels].
+        scale: every Ground Truth frame is ``(scale*H, scale*W)`` [1].
     """
 
     count: int
     size: tuple[int, int]
+    scale: int
 
     def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
-        """(c, c, 3) float16 pixels of ``image`` from row ``y``, column ``x``."""
+        """(c, c, 3) float16 pixels of ``image`` from row ``y``, column ``x``, in that image's own pixels."""
         ...
 
     def image(self, image: int) -> np.ndarray:
-        """The whole (H, W, 3) float16 ``image``."""
+        """The whole ``image``: (H, W, 3) for an Input, (scale*H, scale*W, 3) for a Ground Truth, float16."""
         ...
 
 
 class FramesInMemory:
-    """A :class:`FrameSource` over decoded pairs ``[(input, target)]``, each (H, W, 3), all one size.
+    """A :class:`FrameSource` over decoded pairs ``[(input, target)]``: inputs (H, W, 3), targets
+    (scale*H, scale*W, 3), every pair the size of the first (``trainer.data.images.load_pairs`` checks files).
+
+    Args:
+        frames: the pairs.
+        scale: the targets' size over the inputs' [1]; None: read from the first pair's shapes.
 
     Raises:
-        DataError: no frames.
+        DataError: no frames, or the first pair's target is not ``scale`` times its input (or no whole multiple).
     """
 
-    def __init__(self, frames: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+    def __init__(self, frames: Sequence[tuple[np.ndarray, np.ndarray]], scale: int | None = None) -> None:
         if not frames:
             raise DataError("no training frames were loaded; check --input and --target")
         self.frames = frames
         self.count = len(frames)
         self.size = tuple(frames[0][0].shape[:2])
+        (h, w), (th, tw) = self.size, frames[0][1].shape[:2]
+        self.scale = max(1, th // h) if scale is None else scale
+        if (th, tw) != (self.scale * h, self.scale * w) or self.scale not in SCALES:
+            raise DataError(f"the first training pair's input is {w}x{h} but its target is {tw}x{th}; with scale "
+                            f"{self.scale} the target must be {self.scale * w}x{self.scale * h}, and the scale one of "
+                            f"{', '.join(map(str, SCALES))}: fix the frames or the --scale")
 
     def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
         return self.frames[image // 2][image % 2][y:y + c, x:x + c]
@@ -131,15 +149,17 @@ class CropSampler:
     """Draws this rank's random crops (with horizontal/vertical flips) for any step, on ``device``.
 
     Crops are cut on the host from ``frames`` (a :class:`FrameSource`, or decoded pairs, which are wrapped
-    in :class:`FramesInMemory`) into one (b, crop, crop, 3) buffer per side (the frames' dtype: float16 from a shot), pinned when ``device``
-    is a GPU and copied with ``non_blocking=True``. On a GPU the frames are uploaded once instead, image by
+    in :class:`FramesInMemory`) into a (b, crop, crop, 3) Input buffer and a (b, s*crop, s*crop, 3) Ground Truth
+    buffer (s = the source's ``scale``; the frames' dtype: float16 from a shot), pinned when ``device`` is a GPU
+    and copied with ``non_blocking=True``. On a GPU the frames are uploaded once instead, image by
     image, when both sides fit in :data:`GPU_FRAME_FRACTION` of its free memory; crops are then cut there by
-    one gather per step and no image data crosses the bus during training. Only the (b, 5) crop
+    one gather per side per step and no image data crosses the bus during training. Only the (b, 5) crop
     coordinates come from numpy's generator (see the module doc), so a batch is the same on every path.
 
     Args:
-        frames: a :class:`FrameSource`, or decoded pairs ``[(input, target)]`` (H, W, 3) float16/float32.
-        crop_size: crop side [pixels].
+        frames: a :class:`FrameSource`, or decoded pairs ``[(input, target)]`` float16/float32, inputs (H, W, 3),
+            targets (s*H, s*W, 3).
+        crop_size: side of the Input crops [pixels] (the Ground Truth crops are s times that).
         global_batch: crops per step over all ranks.
         rank, world_size: this rank and the gang size.
         seed: base seed.
@@ -163,7 +183,8 @@ class CropSampler:
                             f"use --crop-size {min(h, w)} or less")
         self.crop = crop_size
         self.count = self.source.count
-        self.size = (h, w)
+        self.size = (h, w)  # the Input's [pixels]
+        self.scale = self.source.scale  # Ground Truth pixels per Input pixel, in each dimension [1]
         self.global_batch = global_batch
         self.start, self.stop = rank_slice(global_batch, rank, world_size)
         self.seed = seed
@@ -180,7 +201,7 @@ class CropSampler:
 
     def coords(self, step: int, count: int | None = None, stream: int = 0) -> np.ndarray:
         """Crop coordinates of the global batch of ``step``: (count, 5) int64 rows of
-        ``frame, y, x, flip_h, flip_v`` (``count`` defaults to the global batch)."""
+        ``frame, y, x, flip_h, flip_v``, y and x in Input pixels (``count`` defaults to the global batch)."""
         n = self.global_batch if count is None else count
         rng = np.random.default_rng([self.seed, stream, step])
         h, w = self.size
@@ -188,18 +209,19 @@ class CropSampler:
                          rng.integers(0, w - self.crop + 1, n), rng.integers(0, 2, n), rng.integers(0, 2, n)], 1)
 
     def cut(self, rows: np.ndarray) -> CropBatch:
-        """Crops for coordinate rows (see :meth:`coords`): (b, 3, crop, crop) float32 each, on ``device``."""
+        """Crops for coordinate rows (see :meth:`coords`), on ``device``: (b, 3, crop, crop) Input and
+        (b, 3, s*crop, s*crop) Ground Truth float32, the Ground Truth's at ``(s*y, s*x)`` (module doc)."""
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         if self.on_device is not None:
             return self._gather(rows)
         pin = self.device.type == "cuda"
-        sides = [torch.empty((len(rows), self.crop, self.crop, 3), dtype=self.dtype, pin_memory=pin)
-                 for _ in range(2)]
+        scales = (1, self.scale)  # per side: its pixels per Input pixel
+        sides = [torch.empty((len(rows), k * self.crop, k * self.crop, 3), dtype=self.dtype, pin_memory=pin)
+                 for k in scales]
         bufs = [s.numpy() for s in sides]
-        c = self.crop
         for i, (f, y, x, flip_h, flip_v) in enumerate(rows.tolist()):
-            for side in (0, 1):
-                px = self.source.crop(2 * f + side, y, x, c)
+            for side, k in enumerate(scales):
+                px = self.source.crop(2 * f + side, k * y, k * x, k * self.crop)
                 bufs[side][i] = px[::-1 if flip_v else 1, ::-1 if flip_h else 1]
         return CropBatch(*(self._finish(s.to(self.device, non_blocking=True) if pin else s) for s in sides))
 
@@ -209,43 +231,63 @@ class CropSampler:
         return nchw.float().contiguous(memory_format=self.memory_format)
 
     def batch(self, step: int) -> CropBatch:
-        """This rank's crops for ``step``: (local_batch, 3, crop, crop) float32 each."""
+        """This rank's crops for ``step``: (local_batch, 3, crop, crop) Input and (local_batch, 3, s*crop, s*crop)
+        Ground Truth, float32."""
         if self.check is not None:
             self.check(step)
         return self.cut(self.coords(step)[self.start:self.stop])
 
     def preview(self, step: int, count: int = 3) -> CropBatch:
-        """``count`` random crops for a contact sheet (independent of the training stream)."""
+        """``count`` random crops for a contact sheet (independent of the training stream), shaped as
+        :meth:`batch`'s."""
         return self.cut(self.coords(step, count, stream=1))
 
     # ------------------------------------------------------------------------------------------
     # GPU-resident frames
 
     def _upload(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Both sides as (N, H, W, 3) float16 tensors on the GPU, image by image, when they fit (class doc)."""
+        """Both sides on the GPU, image by image, when they fit (class doc): (N, H, W, 3) Inputs and
+        (N, s*H, s*W, 3) Ground Truths, the frames' dtype."""
         h, w = self.size
-        need = 2 * self.count * h * w * 3 * self.dtype.itemsize  # bytes
+        scales = (1, self.scale)
+        need = sum(self.count * k * h * k * w * 3 * self.dtype.itemsize for k in scales)  # bytes
         free, _ = torch.cuda.mem_get_info(self.device)
         if not frames_fit_gpu(need, free):
             log.info("training frames (%.1f GiB) exceed %.0f%% of free GPU memory (%.1f GiB): crops are cut on the "
                      "host and copied", need / 2**30, GPU_FRAME_FRACTION * 100, free / 2**30)
             return None
-        out = tuple(torch.empty((self.count, h, w, 3), dtype=self.dtype, device=self.device) for _ in range(2))
-        for k in range(self.count):
+        out = tuple(torch.empty((self.count, k * h, k * w, 3), dtype=self.dtype, device=self.device) for k in scales)
+        for f in range(self.count):
             for side in (0, 1):
-                out[side][k].copy_(torch.from_numpy(self.source.image(2 * k + side)))
-        self._ramp = torch.arange(self.crop, device=self.device)
+                out[side][f].copy_(torch.from_numpy(self.source.image(2 * f + side)))
         return out
 
     def _gather(self, rows: np.ndarray) -> CropBatch:
+        """Crops of the uploaded frames (:meth:`_upload`) for coordinate rows, one gather per side."""
         r = torch.from_numpy(rows).to(self.device, non_blocking=True)
-        f, y, x, flip_h, flip_v = r.unbind(1)  # (b,) each
-        ramp = self._ramp[None]  # (1, c)
-        ys = y[:, None] + torch.where(flip_v[:, None] == 1, self.crop - 1 - ramp, ramp)  # (b, c) source rows
-        xs = x[:, None] + torch.where(flip_h[:, None] == 1, self.crop - 1 - ramp, ramp)  # (b, c) source columns
-        idx = (f[:, None, None], ys[:, :, None], xs[:, None, :])  # broadcast to (b, c, c)
         inputs, targets = self.on_device
-        return CropBatch(self._finish(inputs[idx]), self._finish(targets[idx]))
+        return CropBatch(self._finish(inputs[crop_index(r, self.crop, 1)]),
+                         self._finish(targets[crop_index(r, self.crop, self.scale)]))
+
+
+def crop_index(rows: torch.Tensor, crop: int, scale: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The advanced index that cuts the crops of coordinate ``rows`` out of a stack of one side's frames.
+
+    Args:
+        rows: (b, 5) int64 ``frame, y, x, flip_h, flip_v`` in Input pixels (:meth:`CropSampler.coords`).
+        crop: side of the Input crops [pixels].
+        scale: the side's pixels per Input pixel (1 for the Input, ``--scale`` for the Ground Truth) [1].
+
+    Returns:
+        ``(frames (b, 1, 1), rows (b, n, 1), columns (b, 1, n))``, n = scale*crop, on ``rows``' device: indexing an
+        (N, scale*H, scale*W, 3) stack with it gives the (b, n, n, 3) crops at ``(scale*y, scale*x)``, flipped.
+    """
+    f, y, x, flip_h, flip_v = rows.unbind(1)  # (b,) each
+    n = scale * crop
+    ramp = torch.arange(n, device=rows.device)[None]  # (1, n)
+    ys = scale * y[:, None] + torch.where(flip_v[:, None] == 1, n - 1 - ramp, ramp)  # (b, n) source rows
+    xs = scale * x[:, None] + torch.where(flip_h[:, None] == 1, n - 1 - ramp, ramp)  # (b, n) source columns
+    return f[:, None, None], ys[:, :, None], xs[:, None, :]  # broadcast to (b, n, n)
 
 
 def warn_identity(input_dir: str, target_dir: str) -> None:

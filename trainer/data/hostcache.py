@@ -11,17 +11,18 @@ behind ``pread``, which the ranks of the host share and the kernel reclaims.
 
 Layout of ``SCRATCH/cuetrain-UID/KEY/`` (folder 0700: plates are confidential):
 
-- ``pixels.f16``: the images of frame k at ``(2k + side) * image_bytes`` (side 0 = Input, 1 = Ground
-  Truth); each image is ``(ty, tx, T, T, 3)`` float16, :data:`TILE` x :data:`TILE` tiles in rows, the
-  frame padded with zeros to whole tiles. Allocated in full when created (``posix_fallocate``), so a full
-  scratch disk fails at once with the sizes in the message.
+- ``pixels.f16``: frame k at ``k * frame_bytes``: its Input (side 0, H x W) and then its Ground Truth (side 1,
+  ``--scale`` times the Input: sH x sW), each ``(ty, tx, T, T, 3)`` float16 with the side's own tile counts
+  (:class:`SideLayout`), :data:`TILE` x :data:`TILE` tiles in rows, the image padded with zeros to whole
+  tiles. Allocated in full when created (``posix_fallocate``), so a full scratch disk fails at once with the
+  sizes in the message.
 - ``state``: one byte per frame, 1 once both of its images are written.
 - ``claims``: one byte per frame to ``lockf``: the process that holds a frame's lock decodes it. Locks
   vanish with their process, so a rank that dies while decoding leaves the frame to the next one.
 - ``users``: every process that reads the cache holds a shared ``flock`` on it.
 - ``shot.json``: what the copy holds (the shot record and the key's inputs), for people.
 
-KEY is a hash of the shot (paths, sizes, modification times, frame size), the colour conversion, the
+KEY is a hash of the shot (paths, sizes, modification times, frame size, scale), the colour conversion, the
 layout version, the host name and the boot id: a changed file gives a new copy, and a copy never outlives
 a reboot (nothing is fsync'ed). Copies that no process uses are deleted when a process opens another one,
 so scratch holds the copies of the runs on the host and nothing older.
@@ -44,6 +45,7 @@ import os
 import shutil
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,15 +57,52 @@ from trainer.data.shot import Shot, ShotChanged, decode_bands, describe_change, 
 log = logging.getLogger(__name__)
 
 TILE = 64  # tile side [pixels]: a 64 px crop touches at most 2 x 2 tiles
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: per-side geometry (the Ground Truth may be --scale times the Input)
 WAIT_LOG_S = 30.0  # seconds between "waiting for another rank to decode" lines
 CHANNELS = 3
 HALF = 2  # bytes per float16 sample
+TILE_BYTES = TILE * TILE * CHANNELS * HALF  # bytes of one tile
 
 
 class ScratchError(DataError):
     """Local scratch cannot hold the decoded shot, or its folder is not private; the message names the folder,
     the sizes and the fix (``CUETRAIN_SCRATCH``)."""
+
+
+@dataclass(frozen=True)
+class SideLayout:
+    """Where one side of every frame lies in ``pixels.f16`` (module doc).
+
+    Attributes:
+        height, width: the side's image size [pixels] (the Ground Truth's is ``scale`` times the Input's).
+        offset: where the side starts within a frame's bytes [bytes] (0 for the Input).
+    """
+
+    height: int
+    width: int
+    offset: int
+
+    @property
+    def ty(self) -> int:
+        """Tile rows [count]."""
+        return -(-self.height // TILE)
+
+    @property
+    def tx(self) -> int:
+        """Tiles per tile row [count]."""
+        return -(-self.width // TILE)
+
+    @property
+    def image_bytes(self) -> int:
+        """Bytes of one image of this side, padded to whole tiles [bytes]."""
+        return self.ty * self.tx * TILE_BYTES
+
+
+def side_layouts(shot: Shot) -> tuple[SideLayout, SideLayout]:
+    """The Input's and the Ground Truth's :class:`SideLayout`, the Input first in each frame's bytes."""
+    inputs = SideLayout(shot.height, shot.width, 0)
+    tw, th = shot.target_size
+    return inputs, SideLayout(th, tw, inputs.image_bytes)
 
 
 def boot_id() -> str:
@@ -96,6 +135,9 @@ def private_folder(scratch: str | Path) -> Path:
 class HostCache:
     """A shot decoded into :data:`TILE` px float16 tiles on local scratch (module doc), read by ``pread``.
 
+    A :class:`trainer.data.crops.FrameSource`: image ``2k + side`` is frame k's Input (side 0, ``size`` = (H, W))
+    or Ground Truth (side 1, ``scale`` times that).
+
     Args:
         scratch: the local scratch folder (``trainer.core.envvars.read_scratch``).
         shot: the shot to hold.
@@ -108,19 +150,21 @@ class HostCache:
 
     def __init__(self, scratch: str | Path, shot: Shot, colour: ColourSpec, cache_mb: int) -> None:
         self.shot, self.colour = shot, colour
-        self.size = (shot.height, shot.width)
+        self.size = (shot.height, shot.width)  # the Input's (H, W) [pixels]
+        self.scale = shot.scale
         self.count = len(shot.pairs)
-        self.ty, self.tx = -(-shot.height // TILE), -(-shot.width // TILE)
-        self.tile_bytes = TILE * TILE * CHANNELS * HALF
-        self.image_bytes = self.ty * self.tx * self.tile_bytes
-        self.bytes = 2 * self.count * self.image_bytes
+        self.sides = side_layouts(shot)
+        self.frame_bytes = sum(side.image_bytes for side in self.sides)  # one frame, both sides [bytes]
+        self.bytes = self.count * self.frame_bytes
         key = {"layout": LAYOUT_VERSION, "tile": TILE, "shot": shot.digest(), "host": socket.gethostname(),
                "boot": boot_id(), "colour": colour.to_dict() if colour.active else None}
         self.folder = private_folder(scratch) / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
         self._users = self._open_or_create(key)
         self._fd = {name: os.open(self.folder / name, os.O_RDWR) for name in ("pixels.f16", "state", "claims")}
         self.cache_mb = cache_mb
-        self.resident = np.empty((0, self.ty, self.tx, TILE, TILE, CHANNELS), np.float16)  # load_resident fills it
+        self.resident = 0  # frames 0 .. resident-1 are in this process's memory (load_resident)
+        self._resident = tuple(np.empty((0, side.ty, side.tx, TILE, TILE, CHANNELS), np.float16)
+                               for side in self.sides)  # per side: (resident, ty, tx, T, T, 3)
         self.decoded_bytes = 0  # bytes of shot files this process decoded [bytes]
 
     # ------------------------------------------------------------------------------------------
@@ -169,8 +213,10 @@ class HostCache:
                  self.bytes / 2**30)
 
     def _too_small(self, free: int) -> str:
+        sizes = [f"{side.width}x{side.height}" for side in self.sides]
+        pairs = sizes[0] if self.scale == 1 else f"{sizes[0]} Input and {sizes[1]} Ground Truth"
         return (f"local scratch {self.folder.parent} has {free / 2**30:.1f} GiB free, but the decoded shot "
-                f"({self.count} pairs of {self.size[1]}x{self.size[0]}) needs {self.bytes / 2**30:.1f} GiB; set "
+                f"({self.count} pairs of {pairs}) needs {self.bytes / 2**30:.1f} GiB; set "
                 "CUETRAIN_SCRATCH to a larger local disk on the render nodes, or free space there")
 
     def close(self) -> None:
@@ -244,9 +290,10 @@ class HostCache:
     def _decode_image(self, image: int, path: Path, sig) -> None:
         if sign(path) != sig:
             raise ShotChanged(describe_change(path, sig, sign(path)) + " after training started")
+        side = self.sides[image % 2]
         try:
-            for y0, band in decode_bands(path, TILE, (self.shot.width, self.shot.height), self.colour,
-                                         self.shot.pairs[0]):
+            for y0, band in decode_bands(path, TILE, (side.width, side.height), self.colour, self.shot.pairs[0],
+                                         side=image % 2):
                 self._write_band(image, y0, band)
         except ShotChanged:
             raise
@@ -262,13 +309,18 @@ class HostCache:
             raise ShotChanged(describe_change(path, sig, now) + " while it was being read")
         self.decoded_bytes += sig.size
 
+    def _offset(self, image: int) -> int:
+        """Where image ``image`` (= 2 x frame index + side) starts in ``pixels.f16`` [bytes]."""
+        return (image // 2) * self.frame_bytes + self.sides[image % 2].offset
+
     def _write_band(self, image: int, y0: int, band: np.ndarray) -> None:
-        """Write rows ``y0 .. y0+n`` ((n, W, 3) float16, n <= TILE) as tile row ``y0 // TILE``."""
+        """Write rows ``y0 .. y0+n`` ((n, W, 3) float16 of the image's side, n <= TILE) as tile row ``y0 // TILE``."""
         n, w = band.shape[:2]
-        padded = np.zeros((TILE, self.tx * TILE, CHANNELS), np.float16)
+        tx = self.sides[image % 2].tx
+        padded = np.zeros((TILE, tx * TILE, CHANNELS), np.float16)
         padded[:n, :w] = band
-        tiles = np.ascontiguousarray(padded.reshape(TILE, self.tx, TILE, CHANNELS).transpose(1, 0, 2, 3))
-        offset = image * self.image_bytes + (y0 // TILE) * self.tx * self.tile_bytes
+        tiles = np.ascontiguousarray(padded.reshape(TILE, tx, TILE, CHANNELS).transpose(1, 0, 2, 3))
+        offset = self._offset(image) + (y0 // TILE) * tx * TILE_BYTES
         if os.pwrite(self._fd["pixels.f16"], tiles.data, offset) != tiles.nbytes:
             raise ScratchError(f"short write to {self.folder / 'pixels.f16'}: is local scratch full?")
 
@@ -276,34 +328,42 @@ class HostCache:
     # Reading
 
     def load_resident(self) -> int:
-        """Read the first images of the copy into this process's memory, as many whole frames as fit in
-        ``cache_mb`` (module doc). Call after :meth:`build`. Returns the frames now resident."""
-        frames = min(self.count, self.cache_mb * 2**20 // (2 * self.image_bytes))
-        self.resident = np.empty((2 * frames, self.ty, self.tx, TILE, TILE, CHANNELS), np.float16)
-        for image in range(2 * frames):
-            self._pread(self.resident[image], image * self.image_bytes)
+        """Read the first frames of the copy (both sides) into this process's memory, as many whole frames as fit
+        in ``cache_mb`` (module doc). Call after :meth:`build`. Returns the frames now resident."""
+        frames = min(self.count, self.cache_mb * 2**20 // self.frame_bytes)
+        self._resident = tuple(np.empty((frames, side.ty, side.tx, TILE, TILE, CHANNELS), np.float16)
+                               for side in self.sides)
+        for k in range(frames):
+            for side in (0, 1):
+                self._pread(self._resident[side][k], self._offset(2 * k + side))
+        self.resident = frames
         return frames
 
     def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
-        """(c, c, 3) float16 pixels of image ``image`` (= 2 x frame index + side) at row ``y``, column ``x``: from
-        the resident frames, else with one ``pread`` per tile row (a view of a fresh buffer either way)."""
+        """(c, c, 3) float16 pixels of image ``image`` (= 2 x frame index + side) at row ``y``, column ``x`` of that
+        side (a Ground Truth crop in its own, ``scale`` times larger, pixels): from the resident frames, else with
+        one ``pread`` per tile row (a view of a fresh buffer either way)."""
+        k, side = divmod(image, 2)
+        tx = self.sides[side].tx
         t0, s0 = y // TILE, x // TILE
         ny, nx = (y + c - 1) // TILE - t0 + 1, (x + c - 1) // TILE - s0 + 1
-        if image < len(self.resident):
-            region = self.resident[image, t0:t0 + ny, s0:s0 + nx]
+        if k < self.resident:
+            region = self._resident[side][k, t0:t0 + ny, s0:s0 + nx]
         else:
             region = np.empty((ny, nx, TILE, TILE, CHANNELS), np.float16)
             for i in range(ny):
-                self._pread(region[i], image * self.image_bytes + ((t0 + i) * self.tx + s0) * self.tile_bytes)
+                self._pread(region[i], self._offset(image) + ((t0 + i) * tx + s0) * TILE_BYTES)
         whole = region.transpose(0, 2, 1, 3, 4).reshape(ny * TILE, nx * TILE, CHANNELS)
         return whole[y - t0 * TILE:y - t0 * TILE + c, x - s0 * TILE:x - s0 * TILE + c]
 
     def image(self, image: int) -> np.ndarray:
-        """The whole (H, W, 3) float16 image ``image`` (to upload it to a GPU)."""
-        tiles = np.empty((self.ty, self.tx, TILE, TILE, CHANNELS), np.float16)
-        self._pread(tiles, image * self.image_bytes)
-        whole = tiles.transpose(0, 2, 1, 3, 4).reshape(self.ty * TILE, self.tx * TILE, CHANNELS)
-        return np.ascontiguousarray(whole[:self.size[0], :self.size[1]])
+        """The whole float16 image ``image`` (to upload it to a GPU): (H, W, 3) for an Input (even ``image``),
+        (scale*H, scale*W, 3) for a Ground Truth (odd)."""
+        side = self.sides[image % 2]
+        tiles = np.empty((side.ty, side.tx, TILE, TILE, CHANNELS), np.float16)
+        self._pread(tiles, self._offset(image))
+        whole = tiles.transpose(0, 2, 1, 3, 4).reshape(side.ty * TILE, side.tx * TILE, CHANNELS)
+        return np.ascontiguousarray(whole[:side.height, :side.width])
 
     def _pread(self, out: np.ndarray, offset: int) -> None:
         view = memoryview(out).cast("B")

@@ -21,7 +21,8 @@ premultiplied in the file already and is read unchanged.
 Only subimage 0 (the first part of a multi-part EXR) at full resolution is read. For an EXR whose
 data window differs from its display window, the *data window* is read: the array covers exactly
 the stored pixels, and the display window (overscan or crop) is ignored. Keep Input and Ground
-Truth data windows identical, as :func:`load_pairs` only compares array sizes.
+Truth data windows aligned (the same, or ``--scale`` times the Input's), as :func:`load_pairs` only compares
+array sizes.
 
 A training sequence is a folder of files ``name.<frame>.<ext>``; :func:`find_sequence` indexes one
 by frame number and :func:`pair_frames` matches an Input sequence with its Ground Truth.
@@ -40,6 +41,8 @@ from typing import Sequence
 
 import numpy as np
 import OpenImageIO as oiio
+
+from trainer.core.config import SCALES
 
 log = logging.getLogger(__name__)
 
@@ -338,16 +341,20 @@ def _frames(frames: list[int]) -> str:
     return f"frame {frames[0]} is" if len(frames) == 1 else f"frames {', '.join(parts)} are"
 
 
-def load_pairs(pairs: Sequence[FramePair]) -> list[tuple[np.ndarray, np.ndarray]]:
+def load_pairs(pairs: Sequence[FramePair], scale: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
     """Decode every pair, keeping float16 to halve memory.
 
+    Args:
+        scale: the Ground Truth's size over the Input's in both dimensions (``--scale``: 1, 2 or 4) [1].
+
     Returns:
-        [(input, target)] in the order of ``pairs``, each (H, W, 3) float16, all the same size.
+        [(input, target)] in the order of ``pairs``: inputs (H, W, 3) and targets (scale*H, scale*W, 3) float16,
+        every frame the size of the first.
 
     Raises:
-        DataError: ``pairs`` is empty; anything :func:`read_image` raises; an input and its
-            target differ in size (both files and sizes named); a frame's size differs from the
-            first frame's (that frame named); a value is too large for float16 (over 65504).
+        DataError: ``pairs`` is empty; anything :func:`read_image` raises; a target is not ``scale`` times its
+            input (:func:`check_pair_size`); a frame's size differs from the first frame's (that frame named); a
+            value is too large for float16 (over 65504).
     """
     if not pairs:
         raise DataError("no frame pairs to load; check the Input and Ground Truth folders")
@@ -355,10 +362,7 @@ def load_pairs(pairs: Sequence[FramePair]) -> list[tuple[np.ndarray, np.ndarray]
     first_size: tuple[int, int] | None = None
     for pair in pairs:
         source, target = read_image(pair.input), read_image(pair.target)
-        if source.shape != target.shape:
-            raise DataError(
-                f"frame {pair.frame}: Input {pair.input} is {_size(source)} but Ground Truth "
-                f"{pair.target} is {_size(target)}; Input and Ground Truth must be the same size")
+        check_pair_size(pair, source.shape[1::-1], target.shape[1::-1], scale)  # (W, H) each
         if first_size is None:
             first_size = source.shape[:2]
         elif source.shape[:2] != first_size:
@@ -368,6 +372,29 @@ def load_pairs(pairs: Sequence[FramePair]) -> list[tuple[np.ndarray, np.ndarray]
                 f"{first.frame} ({first.input}) is {_size(loaded[0][0])}; all frames must be the same size")
         loaded.append((to_half(source, pair.input), to_half(target, pair.target)))
     return loaded
+
+
+def check_pair_size(pair: FramePair, input_size: tuple[int, int], target_size: tuple[int, int], scale: int) -> None:
+    """Refuse ``pair`` unless its Ground Truth is exactly ``scale`` (``--scale``) times its Input in both dimensions.
+
+    ``input_size``, ``target_size``: ``(width, height)`` of the two files [pixels].
+
+    Raises:
+        DataError: naming the frame, both files, both sizes, the size ``scale`` needs and the fix; a Ground Truth
+            that is exactly another scale's multiple of the Input names that ``--scale``.
+    """
+    (w, h), (tw, th) = input_size, target_size
+    if (tw, th) == (scale * w, scale * h):
+        return
+    seen = f"frame {pair.frame}: Input {pair.input} is {w}x{h} but Ground Truth {pair.target} is {tw}x{th}"
+    other = next((k for k in SCALES if k != scale and (tw, th) == (k * w, k * h)), None)
+    if scale == 1:
+        hint = (f"the Ground Truth is exactly {other}x the Input: looks like --scale {other} (upres); without it "
+                if other else "")
+        raise DataError(f"{seen}; {hint}Input and Ground Truth must be the same size")
+    hint = f" (it is {other}x the Input: looks like --scale {other})" if other else ""
+    raise DataError(f"{seen}; with --scale {scale} the Ground Truth must be {scale * w}x{scale * h} ({scale}x the "
+                    f"Input): fix the frames or the --scale{hint}")
 
 
 def to_half(rgb: np.ndarray, path: Path) -> np.ndarray:

@@ -30,7 +30,7 @@ import OpenImageIO as oiio
 
 from trainer.data.colour import ColourSpec
 from trainer.core.exitcodes import ExitCode
-from trainer.data.images import DataError, FramePair, to_half, to_rgb, find_sequence, pair_frames
+from trainer.data.images import DataError, FramePair, check_pair_size, to_half, to_rgb, find_sequence, pair_frames
 from trainer.record.runrecord import FailureKind
 
 log = logging.getLogger(__name__)
@@ -77,10 +77,11 @@ class Shot:
     Attributes:
         pairs: the frame pairs, in frame order.
         sigs: ``(input, target)`` signature per pair.
-        width, height: size of every frame [pixels] (from the first pair's headers).
+        width, height: size of every Input frame [pixels] (from the first pair's headers).
         input_dir, target_dir: the two folders.
         was_read: this run read the shot before (``--resume`` and a recorded shot): a file that cannot be
             read now is a change (:class:`ShotChanged`), not bad input.
+        scale: ``--scale``: every Ground Truth frame is ``scale * width`` x ``scale * height`` [1].
     """
 
     pairs: tuple[FramePair, ...]
@@ -90,6 +91,12 @@ class Shot:
     input_dir: str
     target_dir: str
     was_read: bool = False
+    scale: int = 1
+
+    @property
+    def target_size(self) -> tuple[int, int]:
+        """``(width, height)`` of every Ground Truth frame [pixels]: ``scale`` times the Input's."""
+        return self.scale * self.width, self.scale * self.height
 
     @property
     def bytes(self) -> int:
@@ -103,8 +110,9 @@ class Shot:
             yield pair.target, b
 
     def digest(self) -> str:
-        """SHA-256 of the paths, signatures and frame size: equal digests = the same shot."""
-        h = hashlib.sha256(f"{self.width}x{self.height}".encode())
+        """SHA-256 of the paths, signatures, frame size and scale: equal digests = the same shot, read the same way
+        (a copy of another ``--scale`` is never reused)."""
+        h = hashlib.sha256(f"{self.width}x{self.height}x{self.scale}".encode())
         for path, sig in self.files():
             h.update(f"\0{path}\0{sig.size}\0{sig.mtime_ns}".encode())
         return h.hexdigest()
@@ -118,10 +126,12 @@ class Shot:
         return ""
 
     def record(self) -> dict[str, Any]:
-        """The ``run.json`` ``data.shot`` record: folders, frames, file names, size, bytes."""
+        """The ``run.json`` ``data.shot`` record: folders, frames, file names, Input size, scale, Ground Truth size,
+        bytes."""
         return {"input_dir": self.input_dir, "target_dir": self.target_dir,
                 "frames": [p.frame for p in self.pairs], "input": [p.input.name for p in self.pairs],
                 "target": [p.target.name for p in self.pairs], "width": self.width, "height": self.height,
+                "scale": self.scale, "target_width": self.target_size[0], "target_height": self.target_size[1],
                 "bytes": self.bytes}
 
     def to_json(self) -> str:
@@ -129,7 +139,7 @@ class Shot:
         return json.dumps({"pairs": [[p.frame, str(p.input), str(p.target)] for p in self.pairs],
                            "sigs": [[a.size, a.mtime_ns, b.size, b.mtime_ns] for a, b in self.sigs],
                            "width": self.width, "height": self.height, "input_dir": self.input_dir,
-                           "target_dir": self.target_dir, "was_read": self.was_read})
+                           "target_dir": self.target_dir, "was_read": self.was_read, "scale": self.scale})
 
     @classmethod
     def from_json(cls, text: str) -> "Shot":
@@ -137,7 +147,7 @@ class Shot:
         d = json.loads(text)
         return cls(tuple(FramePair(f, Path(i), Path(t)) for f, i, t in d["pairs"]),
                    tuple((FileSig(a, b), FileSig(c, e)) for a, b, c, e in d["sigs"]), d["width"], d["height"],
-                   d["input_dir"], d["target_dir"], d["was_read"])
+                   d["input_dir"], d["target_dir"], d["was_read"], d.get("scale", 1))
 
 
 def _recorded_pairs(input_dir: str, target_dir: str, recorded: Mapping[str, Any]) -> list[FramePair]:
@@ -165,15 +175,17 @@ def _recorded_pairs(input_dir: str, target_dir: str, recorded: Mapping[str, Any]
     return pairs
 
 
-def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | None = None) -> Shot:
+def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | None = None, scale: int = 1) -> Shot:
     """List and sign the shot (``trainer.data.images.pair_frames``), sized from the first pair's headers.
 
     Args:
         recorded: ``run.json`` ``data.shot`` of an earlier attempt of this run when resuming (same folders),
             else None: the shot is cut to its frames (:func:`_recorded_pairs`).
+        scale: ``--scale``: the Ground Truth is ``scale`` times the Input in both dimensions [1].
 
     Raises:
-        DataError: as ``pair_frames``; the first pair cannot be opened or differs in size.
+        DataError: as ``pair_frames``; the first pair cannot be opened, or its Ground Truth is not ``scale``
+            times its Input (``trainer.data.images.check_pair_size``: both files, both sizes and the fix).
         ShotChanged: a recorded frame is gone, or a file vanished while being listed.
     """
     same = recorded and recorded.get("input_dir") == str(input_dir) and recorded.get("target_dir") == str(target_dir)
@@ -185,11 +197,9 @@ def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | Non
             raise ShotChanged(f"{pair.input if a is None else pair.target} vanished while the shot was listed; "
                               "is the shot being rewritten? Training starts again when it is complete")
         sigs.append((a, b))
-    (w, h), (tw, th) = image_size(pairs[0].input), image_size(pairs[0].target)
-    if (w, h) != (tw, th):
-        raise DataError(f"frame {pairs[0].frame}: Input {pairs[0].input} is {w}x{h} but Ground Truth "
-                        f"{pairs[0].target} is {tw}x{th}; Input and Ground Truth must be the same size")
-    return Shot(tuple(pairs), tuple(sigs), w, h, str(input_dir), str(target_dir), was_read=bool(same))
+    w, h = image_size(pairs[0].input)
+    check_pair_size(pairs[0], (w, h), image_size(pairs[0].target), scale)
+    return Shot(tuple(pairs), tuple(sigs), w, h, str(input_dir), str(target_dir), was_read=bool(same), scale=scale)
 
 
 def _open(path: Path) -> oiio.ImageInput:
@@ -215,11 +225,13 @@ def image_size(path: Path) -> tuple[int, int]:
 
 
 def decode_bands(path: Path, rows: int, size: tuple[int, int], colour: ColourSpec,
-                 first: FramePair | None = None) -> Iterator[tuple[int, np.ndarray]]:
+                 first: FramePair | None = None, side: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """Decode ``path`` in bands of ``rows`` rows: yields ``(y0, band)``, band (n, W, 3) float16, n <= rows.
 
     Values as :func:`trainer.data.images.read_image`, then float16 and the working colour space (module doc).
-    ``size`` is the shot's ``(width, height)``; ``first`` names the first pair in a size mismatch.
+    ``size`` is the ``(width, height)`` every file of ``path``'s side has (:attr:`Shot.width`/``height`` for the
+    Input, side 0; :attr:`Shot.target_size` for the Ground Truth, side 1); ``first`` names the first pair's file
+    of that side in a size mismatch.
 
     Raises:
         DataError: unreadable, deep, NaN/inf or float16-overflowing pixels, or a size other than ``size``
@@ -231,7 +243,7 @@ def decode_bands(path: Path, rows: int, size: tuple[int, int], colour: ColourSpe
         if spec.deep:
             raise DataError(f"{path} is a deep image, which training cannot use; flatten it to a regular image")
         if (spec.width, spec.height) != size:
-            where = f"the first frame {first.frame} ({first.input})" if first else "the first frame"
+            where = "the first frame" + (f" {first.frame} ({first.target if side else first.input})" if first else "")
             raise DataError(f"{path} is {spec.width}x{spec.height} but {where} is {size[0]}x{size[1]}; "
                             "all frames must be the same size")
         bits = spec.get_int_attribute("oiio:BitsPerSample", 0)

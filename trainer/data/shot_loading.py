@@ -3,8 +3,8 @@
 :func:`open_data` runs on every rank before the model is built:
 
 1. Rank 0 lists and signs the shot (``trainer.data.shot.list_shot``; with ``--resume`` cut to the frames the run
-   recorded in ``run.json`` ``data.shot``) and publishes the listing on the gang's store; every rank trains on
-   rank 0's listing and checks that its own host sees the same files.
+   recorded in ``run.json`` ``data.shot``; the Ground Truth ``--scale`` times the Input) and publishes the listing
+   on the gang's store; every rank trains on rank 0's listing and checks that its own host sees the same files.
 2. Every rank opens the host's decoded copy on local scratch (``trainer.data.hostcache``) and decodes its share of
    the frames no rank of the host has decoded yet; so a host reads the shot once, whatever its ranks.
 3. The ranks exchange their results on the store (waiting as long as every rank's heartbeat moves, so a slow
@@ -111,7 +111,7 @@ def _agreed_shot(cfg: TrainConfig, rt: Runtime, paths: RunPaths) -> Shot:
     if rt.env.is_main:
         try:
             recorded = runrecord.read_record_or_empty(paths).data.get("shot") if cfg.resume else None
-            shot = list_shot(cfg.input_dir, cfg.target_dir, recorded)
+            shot = list_shot(cfg.input_dir, cfg.target_dir, recorded, scale=cfg.scale)  # checks GT = scale x Input
             published = {"shot": shot.to_json()}
         except DataError as exc:
             published = {"error": f"{_who(rt)}: {exc}", "changed": isinstance(exc, ShotChanged)}
@@ -177,9 +177,10 @@ def open_data(cfg: TrainConfig, rt: Runtime, colour: ColourSpec, paths: RunPaths
     if rt.env.is_main:
         runrecord.update_record(paths, data=_record(cfg, cache, results))
     hosts = _hosts(results, cache.shot.bytes)
-    log.info("data phase: %d pairs of %dx%d, %.2f GiB of files; %s", cache.count, cache.shot.width, cache.shot.height,
-             cache.shot.bytes / 2**30, "; ".join(f"host {h}: ranks {v['ranks']} read the shot {v['shot_reads']:.2f} "
-                                                 f"time(s)" for h, v in hosts.items()))
+    reads = "; ".join(f"host {h}: ranks {v['ranks']} read the shot {v['shot_reads']:.2f} time(s)"
+                      for h, v in hosts.items())
+    log.info("data phase: %d pairs of %dx%d (Ground Truth %dx%d, --scale %d), %.2f GiB of files; %s", cache.count,
+             cache.shot.width, cache.shot.height, *cache.shot.target_size, cache.scale, cache.shot.bytes / 2**30, reads)
     return Data(cache, ShotWatch(cache.shot, _who(rt), rt, cfg.log_interval, cfg.shot_check_s))
 
 
@@ -197,7 +198,7 @@ def _hosts(results: list[dict[str, Any]], shot_bytes: int) -> dict[str, dict[str
 
 
 def _record(cfg: TrainConfig, cache: HostCache, results: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"shot": cache.shot.record(), "hosts": _hosts(results, cache.shot.bytes),
+    return {"shot": cache.shot.record(), "scale": cache.scale, "hosts": _hosts(results, cache.shot.bytes),
             "cache": {"source": "host copy on local scratch", "data_cache_mb": cfg.data_cache_mb,
                       "folder": str(cache.folder), "bytes": cache.bytes, "tile": TILE},
             "seconds": max(r["seconds"] for r in results)}

@@ -16,6 +16,15 @@ for PNG/TIFF): what the model changed is written back without premultiplying. In
 clipped to 0..1 and rounded to the nearest code value; float formats keep values above 1.
 
 Only the first subimage of a multi-part EXR is written (the others are dropped, logged at WARNING).
+
+**Upres** (a model of ``scale`` s > 1, ``trainer.learn.model``): the colour may be s times the source's
+width and height (the same whole factor in both). Then the data window's size and origin and the display
+window (EXR ``dataWindow``/``displayWindow``, ``full_*`` in OIIO) are multiplied by s, so an overscan frame
+keeps its overscan; the pixel aspect ratio, DPI tags and every other attribute are kept. The channels the
+model does not produce are resized to the new size: alpha (``A``, ``*.A``, ``alpha``) bilinearly
+(half-pixel centres, edges clamped: ``F.interpolate(mode="bilinear", align_corners=False)``, as the model's
+own base image is made), so it stays aligned with the smooth upscaled colour's edges; every other channel
+(depth, IDs, AOVs) by nearest neighbour, which invents no value that was not in the source.
 """
 
 from __future__ import annotations
@@ -41,20 +50,26 @@ def write_like(path: str | Path, rgb: np.ndarray, like: str | Path) -> None:
 
     Args:
         path: destination (its folder must exist); its extension should match ``like``'s format.
-        rgb: (H, W, 3) float array, the new colour of ``like``'s data window (same H and W).
+        rgb: (sH, sW, 3) float array, the new colour of ``like``'s (H, W) data window; s >= 1 a whole factor
+            (1: same size; 2, 4: an upres model's output, module doc).
         like: the source image the output copies everything else from.
 
     Raises:
-        ValueError: ``rgb`` is not (H, W, 3) of ``like``'s data window size.
+        ValueError: ``rgb`` is not (sH, sW, 3) for a whole s >= 1 and ``like``'s data window size (H, W).
         DataError: ``like`` cannot be read.
         OSError: OpenImageIO failed to write (the message names the file).
     """
     path = Path(path)
     spec, pixels = _read_all(Path(like))
     rgb = np.asarray(rgb, dtype=np.float32)
-    if rgb.shape != (spec.height, spec.width, 3):
+    factor = rgb.shape[0] // spec.height if rgb.ndim == 3 else 0
+    if rgb.ndim != 3 or factor < 1 or rgb.shape != (factor * spec.height, factor * spec.width, 3):
         raise ValueError(f"write_like({path}): got an image of shape {rgb.shape}, but {like} is "
-                         f"{spec.width}x{spec.height}; the output must have the input's size")
+                         f"{spec.width}x{spec.height}; the output must be (s*{spec.height}, s*{spec.width}, 3) "
+                         "for a whole s >= 1 (s = 1: the input's size; 2 or 4: an upres model's)")
+    if factor > 1:
+        pixels = _resize_others(pixels, factor, tuple(spec.channelnames))
+        scale_windows(spec, factor)
     _put_colour(pixels, rgb, tuple(spec.channelnames))
     out = _encode(pixels, spec)
     temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp{path.suffix}")
@@ -84,6 +99,54 @@ def _read_all(like: Path) -> tuple[oiio.ImageSpec, np.ndarray]:
     finally:
         inp.close()
     return spec, pixels.reshape(spec.height, spec.width, spec.nchannels).astype(np.float32)
+
+
+def scale_windows(spec: oiio.ImageSpec, factor: int) -> None:
+    """Multiply ``spec``'s data window (origin and size) and display window by ``factor`` in place [pixels].
+
+    The pixel aspect ratio and all attributes are left alone; tile sizes too (they are not resolution).
+    """
+    spec.x, spec.y, spec.width, spec.height = (spec.x * factor, spec.y * factor, spec.width * factor,
+                                               spec.height * factor)
+    spec.full_x, spec.full_y = spec.full_x * factor, spec.full_y * factor
+    spec.full_width, spec.full_height = spec.full_width * factor, spec.full_height * factor
+
+
+def is_alpha(name: str) -> bool:
+    """Whether a channel name is an alpha: ``A``, ``alpha``, or a layer's ``*.A`` (EXR layer naming)."""
+    last = name.rsplit(".", 1)[-1]
+    return last in ("A", "a") or last.lower() == "alpha"
+
+
+def _resize_others(pixels: np.ndarray, factor: int, names: tuple[str, ...]) -> np.ndarray:
+    """(H, W, C) -> (factor H, factor W, C): alpha bilinearly, other channels by nearest neighbour (module doc).
+
+    The colour channels are resized too (nearest, cheap) and then overwritten by :func:`_put_colour`.
+    """
+    h, w, count = pixels.shape
+    rows, cols = np.arange(h * factor) // factor, np.arange(w * factor) // factor
+    out = pixels[rows][:, cols]  # nearest: output pixel i reads source pixel floor((i + 0.5) / factor)
+    alphas = [i for i, name in enumerate(names[:count]) if is_alpha(name)]
+    if count == 2 and not alphas:
+        alphas = [1]  # a grey image's second channel is its alpha (trainer.data.images)
+    if alphas:
+        out[:, :, alphas] = bilinear_upscale(pixels[:, :, alphas], factor)
+    return out
+
+
+def bilinear_upscale(pixels: np.ndarray, factor: int) -> np.ndarray:
+    """(H, W, C) -> (factor H, factor W, C) float32, bilinear with half-pixel centres and clamped edges: the same
+    values as ``torch.nn.functional.interpolate(x, scale_factor=factor, mode="bilinear", align_corners=False)``
+    (tests/trainer/data/test_write_like.py)."""
+    out = np.asarray(pixels, dtype=np.float32)
+    for axis in (0, 1):
+        n = out.shape[axis]
+        src = np.clip((np.arange(n * factor) + 0.5) / factor - 0.5, 0.0, n - 1)
+        lo = np.floor(src).astype(np.int64)
+        hi = np.minimum(lo + 1, n - 1)
+        t = (src - lo).astype(np.float32).reshape((-1, 1, 1) if axis == 0 else (1, -1, 1))
+        out = np.take(out, lo, axis=axis) * (1 - t) + np.take(out, hi, axis=axis) * t
+    return out
 
 
 def _put_colour(pixels: np.ndarray, rgb: np.ndarray, names: tuple[str, ...]) -> None:

@@ -5,7 +5,8 @@
     forward(x: Tensor) -> Tensor
     x: (1, 3, H, W) float32, any H >= 1 and W >= 1, RGB, values in the model's working space
        (``model.json`` ``colour``; scene-linear or 0..1 display values as the training data held them)
-    returns: (1, 3, H, W) float32, same space
+    returns: (1, 3, sH, sW) float32, same space; s is the model's upres factor (``model.json`` ``scale``:
+             1 = the input's size, 2 or 4 = upres, ``trainer.learn.model``)
 
 The file is a CPU, eval-mode ``torch.jit.script`` module. Loading it needs only ``torch``
 (``torch.jit.load``): no cuetrain, numpy or OpenImageIO (tests/trainer/export/test_export.py loads it in
@@ -13,7 +14,8 @@ an isolated interpreter that has nothing else on its path). A batch larger than 
 
 **The ONNX file** (``model.onnx``, for Houdini's ONNX Inference SOP/COP and other ONNX Runtime
 hosts): opset :data:`ONNX_OPSET`, one input ``x`` of shape ``(1, 3, H, W)`` and one output ``y`` of
-the same shape, float32, with ``H`` and ``W`` dynamic (named ``H`` and ``W`` in the graph). It is
+shape ``(1, 3, sH, sW)`` (the input's shape at scale 1), float32, with ``H`` and ``W`` dynamic (named ``H``
+and ``W`` in the graph; the output's dimensions ``H`` and ``W``, or ``2*H`` and ``2*W`` at scale 2). It is
 made with ``torch.onnx.export(..., dynamo=True)``, torch's supported exporter since 2.9, which
 needs the ``onnxscript`` package (the ``onnx`` extra of cuetrain). The legacy TorchScript-based
 exporter (``dynamo=False``) needs no onnxscript but is deprecated, and tracing records the model's
@@ -38,6 +40,7 @@ from __future__ import annotations
 import copy
 import io
 import logging
+import re
 import warnings
 from typing import Any
 
@@ -83,7 +86,8 @@ def onnx_available() -> str | None:
 
 
 def onnx_bytes(model: torch.nn.Module) -> bytes:
-    """``model`` as an ONNX file's bytes: input ``x`` (1, 3, H, W) float32 -> output ``y``, H and W dynamic.
+    """``model`` as an ONNX file's bytes: input ``x`` (1, 3, H, W) float32 -> output ``y`` (1, 3, sH, sW), H and W
+    dynamic (s: the model's upres factor).
 
     Raises:
         ExportError: onnx/onnxscript are missing, or torch.onnx could not export the model.
@@ -109,13 +113,17 @@ def onnx_bytes(model: torch.nn.Module) -> bytes:
 
 
 def _name_dynamic_dims(proto: Any) -> None:
-    """Rename the exporter's symbolic sizes (``s0``, ``s53``) of input ``x`` to ``H`` and ``W`` everywhere."""
+    """Rename the exporter's symbolic sizes (``s0``, ``s53``) of input ``x`` to ``H`` and ``W`` everywhere,
+    inside expressions too (an upres model's output ``2*s53`` becomes ``2*H``)."""
     dims = proto.graph.input[0].type.tensor_type.shape.dim
-    rename = {dims[2].dim_param: "H", dims[3].dim_param: "W"}
+    rename = {name: new for name, new in ((dims[2].dim_param, "H"), (dims[3].dim_param, "W")) if name}
+    if not rename:
+        return
+    symbol = re.compile("|".join(rf"\b{re.escape(name)}\b" for name in rename))
     for info in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
         for dim in info.type.tensor_type.shape.dim:
-            if dim.dim_param in rename:
-                dim.dim_param = rename[dim.dim_param]
+            if dim.dim_param:
+                dim.dim_param = symbol.sub(lambda match: rename[match.group(0)], dim.dim_param)
 
 
 def _quiet_exporter_logs() -> None:
@@ -124,16 +132,21 @@ def _quiet_exporter_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def onnx_description() -> dict[str, Any]:
-    """What ``model.json`` ``exports["model.onnx"]`` records."""
+def output_shape(scale: int = 1) -> list[int | str]:
+    """The output shape a model of upres ``scale`` records: ``[1, 3, "H", "W"]``, or ``[1, 3, "2*H", "2*W"]``."""
+    return [1, 3, "H", "W"] if scale == 1 else [1, 3, f"{scale}*H", f"{scale}*W"]
+
+
+def onnx_description(scale: int = 1) -> dict[str, Any]:
+    """What ``model.json`` ``exports["model.onnx"]`` records for a model of upres ``scale``."""
     return {"opset": ONNX_OPSET, "input": {"name": "x", "shape": [1, 3, "H", "W"], "dtype": "float32"},
-            "output": {"name": "y", "shape": [1, 3, "H", "W"], "dtype": "float32"}}
+            "output": {"name": "y", "shape": output_shape(scale), "dtype": "float32"}}
 
 
-def torchscript_description() -> dict[str, Any]:
+def torchscript_description(scale: int = 1) -> dict[str, Any]:
     """What ``model.json`` ``exports["model.pt"]`` records (the contract in the module docstring)."""
     from trainer.export.compat import MIN_LIBTORCH
 
     return {"format": "torchscript", "signature": "forward(x: Tensor) -> Tensor", "min_libtorch": MIN_LIBTORCH,
             "input": {"shape": [1, 3, "H", "W"], "dtype": "float32"},
-            "output": {"shape": [1, 3, "H", "W"], "dtype": "float32"}}
+            "output": {"shape": output_shape(scale), "dtype": "float32"}}

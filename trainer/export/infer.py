@@ -1,4 +1,9 @@
-"""``cuetrain infer``: full-frame inference with an exported model, same file format out."""
+"""``cuetrain infer``: full-frame inference with an exported model, same file format out.
+
+An upres model (``model.json`` ``scale`` s of 2 or 4, ``trainer.learn.model``) returns frames s times the input's
+width and height; they are written at that size, with the input's format, bit depth, channels and metadata
+(:func:`trainer.data.write_like.write_like` scales the windows and resizes the channels the model does not make).
+"""
 
 from __future__ import annotations
 
@@ -35,7 +40,8 @@ def load_model(path: str | Path, device: torch.device | None = None) -> torch.ji
 
 
 def apply_model(model: torch.nn.Module, rgb: np.ndarray, device: torch.device | None = None) -> np.ndarray:
-    """Run the model on one full frame: (H, W, 3) float -> (H, W, 3) float32."""
+    """Run the model on one full frame: (H, W, 3) float -> (sH, sW, 3) float32 (s: the model's upres factor, 1
+    for a same-size model)."""
     x = torch.from_numpy(np.ascontiguousarray(rgb, dtype=np.float32)).permute(2, 0, 1)[None]  # (1, 3, H, W)
     with torch.no_grad():
         y = model(x.to(device or "cpu"))
@@ -82,7 +88,9 @@ def infer_sequence(model_path: str | Path, input_dir: str | Path, output_dir: st
     """Apply the model to the frames ``first..last`` of ``input_dir`` (default all).
 
     Each output is ``output_dir/<same name>`` with the input's format, bit depth, channels and
-    metadata (:func:`trainer.data.write_like.write_like`); only R, G and B go through the model. When
+    metadata (:func:`trainer.data.write_like.write_like`), at the model's output size (s x the input's width
+    and height for an upres model); only R, G and B go through the model, other channels are resized to the
+    output (alpha bilinearly, the rest nearest, ``trainer.data.write_like``). When
     ``model.json`` beside the model records colour spaces (``trainer.data.colour``), each frame is
     converted to the working space before the model and back after it.
 
@@ -90,7 +98,8 @@ def infer_sequence(model_path: str | Path, input_dir: str | Path, output_dir: st
         The written paths in frame order.
 
     Raises:
-        DataError: bad model, input sequence or frame range (names the path).
+        DataError: bad model, input sequence or frame range (names the path), or a model whose output is not a
+            whole multiple of the input's size (names the sizes).
     """
     from trainer.data.write_like import write_like
 
@@ -103,11 +112,23 @@ def infer_sequence(model_path: str | Path, input_dir: str | Path, output_dir: st
     written = []
     for number, src in frames.items():
         dst = out_dir / src.name
-        rgb = colour.from_working(apply_model(model, colour.to_working(read_image(src)), device))
+        frame = read_image(src)
+        rgb = colour.from_working(apply_model(model, colour.to_working(frame), device))
+        _check_output_size(frame.shape, rgb.shape, model_path, src)
         write_like(dst, rgb, like=src)
         written.append(dst)
     log.info("wrote %d frames to %s", len(written), out_dir)
     return written
+
+
+def _check_output_size(in_shape: tuple[int, ...], out_shape: tuple[int, ...], model_path: str | Path,
+                       src: Path) -> None:
+    """Raises DataError: the model's (sH, sW, 3) output is not a whole multiple s >= 1 of the (H, W, 3) input."""
+    factor = out_shape[0] // in_shape[0] if in_shape[0] else 0
+    if factor < 1 or tuple(out_shape) != (factor * in_shape[0], factor * in_shape[1], 3):
+        raise DataError(f"{model_path} returned {out_shape[1]}x{out_shape[0]} for {src} ({in_shape[1]}x"
+                        f"{in_shape[0]}); a cuetrain model returns the input's size times its scale (1, 2 or 4): "
+                        "re-export the model with this cuetrain")
 
 
 def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:

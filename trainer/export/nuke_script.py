@@ -6,7 +6,9 @@ in NukeX, it holds two nodes:
 - a ``CatFileCreator`` filled in for ``model.pt``: ``torchScriptFile`` (the TorchScript file),
   ``catFile`` (``model.cat`` beside it), ``channelsIn``/``channelsOut`` ``rgba.red, rgba.green,
   rgba.blue`` (the model's (1, 3, H, W) RGB contract, ``trainer.export.formats``), ``modelId`` (the run's
-  name) and ``outputScale`` 1 (the model returns the input's resolution). Pressing its
+  name) and ``outputScale``, the run's upres factor (``model.json`` ``scale``, ``TrainConfig.scale``): 1 when
+  the model returns the input's resolution, 2 or 4 when it returns frames that many times wider and taller
+  (the guide's "Output Scale": the ratio of the output's resolution to the input's). Pressing its
   "Create .cat file and Inference" button writes ``model.cat``;
 - an ``Inference`` node, fed by the CatFileCreator, whose ``modelFile`` reads that ``.cat``.
 
@@ -32,6 +34,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from trainer.core.config import SCALES
+
 #: File name of the script inside a run directory (the Runs panel lists it beside model.pt).
 NUKE_SCRIPT_NAME = "model_nuke.nk"
 #: Channels the model reads and writes: its (1, 3, H, W) RGB contract (trainer.export.formats).
@@ -47,19 +51,25 @@ def nk_quote(value: str) -> str:
     return f'"{escaped}"'
 
 
-def nuke_script(model_pt: Path, model_id: str) -> str:
+def nuke_script(model_pt: Path, model_id: str, scale: int = 1) -> str:
     """The text of ``model_nuke.nk`` for the TorchScript file ``model_pt`` (absolute path taken).
 
     The ``.cat`` goes beside it as ``<stem>.cat``. ``model_id`` is shown by Nuke as the model's id
-    (the run's name). Raises ValueError when ``model_id`` is empty.
+    (the run's name); ``scale`` is the model's upres factor, written as ``outputScale``.
+
+    Raises:
+        ValueError: ``model_id`` is empty, or ``scale`` is not one of :data:`trainer.core.config.SCALES`.
     """
     if not model_id:
         raise ValueError("model_id is empty; pass the run's name (the run directory's name)")
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale not in SCALES:
+        raise ValueError(f"scale={scale!r} is not one of {', '.join(map(str, SCALES))}; pass the run's --scale "
+                         "(model.json 'scale')")
     pt = Path(model_pt).absolute()
     cat = pt.with_suffix(".cat")
     knobs_creator = [("inputs", "0"), ("torchScriptFile", pt.as_posix()), ("catFile", cat.as_posix()),
                      ("channelsIn", RGB_CHANNELS), ("channelsOut", RGB_CHANNELS), ("modelId", model_id),
-                     ("outputScale", "1"), ("name", "CatFileCreator_cuetrain"), ("xpos", "0"), ("ypos", "-60")]
+                     ("outputScale", str(scale)), ("name", "CatFileCreator_cuetrain"), ("xpos", "0"), ("ypos", "-60")]
     knobs_inference = [("modelFile", cat.as_posix()), ("name", "Inference_cuetrain"), ("xpos", "0"),
                        ("ypos", "0")]
     lines = ["# written by cuetrain (trainer.export.nuke_script): press 'Create .cat file and Inference' on",

@@ -2,10 +2,14 @@
 
 Modules (its public surface; names starting with ``_`` stay inside their module):
 
+- :mod:`trainer.learn.baselines`: Baseline networks for benchmarks, not offered for training: what cuetrain's own
+  networks must beat.
 - :mod:`trainer.learn.divergence`: The divergence watch: a run whose loss blows up stops with one clear error (exit
   81), not garbage weights.
 - :mod:`trainer.learn.ema`: Exponential moving average (EMA) of the weights, the model rank 0 exports when ``--ema-
   decay`` is set.
+- :mod:`trainer.learn.init_from`: ``--init-from PATH``: start a run from another model's weights (a head start), not
+  from random ones.
 - :mod:`trainer.learn.model`: The networks only: residual U-Nets for image-to-image tasks (no I/O, no arguments
   parsing).
 - :mod:`trainer.learn.noise_scale`: The gradient noise scale, measured while training (McCandlish et al. 2018, "An
@@ -21,8 +25,10 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 """
 
 __all__ = [
+    'baselines',
     'divergence',
     'ema',
+    'init_from',
     'model',
     'noise_scale',
     'optim',

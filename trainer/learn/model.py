@@ -26,13 +26,26 @@ Three architectures, each in three sizes (:data:`ARCHITECTURES`):
   convolution + ``pixel_shuffle``; skips are added (NAFNet), not concatenated. The best of the three on
   compression artefacts, the worst on blur and noise (docs/studies/time_to_quality.md, "Exploration").
 
+**Upres** (``scale`` s of 2 or 4, ``TrainConfig.scale``): (B, 3, H, W) -> (B, 3, sH, sW). Every architecture
+becomes ``output = bilinear(input, s) + pixel_shuffle(tail(features), s)`` (:class:`SubPixelUpscale`): the tail
+convolution returns 3 s^2 channels at the features' resolution and the sub-pixel convolution of Shi et al. 2016
+("Real-Time Single Image and Video Super-Resolution Using an Efficient Sub-Pixel Convolutional Neural Network",
+ESPCN, CVPR 2016, arXiv:1609.05158) rearranges them into an s x larger frame. The tail still starts at zero, so
+an untrained upres model returns the bilinearly interpolated input and training learns the detail. v2's
+space-to-depth stem composes with it: the tail returns 3 (stem s)^2 channels at 1/stem resolution and one
+``pixel_shuffle`` by stem s reaches s x the input (the two rearrangements fused into one; the tail is learnt,
+so which sub-pixel goes to which channel is immaterial). ``scale`` 1 builds exactly the networks above (same
+parameters, initial weights and outputs). :class:`trainer.learn.baselines.ESPCN` is the paper's own small network, a
+baseline for benchmarks.
+
 Every operator is one torch 1.12's TorchScript has and that exports to standard ONNX (opset <= 18):
-conv2d, relu, add, slicing, pixel_shuffle/pixel_unshuffle; padding goes through :func:`pad_to_multiple`.
+conv2d, relu, add, slicing, pixel_shuffle/pixel_unshuffle, bilinear upsampling (``upsample_bilinear2d``, ONNX
+``Resize``; upres only); padding goes through :func:`pad_to_multiple`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -48,12 +61,14 @@ class ModelConfig:
         depth: number of 2x downsamplings [levels]; frames are padded to a multiple of 2**depth.
         blocks: residual blocks per level [count].
         channels: image channels in and out (RGB) [channels].
+        scale: output size over input size in both dimensions (1: same size; 2, 4: upres, module doc) [1].
     """
 
     base_channels: int
     depth: int
     blocks: int
     channels: int = 3
+    scale: int = 1
 
 
 #: The v1 sizes. Parameter counts (measured by ``count_parameters``): small 169,843 (0.17 M), medium
@@ -86,6 +101,48 @@ def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
     out[:, :, :h, w:] = x[:, :, :, w - 1:w]  # repeat the last column (broadcast over pw columns)
     out[:, :, h:, :] = out[:, :, h - 1:h, :]  # repeat the last (already widened) row, corner included
     return out
+
+
+class SubPixelUpscale(nn.Module):
+    """The upres output (module doc): ``bilinear(x, scale) + pixel_shuffle(residual, shuffle)``, cropped.
+
+    x (B, C, H, W) and residual (B, C shuffle^2, H'/k, W'/k), where H' >= H and W' >= W are the padded size and
+    k = shuffle / scale the features' downsampling (the stem) -> (B, C, scale H, scale W). The interpolation is
+    ``F.interpolate(mode="bilinear", align_corners=False)``: ``aten::upsample_bilinear2d`` in TorchScript (in
+    libtorch 1.12's operators, ``trainer.export.compat``) and ``Resize`` (linear, half_pixel) in ONNX. Sub-pixel
+    layout: Shi et al. 2016 (ESPCN).
+    """
+
+    def __init__(self, scale: int, shuffle: int) -> None:
+        super().__init__()
+        self.scale = scale  # output size over input size [1]
+        self.shuffle = shuffle  # pixel_shuffle factor: scale times the features' downsampling [1]
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2], x.shape[-1]
+        base = bilinear(x, self.scale)  # (B, C, sH, sW)
+        detail = F.pixel_shuffle(residual, self.shuffle)  # (B, C k^2 s^2, H'/k, W'/k) -> (B, C, sH', sW')
+        return base + detail[..., :self.scale * h, :self.scale * w]
+
+
+def bilinear(x: torch.Tensor, scale: int) -> torch.Tensor:
+    """(B, C, H, W) -> (B, C, scale H, scale W) bilinear upsampling (``align_corners=False``): what an untrained
+    upres network returns (:class:`SubPixelUpscale`), and the trainer's "input unchanged" loss at ``--scale`` > 1
+    (``trainer.learn.divergence``); ``x`` itself at scale 1."""
+    if scale == 1:
+        return x
+    return F.interpolate(x, scale_factor=float(scale), mode="bilinear", align_corners=False)
+
+
+def check_scale(scale: int) -> None:
+    """Raises ValueError: ``scale`` is not an int >= 1."""
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise ValueError(f"scale={scale!r} must be a whole number >= 1 (1: same size; 2 or 4: upres)")
+
+
+def _upscale(scale: int, shuffle: int) -> SubPixelUpscale | None:
+    """The upres output of a network of ``scale`` (None for 1: the networks' own ``x + residual`` path)."""
+    return SubPixelUpscale(scale, shuffle) if scale > 1 else None
 
 
 class ResBlock(nn.Module):
@@ -129,22 +186,27 @@ class Up(nn.Module):
 
 
 class CopyCatUNet(nn.Module):
-    """Residual U-Net. (B, 3, H, W) float32 -> (B, 3, H, W) float32, any H, W >= 1.
+    """Residual U-Net. (B, 3, H, W) float32 -> (B, 3, sH, sW) float32 (s = ``cfg.scale``), any H, W >= 1.
 
     Values are whatever the training data holds (0..1 for integer formats, scene-linear for EXR).
+
+    Raises:
+        ValueError: ``cfg.scale`` is not an int >= 1.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        check_scale(cfg.scale)
         c = cfg.base_channels
         self.multiple = 2 ** cfg.depth
         self.head = nn.Conv2d(cfg.channels, c, 3, padding=1)
         self.downs = nn.ModuleList([Down(c * 2 ** i, cfg.blocks) for i in range(cfg.depth)])
         self.middle = nn.Sequential(*[ResBlock(c * 2 ** cfg.depth) for _ in range(cfg.blocks)])
         self.ups = nn.ModuleList([Up(c * 2 ** i, cfg.blocks) for i in reversed(range(cfg.depth))])
-        self.tail = nn.Conv2d(c, cfg.channels, 3, padding=1)
-        nn.init.zeros_(self.tail.weight)  # start as the identity: output == input
+        self.tail = nn.Conv2d(c, cfg.channels * cfg.scale ** 2, 3, padding=1)  # 3 s^2 sub-pixel channels
+        nn.init.zeros_(self.tail.weight)  # start as the identity (upres: the bilinear input)
         nn.init.zeros_(self.tail.bias)
+        self.upscale = _upscale(cfg.scale, cfg.scale)  # None at scale 1: no parameters, no draws
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2], x.shape[-1]
@@ -157,7 +219,10 @@ class CopyCatUNet(nn.Module):
         y = self.middle(y)
         for i, up in enumerate(self.ups):  # each level: (B, 2C, H/2, W/2) -> (B, C, H, W)
             y = up(y, skips[len(skips) - 1 - i])
-        return x + self.tail(y)[..., :h, :w]
+        y = self.tail(y)  # (B, c, H', W') -> (B, 3 s^2, H', W')
+        if self.upscale is None:
+            return x + y[..., :h, :w]
+        return self.upscale(x, y)  # -> (B, 3, sH, sW)
 
 
 @dataclass(frozen=True)
@@ -173,6 +238,7 @@ class ModelConfigV2:
         stem: space-to-depth factor of the stem: the first level runs at 1/stem resolution [pixels]; 1 = no
             stem (v3: the first level at full resolution).
         channels: image channels in and out (RGB) [channels].
+        scale: output size over input size in both dimensions (1: same size; 2, 4: upres, module doc) [1].
     """
 
     width: int
@@ -181,6 +247,7 @@ class ModelConfigV2:
     dec_blocks: tuple[int, ...]
     stem: int = 2
     channels: int = 3
+    scale: int = 1
 
     @property
     def multiple(self) -> int:
@@ -189,16 +256,19 @@ class ModelConfigV2:
 
 
 class CopyCatUNetV2(nn.Module):
-    """The v2 residual U-Net (module doc). (B, 3, H, W) float32 -> (B, 3, H, W) float32, any H, W >= 1.
+    """The v2 residual U-Net (module doc). (B, 3, H, W) float32 -> (B, 3, sH, sW) float32 (s = ``cfg.scale``),
+    any H, W >= 1.
 
     Raises:
-        ValueError: ``enc_blocks`` and ``dec_blocks`` differ in length or are empty.
+        ValueError: ``enc_blocks`` and ``dec_blocks`` differ in length or are empty, or ``cfg.scale`` is not an
+            int >= 1.
     """
 
     def __init__(self, cfg: ModelConfigV2) -> None:
         super().__init__()
         if len(cfg.enc_blocks) != len(cfg.dec_blocks) or not cfg.enc_blocks:
             raise ValueError(f"enc_blocks {cfg.enc_blocks} and dec_blocks {cfg.dec_blocks} need one entry per level")
+        check_scale(cfg.scale)
         self.stem, self.multiple = cfg.stem, cfg.multiple
         packed = cfg.channels * cfg.stem ** 2  # channels after space-to-depth
         widths = [cfg.width * 2 ** i for i in range(len(cfg.enc_blocks) + 1)]
@@ -209,9 +279,10 @@ class CopyCatUNetV2(nn.Module):
         levels = list(reversed(range(len(cfg.dec_blocks))))  # the way up runs from the lowest level
         self.ups = nn.ModuleList([nn.Conv2d(widths[i + 1], widths[i] * 4, 1) for i in levels])
         self.decoders = nn.ModuleList([_blocks(widths[i], cfg.dec_blocks[i]) for i in levels])
-        self.tail = nn.Conv2d(cfg.width, packed, 3, padding=1)
-        nn.init.zeros_(self.tail.weight)  # start as the identity: output == input
+        self.tail = nn.Conv2d(cfg.width, packed * cfg.scale ** 2, 3, padding=1)  # 3 (stem s)^2 channels
+        nn.init.zeros_(self.tail.weight)  # start as the identity (upres: the bilinear input)
         nn.init.zeros_(self.tail.bias)
+        self.upscale = _upscale(cfg.scale, cfg.stem * cfg.scale)  # one pixel_shuffle by stem*scale; None at 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2], x.shape[-1]
@@ -228,9 +299,11 @@ class CopyCatUNetV2(nn.Module):
         for i, (up, decoder) in enumerate(zip(self.ups, self.decoders)):  # (B, 2C, h/2, w/2) -> (B, C, h, w)
             y = F.pixel_shuffle(up(y), 2) + skips[len(skips) - 1 - i]  # (B, 4C, h/2, w/2) -> (B, C, h, w)
             y = decoder(y)
-        y = self.tail(y)  # (B, c, h, w) -> (B, 3 s^2, h, w)
+        y = self.tail(y)  # (B, c, h, w) -> (B, 3 stem^2 scale^2, h, w)
+        if self.upscale is not None:
+            return self.upscale(x, y)  # -> (B, 3, scale H, scale W)
         if self.stem > 1:
-            y = F.pixel_shuffle(y, self.stem)  # (B, 3 s^2, h, w) -> (B, 3, H', W')
+            y = F.pixel_shuffle(y, self.stem)  # (B, 3 stem^2, h, w) -> (B, 3, H', W')
         return x + y[..., :h, :w]
 
 
@@ -263,18 +336,19 @@ ARCHITECTURES: dict[str, dict[str, ModelConfig] | dict[str, ModelConfigV2]] = {
 MODEL_SIZES = tuple(MODEL_SIZES_V2)
 
 
-def model_config(size: str, architecture: str) -> ModelConfig | ModelConfigV2:
-    """The constructor arguments of a network (what checkpoints and model.json record).
+def model_config(size: str, architecture: str, scale: int = 1) -> ModelConfig | ModelConfigV2:
+    """The constructor arguments of a network (what checkpoints and model.json record), at upres ``scale``.
 
     Raises:
-        ValueError: unknown architecture or size (the valid names are listed).
+        ValueError: unknown architecture or size (the valid names are listed), or ``scale`` not an int >= 1.
     """
+    check_scale(scale)
     if architecture not in ARCHITECTURES:
         raise ValueError(f"architecture {architecture!r} is not one of {', '.join(ARCHITECTURES)}")
     sizes = ARCHITECTURES[architecture]
     if size not in sizes:
         raise ValueError(f"model size {size!r} is not one of {', '.join(sizes)}")
-    return sizes[size]
+    return replace(sizes[size], scale=scale)
 
 
 #: Architectures whose residual blocks start as the identity (SkipInit, De & Smith 2020, "Batch Normalization
@@ -295,17 +369,18 @@ def zero_residual_branches(net: nn.Module) -> nn.Module:
     return net
 
 
-def build_model(size: str, architecture: str, skip_init: bool | None = None) -> nn.Module:
-    """The network for a model size and architecture name (see :data:`ARCHITECTURES`), initialised.
+def build_model(size: str, architecture: str, skip_init: bool | None = None, scale: int = 1) -> nn.Module:
+    """The network for a model size and architecture name (see :data:`ARCHITECTURES`), initialised; it returns
+    frames ``scale`` x the input's width and height (module doc, "Upres").
 
     ``skip_init``: start every residual block as the identity (:func:`zero_residual_branches`); None = the
     architecture's default (:data:`SKIP_INIT_ARCHITECTURES`). The weights torch draws for the other layers are
     the same either way (the blocks are zeroed after they are drawn).
 
     Raises:
-        ValueError: unknown size or architecture (the valid names are listed).
+        ValueError: unknown size or architecture (the valid names are listed), or ``scale`` not an int >= 1.
     """
-    cfg = model_config(size, architecture)
+    cfg = model_config(size, architecture, scale)
     net = CopyCatUNet(cfg) if isinstance(cfg, ModelConfig) else CopyCatUNetV2(cfg)
     if skip_init is None:
         skip_init = architecture in SKIP_INIT_ARCHITECTURES
@@ -317,3 +392,4 @@ def build_model(size: str, architecture: str, skip_init: bool | None = None) -> 
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters [count]."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+

@@ -74,18 +74,20 @@ def contact_sheet_image(inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor,
     """Labelled grid of crops: rows = crops, columns = Input | Output | Ground Truth, under a header
     band that names the columns and the step, so the PNG reads on its own.
 
-    Args: three (n, 3, c, c) tensors; ``step``: training step written in the header (omitted when None).
-    Returns (SHEET_HEADER + n*C + (n-1)*gap, 3*C + 2*gap, 3) float32 clipped to 0..1, where C = c *
-    :func:`sheet_scale` (c) (cells enlarged by whole factors, nearest neighbour, so no pixel is invented).
+    Args: (n, 3, c, c) ``inp`` and (n, 3, sc, sc) ``out`` and ``tgt`` (s = the ``--scale``, 1 for repair);
+    ``step``: training step written in the header (omitted when None).
+    Returns (SHEET_HEADER + n*C + (n-1)*gap, 3*C + 2*gap, 3) float32 clipped to 0..1, where C = sc *
+    :func:`sheet_scale` (sc) (cells enlarged by whole factors, nearest neighbour, so no pixel is invented: an upres
+    run's Input is shown at the Output's size, its pixels as blocks).
     """
-    n, _, c, _ = inp.shape
-    k = sheet_scale(c)
-    cell, g = c * k, SHEET_GAP
+    n, c = inp.shape[0], tgt.shape[-1]
+    cell, g = c * sheet_scale(c), SHEET_GAP
     sheet = np.ones((SHEET_HEADER + n * cell + (n - 1) * g, 3 * cell + 2 * g, 3), np.float32)
     for row in range(n):
         for col, t in enumerate((inp, out, tgt)):
             y, x = SHEET_HEADER + row * (cell + g), col * (cell + g)
             crop = t[row].detach().float().cpu().permute(1, 2, 0).numpy()  # (3, c, c) -> (c, c, 3)
+            k = cell // crop.shape[0]  # whole factor: the Input of an upres run is enlarged s times more
             sheet[y:y + cell, x:x + cell] = crop.repeat(k, axis=0).repeat(k, axis=1)
     sheet[:SHEET_HEADER] = _header(sheet.shape[1], cell, g, step)
     return np.clip(sheet, 0.0, 1.0)
@@ -137,7 +139,8 @@ class RunWriter:
             append_metrics(self.paths, [row])
 
     def contact_sheet(self, step: int, inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor) -> None:
-        """Queue ``contact_sheets/step_NNNNNN.png`` from (n, 3, c, c) crops."""
+        """Queue ``contact_sheets/step_NNNNNN.png`` from (n, 3, c, c) Input crops and (n, 3, sc, sc) Output and
+        Ground Truth crops (s = ``--scale``)."""
         if self.enabled:
             sheet = contact_sheet_image(inp, out, tgt, step)
             self._submit(write_image, self.paths.contact_sheet(step), sheet)
@@ -186,7 +189,9 @@ class RunWriter:
 def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], onnx: bool | None = None) -> None:
     """Write ``model.pt`` (TorchScript), ``model_nuke.nk``, ``model.onnx`` and ``model.json`` (``meta`` + exports + versions), atomically.
 
-    The contracts of both files are in ``trainer.export.formats``. ``model.onnx`` is skipped (with a warning,
+    The contracts of both files are in ``trainer.export.formats``. ``meta["scale"]`` (default 1) is the model's
+    upres factor: model.json records it as ``scale``, the exports' output shapes and the Nuke script's
+    ``outputScale`` follow it. ``model.onnx`` is skipped (with a warning,
     and ``exports`` in model.json without it) when ``onnx`` is False (default:
     ``CUETRAIN_EXPORT_ONNX``) or the onnx packages are missing; a failed ONNX export is logged and
     skipped too, so a finished training run always leaves ``model.pt``.
@@ -198,22 +203,23 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
     from trainer.core.envvars import read_export_onnx
     from trainer.export.formats import ExportError, onnx_bytes, onnx_description, torchscript_bytes, torchscript_description
 
+    scale = meta.get("scale", 1)
     atomic_write_bytes(paths.model, torchscript_bytes(model))
     from trainer.export.nuke_script import nuke_script
 
-    atomic_write_bytes(paths.model_nuke, nuke_script(paths.model, paths.root.absolute().name).encode())
-    exports: dict[str, Any] = {"model.pt": torchscript_description()}
+    atomic_write_bytes(paths.model_nuke, nuke_script(paths.model, paths.root.absolute().name, scale).encode())
+    exports: dict[str, Any] = {"model.pt": torchscript_description(scale)}
     if read_export_onnx() if onnx is None else onnx:
         try:
             atomic_write_bytes(paths.model_onnx, onnx_bytes(model))
-            exports["model.onnx"] = onnx_description()
+            exports["model.onnx"] = onnx_description(scale)
         except ExportError as exc:
             log.warning("model.onnx not written: %s", exc)
     from trainer.export.compat import MIN_LIBTORCH  # the oldest host libtorch model.pt loads in (Nuke 14)
 
     onnx_opset = {"onnx_opset": exports["model.onnx"]["opset"]} if "model.onnx" in exports else {}
-    atomic_write_json(paths.model_meta, {**meta, "format": "torchscript", "min_libtorch": MIN_LIBTORCH, **onnx_opset,
-                                         "exports": exports, "versions": versions(),
+    atomic_write_json(paths.model_meta, {**meta, "scale": scale, "format": "torchscript", "min_libtorch": MIN_LIBTORCH,
+                                         **onnx_opset, "exports": exports, "versions": versions(),
                                          "exported_at": runrecord.now_iso()})
 
 
@@ -231,13 +237,13 @@ def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:
 
 
 def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: str, architecture: str,
-                    optimizer: str = "adam") -> None:
-    """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture``, or of another
-    ``--optimizer`` (its state cannot continue another optimizer's).
+                    optimizer: str = "adam", scale: int = 1) -> None:
+    """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture`` / ``--scale``,
+    or of another ``--optimizer`` (its state cannot continue another optimizer's).
 
     Checkpoints written before architectures were named are v1; the optimizer is read from the state
     (``trainer.learn.optim.optimizer_of``). Raises:
-        ConfigError: the size, architecture or optimizer differs (names the file, both values and the fix).
+        ConfigError: the size, architecture, scale or optimizer differs (names the file, both values and the fix).
     """
     if ckpt["model_size"] != model_size:
         raise ConfigError(f"checkpoint {path} is a {ckpt['model_size']} model, but --model-size is {model_size}; "
@@ -246,6 +252,10 @@ def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: s
     if saved != architecture:
         raise ConfigError(f"checkpoint {path} is a {saved} network, but --architecture is {architecture}; "
                           f"resume with --architecture {saved} or start another --run-dir")
+    saved_scale = ckpt.get("scale", 1)  # checkpoints written before --scale existed are same-size models
+    if saved_scale != scale:
+        raise ConfigError(f"checkpoint {path} is a --scale {saved_scale} model, but --scale is {scale}; resume with "
+                          f"--scale {saved_scale} or start another --run-dir")
     trained = optimizer_of(ckpt.get("optimizer"))
     if trained != optimizer:
         raise ConfigError(f"checkpoint {path} was trained with --optimizer {trained}, but --optimizer is {optimizer}; "

@@ -38,7 +38,7 @@ from trainer.learn.ema import WeightEMA
 from trainer.core.envvars import DistEnv, read_dist_env
 from trainer.dist.gang import GangError, explain_failure
 from trainer.dist.stopvote import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
-from trainer.learn.model import build_model, count_parameters, model_config
+from trainer.learn.model import bilinear, build_model, count_parameters, model_config
 from trainer.learn.noise_scale import GradNoise, NoiseSampling, parameter_grads, squared_norm
 from trainer.learn.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
@@ -126,7 +126,8 @@ class _Loop:
         if self.master:
             warn_identity(cfg.input_dir, cfg.target_dir)
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        self.net = build_model(cfg.model_size, cfg.architecture).to(rt.device, memory_format=fmt)  # float32 master weights
+        self.net = build_model(cfg.model_size, cfg.architecture, scale=cfg.scale).to(  # float32 master weights
+            rt.device, memory_format=fmt)
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
         self.opt = build_optimizer(cfg, self.net, self.peak_lr)
@@ -144,11 +145,14 @@ class _Loop:
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
             self._resume()
+        started_from = self._init_from() if self.step == 0 and self.cfg.init_from else None
         start = self.step
         model = self._wrap()
         self.writer.start(self._config_record(), self.env.world_size, start, self.rt.backend)
         if self.master:
             runrecord.update_record(self.paths, precision=self.precision.to_dict())
+            if started_from is not None:
+                runrecord.update_record(self.paths, init_from=started_from)
         log.info("precision %s (%s), memory format %s", self.precision.name, self.precision.reason,
                  self.cfg.memory_format)
         log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g",
@@ -198,7 +202,7 @@ class _Loop:
             with no_sync() if (no_sync is not None and not update) else contextlib.nullcontext():
                 per_crop = self._forward_backward(model, batch)
             loss_acc += per_crop.sum()
-            identity_acc += per_crop_l1(batch.input, batch.target).sum()
+            identity_acc += per_crop_l1(bilinear(batch.input, cfg.scale), batch.target).sum()  # --scale 1: the input
             n_acc += self.sampler.local_batch
             self.step = step
             if update:
@@ -323,7 +327,7 @@ class _Loop:
         if step % cfg.contact_sheet_interval == 0 or step == cfg.steps:
             prev = self.sampler.preview(step)
             with torch.no_grad(), self.precision.autocast():
-                out = self._shipped()(prev.input)
+                out = self._shipped()(prev.input)  # (n, 3, c, c) -> (n, 3, sc, sc) with --scale s
             self.writer.contact_sheet(step, prev.input, out, prev.target)
         if due:
             self.writer.checkpoint(step, self._state())
@@ -335,7 +339,7 @@ class _Loop:
                          "world_size": self.env.world_size, "sync_interval": self.env.sync_interval,
                          "torch_rng": torch.get_rng_state(), "grad_scaler": self.scaler.state_dict(),
                          "precision": self.precision.name, "architecture": self.cfg.architecture,
-                         "model_config": dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture)),
+                         "model_config": self._model_config(), "scale": self.cfg.scale,
                          "noise_scale": self.noise.state_dict(),
                          "ema": self.ema.state_dict() if self.ema is not None else None})
 
@@ -351,7 +355,7 @@ class _Loop:
                 log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
         check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture,
-                        self.cfg.optimizer)
+                        self.cfg.optimizer, self.cfg.scale)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
         if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far
@@ -364,15 +368,39 @@ class _Loop:
         self._logged_updates = self.updates
         log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
 
+    def _init_from(self) -> dict[str, Any]:
+        """``--init-from``: load another model's weights into the network on every rank (the optimizer and the
+        schedule start fresh); the EMA restarts from them. Returns the ``run.json`` ``init_from`` record.
+
+        Raises:
+            ConfigError: the source's architecture, size, scale or channels differ (each mismatch named), or it
+                cannot be read (``trainer.learn.init_from``).
+        """
+        from trainer.learn.init_from import apply_init_from
+
+        record = apply_init_from(self.net, self.cfg.init_from, architecture=self.cfg.architecture,
+                                 model_size=self.cfg.model_size, scale=self.cfg.scale)
+        if self.ema is not None:
+            self.ema = WeightEMA(self.net, self.cfg.ema_decay)
+        log.info("rank %d: weights from %s (%s, step %s)", self.env.rank, record.get("weights"), record.get("kind"),
+                 record.get("step"))
+        return record
+
+    def _model_config(self) -> dict[str, Any]:
+        return dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture, scale=self.cfg.scale))
+
     def _config_record(self) -> dict[str, Any]:
         """The config as run.json and model.pt record it, with ``base_lr``: the lr used when ``lr`` is None."""
         return {**self.cfg.to_dict(), "base_lr": self.cfg.base_lr}
 
     def _model_meta(self) -> dict[str, Any]:
         return {"model_size": self.cfg.model_size, "architecture": self.cfg.architecture,
-                "model_config": dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture)),
-                "parameters": count_parameters(self.net), "step": self.step,
-                "channels": 3, "input": "(B, 3, H, W) float32, any H and W", "config": self._config_record(),
+                "model_config": self._model_config(), "scale": self.cfg.scale,
+                "parameters": count_parameters(self.net), "step": self.step, "channels": 3,
+                "input": "(B, 3, H, W) float32, any H and W",
+                "output": "(B, 3, H, W) float32" if self.cfg.scale == 1 else
+                          f"(B, 3, {self.cfg.scale}H, {self.cfg.scale}W) float32",
+                "config": self._config_record(),
                 "world_size": self.env.world_size, "colour": self.colour.to_dict(),
                 "trained_precision": self.precision.name}
 

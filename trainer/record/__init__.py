@@ -2,6 +2,8 @@
 
 Modules (its public surface; names starting with ``_`` stay inside their module):
 
+- :mod:`trainer.record.initsource`: ``--init-from PATH``: what PATH is, which file holds its weights, and what its
+  metadata says (stdlib only).
 - :mod:`trainer.record.rankfailure`: A rank's structured failure record: what the node agent reads instead of
   scraping ``rank_N.log``.
 - :mod:`trainer.record.rundir`: The run directory: the one contract between trainer, farm and GUI.
@@ -11,6 +13,7 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 """
 
 __all__ = [
+    'initsource',
     'rankfailure',
     'rundir',
     'runrecord',

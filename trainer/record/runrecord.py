@@ -123,6 +123,10 @@ class RunRecord:
             width/height [pixels], bytes), ``cache`` (where crops come from, data cache [MiB], host cache folder and
             size [bytes]) and ``hosts`` (per host: ranks, bytes read from files during the data phase per
             ``/proc/self/io`` ``rchar`` and ``read_bytes``, bytes of shot files decoded, shot reads = decoded / shot).
+        init_from: what the run's weights started from with ``--init-from`` ({} for random weights): path (as
+            given), kind (``run``, ``checkpoint`` or ``model``), weights (the file loaded), step [steps], run (the
+            source run's name), and the source's architecture, model_size, scale and channels
+            (``trainer.learn.init_from.apply_init_from``).
         extra: keys this version does not know, kept as they are.
     """
 
@@ -148,6 +152,7 @@ class RunRecord:
     gang: Mapping[str, Any] = field(default_factory=dict)
     precision: Mapping[str, Any] = field(default_factory=dict)
     data: Mapping[str, Any] = field(default_factory=dict)
+    init_from: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -204,7 +209,7 @@ _TYPES: dict[str, Any] = {"state": str, "config": dict, "world_size": int, "vers
                           "pid": int, "finished_at": str, "final_step": int, "final_loss": float, "error": str,
                           "failure_kind": str, "failed_rank": int, "failed_at": str, "exit_code": int,
                           "stopped_step": int, "farm": dict, "gang_failure": dict, "precision": dict,
-                          "gang": dict, "data": dict}
+                          "gang": dict, "data": dict, "init_from": dict}
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -5,6 +5,9 @@ existing menu.py). Nuke's Python imports only cuetrain's ``gui`` with qtpy, pyqt
 CUETRAIN_ROOT to the cuetrain checkout (or install those into Nuke's site-packages). Every farm call and
 the advisor run in the cuetrain environment, out of process: set CUETRAIN_PYTHON to its interpreter
 (e.g. /studio/cuetrain/.venv/bin/python), since Nuke's own Python and gRPC are not cuetrain's.
+
+With two Read nodes selected (Input and Ground Truth), Train on Render Farm fills both folders and proposes
+the upscale factor from the Reads' formats (``gui.upres.prefill_from_reads``).
 """
 
 import os
@@ -18,8 +21,30 @@ if _root and _root not in sys.path:
 if _root and not os.environ.get("CUETRAIN_PYTHON") and os.path.exists(os.path.join(_root, ".venv", "bin", "python")):
     os.environ["CUETRAIN_PYTHON"] = os.path.join(_root, ".venv", "bin", "python")  # the checkout's environment
 
+
+def _selected_reads():
+    """The selected Read nodes as ``gui.upres.ReadInfo`` (name, file, format size), in the order they were
+    selected (``nuke.selectedNodes`` lists the last selected first)."""
+    from gui.upres import ReadInfo
+
+    reads = []
+    for node in reversed(nuke.selectedNodes("Read")):
+        fmt = node.format()
+        reads.append(ReadInfo(node.name(), nuke.filename(node) or node["file"].value(), fmt.width(), fmt.height()))
+    return reads
+
+
+def _prefill_from_selection():
+    """Two selected Reads fill the dialog's Input and Ground Truth folders and propose the upscale factor from
+    their formats (Ground Truth width / Input width when it is 1, 2 or 4 in both dimensions; else 1x and a
+    warning in the dialog)."""
+    from gui.upres import prefill_from_reads
+
+    return prefill_from_reads(_selected_reads())
+
+
 if nuke.GUI:
     from gui.menu import install_in_main_window
 
     # Nuke's main window exists when menu.py runs; the call retries briefly from the event loop if not.
-    install_in_main_window()
+    install_in_main_window(prefill=_prefill_from_selection)

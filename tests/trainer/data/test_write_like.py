@@ -91,8 +91,9 @@ def test_data_window_and_display_window_are_kept(tmp_path):
 
 def test_wrong_size_is_refused(tmp_path):
     source = make(tmp_path / "a.0001.png", "uint8", ("R", "G", "B"))
-    with pytest.raises(ValueError, match="the output must have the input's size"):
-        write_like(tmp_path / "o.png", np.zeros((5, 7, 3), np.float32), source)
+    for shape in [(5, 7, 3), (12, 7, 3), (12, 15, 3), (6, 7), (18, 21, 4)]:  # not a whole multiple of 6x7 RGB
+        with pytest.raises(ValueError, match=r"must be \(s\*6, s\*7, 3\) for a whole s >= 1"):
+            write_like(tmp_path / "o.png", np.zeros(shape, np.float32), source)
     with pytest.raises(DataError, match="cannot read"):
         write_like(tmp_path / "o.png", np.zeros((6, 7, 3), np.float32), tmp_path / "missing.png")
     assert not (tmp_path / "o.png").exists()
@@ -105,3 +106,57 @@ def test_select_frames_takes_a_chunk():
     assert list(select_frames(frames)) == [1001, 1002, 1004, 1005]
     with pytest.raises(DataError, match="no input frame is in 1006-1010"):
         select_frames(frames, 1006, 1010)
+
+
+@pytest.mark.parametrize("factor", [2, 4])
+def test_upres_output_keeps_format_and_channels_and_resizes_alpha_bilinearly(tmp_path, factor):
+    import torch
+    import torch.nn.functional as F
+
+    source = make(tmp_path / "b.0001.png", "uint8", ("R", "G", "B", "A"), Software="studio")
+    colour = np.random.default_rng(2).random((6 * factor, 7 * factor, 3)).astype(np.float32)
+    write_like(tmp_path / "o.png", colour, source)
+    (a, a_px), (b, b_px) = spec_of(source), spec_of(tmp_path / "o.png")
+    assert (str(b.format), b.width, b.height, tuple(b.channelnames)) == ("uint8", 7 * factor, 6 * factor,
+                                                                          ("R", "G", "B", "A"))
+    assert b.getattribute("Software") == "studio"
+    assert np.abs(read_image(tmp_path / "o.png") - colour).max() <= 0.5 / 255 + 1e-7
+    alpha = torch.from_numpy(a_px[..., 3])[None, None]
+    expected = F.interpolate(alpha, scale_factor=factor, mode="bilinear", align_corners=False)[0, 0].numpy()
+    assert np.abs(b_px[..., 3] - expected).max() <= 0.5 / 255 + 1e-6
+
+
+def test_upres_exr_scales_both_windows_keeps_pixel_aspect_and_resizes_depth_by_nearest(tmp_path):
+    spec = oiio.ImageSpec(7, 6, 5, "half")
+    spec.channelnames = ("R", "G", "B", "A", "Z")
+    spec.x, spec.y, spec.full_x, spec.full_y, spec.full_width, spec.full_height = 3, 2, -1, 0, 20, 10
+    spec.attribute("PixelAspectRatio", 2.0)
+    spec.attribute("compression", "piz")
+    path = tmp_path / "over.0001.exr"
+    pixels = np.random.default_rng(3).random((6, 7, 5)).astype(np.float32) * 4
+    out = oiio.ImageOutput.create(str(path))
+    assert out.open(str(path), spec) and out.write_image(pixels) and out.close()
+    _, src_px = spec_of(path)
+    write_like(tmp_path / "o.exr", np.zeros((12, 14, 3), np.float32), path)
+    got, px = spec_of(tmp_path / "o.exr")
+    assert (got.x, got.y, got.width, got.height) == (6, 4, 14, 12)
+    assert (got.full_x, got.full_y, got.full_width, got.full_height) == (-2, 0, 40, 20)
+    assert got.get_float_attribute("PixelAspectRatio") == 2.0 and got.getattribute("compression") == "piz"
+    assert str(got.format) == "half" and tuple(got.channelnames) == ("R", "G", "B", "A", "Z")
+    z = src_px[..., 4]
+    assert np.array_equal(px[..., 4], z.repeat(2, axis=0).repeat(2, axis=1))  # nearest: no invented depth
+    assert not px[..., :3].any()
+
+
+def test_bilinear_upscale_equals_torch_interpolate():
+    import torch
+    import torch.nn.functional as F
+
+    from trainer.data.write_like import bilinear_upscale, is_alpha
+
+    img = np.random.default_rng(4).random((5, 9, 2)).astype(np.float32)
+    for factor in (1, 2, 3, 4):
+        expected = F.interpolate(torch.from_numpy(img).permute(2, 0, 1)[None], scale_factor=factor,
+                                 mode="bilinear", align_corners=False)[0].permute(1, 2, 0).numpy()
+        np.testing.assert_allclose(bilinear_upscale(img, factor), expected, rtol=0, atol=1e-6)
+    assert [is_alpha(n) for n in ("A", "diffuse.A", "alpha", "Z", "R", "AO")] == [True, True, True, False, False, False]

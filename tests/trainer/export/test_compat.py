@@ -72,3 +72,15 @@ def test_an_operator_newer_than_the_floor_fails(tmp_path):
     _save(_RmsNorm(), path)
     assert check_torchscript(path).missing == ("aten::rms_norm",)
     assert main([str(path)]) == 1
+
+
+@pytest.mark.parametrize("scale", [2, 4])
+@pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
+def test_upres_models_load_at_the_floor(architecture, scale, tmp_path):
+    """The bilinear upsample and the sub-pixel shuffle of an upres model are libtorch 1.12 operators."""
+    path = tmp_path / "model.pt"
+    _save(build_model("small", architecture, scale=scale), path)
+    report = check_torchscript(path)
+    assert report.missing == (), f"{architecture} scale {scale}: libtorch {MIN_LIBTORCH} lacks {report.missing}"
+    assert {"aten::upsample_bilinear2d.vec", "aten::pixel_shuffle"} <= set(report.used)
+    assert "aten::pad" not in report.used and report.archive_version <= 3

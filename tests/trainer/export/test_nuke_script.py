@@ -97,3 +97,32 @@ def test_export_model_writes_model_nuke_nk_beside_model_pt(tmp_path):
     assert creator["torchScriptFile"] == paths.model.absolute().as_posix()
     assert creator["modelId"] == "my run"
     assert not list(paths.root.glob("*.tmp*"))  # atomic write leaves no temp file
+
+
+@pytest.mark.parametrize("scale", [1, 2, 4])
+def test_output_scale_is_the_runs_upres_factor(scale):
+    creator = dict(parse_nodes(nuke_script(Path("/show/run/model.pt"), "run", scale)))["CatFileCreator"]
+    assert creator["outputScale"] == str(scale)
+
+
+@pytest.mark.parametrize("scale", [0, 3, 8, True, 2.0])
+def test_a_scale_nuke_does_not_get_from_cuetrain_is_refused(scale):
+    with pytest.raises(ValueError, match="is not one of 1, 2, 4"):
+        nuke_script(Path("/x/model.pt"), "run", scale)
+
+
+def test_export_model_of_an_upres_run_records_the_scale(tmp_path):
+    import json
+
+    from trainer.learn.model import build_model
+
+    paths = RunPaths.of(tmp_path / "up")
+    paths.create()
+    export_model(paths, build_model("small", "v3", scale=2), {"step": 0, "scale": 2}, onnx=False)
+    meta = json.loads(paths.model_meta.read_text())
+    assert meta["scale"] == 2 and meta["exports"]["model.pt"]["output"]["shape"] == [1, 3, "2*H", "2*W"]
+    assert dict(parse_nodes(paths.model_nuke.read_text()))["CatFileCreator"]["outputScale"] == "2"
+    net = CopyCatUNet(ModelConfig(base_channels=4, depth=1, blocks=1))
+    export_model(paths, net, {"step": 0}, onnx=False)  # a meta without "scale": a same-size model
+    assert json.loads(paths.model_meta.read_text())["scale"] == 1
+    assert dict(parse_nodes(paths.model_nuke.read_text()))["CatFileCreator"]["outputScale"] == "1"

