@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from trainer.core.channels import ChannelError, ChannelPlan
 from trainer.core.timeouts import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
@@ -39,6 +40,10 @@ DEFAULT_DATA_CACHE_MB = 512
 #: ``--scale`` factors: the Ground Truth is this many times the Input's width and height (1: same size; 2 and 4:
 #: upres, see ``trainer.learn.model``) [1].
 SCALES = (1, 2, 4)
+#: ``--matte-loss``: the loss of matte channels (``trainer.learn.loss``); the first is the default.
+MATTE_LOSSES = ("bce+l1", "l1")
+#: ``--augment-grade``: auto = a random grade on matte tasks only (``trainer.data.augment``).
+AUGMENT_GRADES = ("auto", "on", "off")
 
 
 class ConfigError(ValueError):
@@ -130,6 +135,18 @@ class TrainConfig:
             (see ``trainer.data.shot_loading``) [seconds].
         scale: upres factor: the Ground Truth is ``scale`` times the Input in both dimensions and the model
             returns frames that size; 1 = same size (repair), 2 or 4 = upres [1].
+        input_channels: the Input channels the network reads, comma-separated as the files name them (``R,G,B``,
+            ``R,G,B,A``, an EXR layer's ``beauty.R,beauty.G,beauty.B``; ``trainer.core.channels``).
+        target_channels: the Ground Truth channels it learns to output (``R,G,B``; ``A`` or ``matte.A`` for a matte;
+            ``R,G,B,A``); a channel the Input also has is learnt as a correction of it, a new alpha as a matte.
+        matte_loss: loss of matte channels: ``bce+l1`` (binary cross-entropy plus L1) or ``l1``
+            (``trainer.learn.loss``).
+        augment: probability per crop of a random rotation, scale and flip, applied alike to the Input and the
+            Ground Truth crop (BigCat's "Automatic Data Augmentation"; ``trainer.data.augment``); 0 = off [1].
+        augment_grade: with ``augment``, also a random grade: ``auto`` (matte tasks: the Input's colour only, the
+            matte stays right), ``on`` (every task; a grade on both sides keeps a deblur or denoise right) or ``off``.
+        preview: a frame, or a folder of a few frames, outside the data set: at every contact-sheet interval rank 0
+            renders the model on them (``previews/``) ("" = none).
         init_from: start from another model's weights ("" = random weights): a run directory (its exported
             ``model.pt``), a checkpoint ``.pt`` or a ``model.pt``; only the weights are loaded, the optimizer and
             the schedule start fresh (``trainer.learn.init_from``). Ignored when ``--resume`` finds a checkpoint.
@@ -172,6 +189,12 @@ class TrainConfig:
     shot_check_s: float = 30.0
     scale: int = 1
     init_from: str = ""
+    input_channels: str = "R,G,B"
+    target_channels: str = "R,G,B"
+    matte_loss: str = "bce+l1"
+    augment: float = 0.0
+    augment_grade: str = "auto"
+    preview: str = ""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -211,8 +234,21 @@ class TrainConfig:
         if not isinstance(self.init_from, str):
             raise ConfigError(f"init_from={self.init_from!r} must be a path (a run directory, a checkpoint or a "
                               "model.pt) or empty")
+        try:
+            ChannelPlan.parse(self.input_channels, self.target_channels)
+        except ChannelError as exc:
+            raise ConfigError(str(exc)) from None
+        _check_choice("matte_loss", self.matte_loss, MATTE_LOSSES)
+        _check_choice("augment_grade", self.augment_grade, AUGMENT_GRADES)
+        if isinstance(self.augment, bool) or not 0.0 <= self.augment <= 1.0:
+            raise ConfigError(f"augment={self.augment!r} must be a probability from 0 (off) to 1 (e.g. 0.5)")
         if self.crop_size < 8:
             raise ConfigError(f"crop_size={self.crop_size} is too small; use at least 8 pixels (e.g. 64)")
+
+    @property
+    def channels(self) -> ChannelPlan:
+        """The run's :class:`trainer.core.channels.ChannelPlan` (``input_channels`` -> ``target_channels``)."""
+        return ChannelPlan.parse(self.input_channels, self.target_channels)
 
     @property
     def base_lr(self) -> float:
@@ -325,6 +361,17 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--init-from", metavar="PATH",
                    help="start from an earlier model's weights: a run directory, a checkpoint or a model.pt of the "
                         "same architecture, size and scale (default: random weights)")
+    g.add_argument("--input-channels", metavar="NAMES",
+                   help="Input channels the network reads, as the files name them (default R,G,B; e.g. R,G,B,A)")
+    g.add_argument("--target-channels", metavar="NAMES",
+                   help="Ground Truth channels to learn (default R,G,B; A or matte.A: a matte; R,G,B,A: colour + alpha)")
+    g.add_argument("--matte-loss", choices=MATTE_LOSSES, help="loss of matte channels (default bce+l1)")
+    g.add_argument("--augment", type=float, metavar="P",
+                   help="probability per crop of a random rotation, scale and flip of both sides (default 0: off)")
+    g.add_argument("--augment-grade", choices=AUGMENT_GRADES,
+                   help="with --augment, a random grade too: auto (matte tasks only, default), on or off")
+    g.add_argument("--preview", metavar="PATH",
+                   help="a frame or a folder of a few frames outside the data set, rendered at every contact sheet")
     g.add_argument("--stop-grace-s", type=float,
                    help="after SIGTERM/SIGINT: checkpoint and exit within this many seconds (default 20)")
 
@@ -366,8 +413,9 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
         raise ConfigError(f"missing required argument(s) {' '.join(missing)} (or set them in --config FILE.toml)")
     for name in _PATH_FIELDS:
         values[name] = str(Path(values[name]).expanduser().absolute())
-    if values.get("init_from"):
-        values["init_from"] = str(Path(values["init_from"]).expanduser().absolute())
+    for name in ("init_from", "preview"):
+        if values.get(name):
+            values[name] = str(Path(values[name]).expanduser().absolute())
     try:
         return TrainConfig(**values)
     except TypeError as exc:
