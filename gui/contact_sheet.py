@@ -1,8 +1,10 @@
-"""The Contact Sheet area: pick a run, then its latest or any earlier sheet.
+"""The Contact Sheet and Preview areas: pick a run, then its latest or any earlier image.
 
-Sheets are ``RUN_DIR/contact_sheets/step_NNNNNN.png``. The PNG is decoded into a ``QImage`` on a
-worker thread (the file may sit on slow network storage) and turned into a ``QPixmap`` on the GUI
-thread. With "Latest" chosen the view follows new sheets as polls find them.
+Sheets are ``RUN_DIR/contact_sheets/step_NNNNNN.png`` (:class:`ContactSheetView`); previews, the model's renders
+of the run's ``--preview`` frames, are ``RUN_DIR/previews/step_NNNNNN.png`` (:class:`PreviewView`, the same view
+over :attr:`gui.records.Run.previews`). The PNG is decoded into a ``QImage`` on a worker thread (the file may
+sit on slow network storage) and turned into a ``QPixmap`` on the GUI thread. With "Latest" chosen the view
+follows new images as polls find them. Both list the runs with "show contact sheet" ticked.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from qtpy.QtGui import QImage, QPixmap
 from qtpy.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from gui.controller import RunsController
+from gui.records import Run
 from gui.workers import Task
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,9 @@ class _Loaded(QObject):
 class ContactSheetView(QWidget):
     """Run dropdown, sheet dropdown (Latest + every step) and the sheet scaled to fit."""
 
+    #: The area's title, and the text shown while the chosen run has no image.
+    TITLE, EMPTY_TEXT = "Contact Sheet", "No contact sheet yet"
+
     def __init__(self, controller: RunsController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._controller = controller
@@ -42,7 +48,7 @@ class ContactSheetView(QWidget):
         self._carrier.loaded.connect(self._on_loaded, Qt.ConnectionType.QueuedConnection)
         self.run_box = QComboBox()
         self.sheet_box = QComboBox()
-        self.image = QLabel("No contact sheet yet")
+        self.image = QLabel(self.EMPTY_TEXT)
         self.image.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.caption = QLabel("")
         self._build_layout()
@@ -50,12 +56,20 @@ class ContactSheetView(QWidget):
         self.sheet_box.currentIndexChanged.connect(self._on_sheet_chosen)
         for sig in (controller.run_added, controller.run_removed, controller.run_updated):
             sig.connect(self._sync_runs)
-        controller.contact_sheets_updated.connect(self._on_sheets_updated)
+        self._updated_signal(controller).connect(self._on_sheets_updated)
         self._sync_runs()
+
+    def _images(self, run: Run | None) -> list[tuple[int, str]]:
+        """The ``(step, path)`` images this view offers for ``run``, sorted by step."""
+        return run.sheets if run else []
+
+    def _updated_signal(self, controller: RunsController):
+        """The controller's signal that a run has new images of this view's kind."""
+        return controller.contact_sheets_updated
 
     def _build_layout(self) -> None:
         top = QHBoxLayout()
-        top.addWidget(QLabel("Contact Sheet"))
+        top.addWidget(QLabel(self.TITLE))
         top.addWidget(self.run_box, 1)
         top.addWidget(self.sheet_box)
         scroll = QScrollArea()
@@ -109,7 +123,7 @@ class ContactSheetView(QWidget):
         self.sheet_box.blockSignals(True)
         self.sheet_box.clear()
         self.sheet_box.addItem(LATEST, None)
-        for step, _ in reversed(run.sheets if run else []):
+        for step, _ in reversed(self._images(run)):
             self.sheet_box.addItem(f"step {step}", step)
         self.sheet_box.setCurrentIndex(max(0, self.sheet_box.findData(chosen)) if chosen is not None else 0)
         self.sheet_box.blockSignals(False)
@@ -121,7 +135,7 @@ class ContactSheetView(QWidget):
 
     def _on_sheet_chosen(self, *_: object) -> None:
         run = self._controller.run(self.current_run()) if self.current_run() else None
-        sheets = dict(run.sheets) if run else {}
+        sheets = dict(self._images(run))
         step = self.sheet_box.currentData()
         if step is None and sheets:
             step = max(sheets)
@@ -136,7 +150,7 @@ class ContactSheetView(QWidget):
         if not path:
             self._pixmap = None
             self.image.setPixmap(QPixmap())
-            self.image.setText("No contact sheet yet")
+            self.image.setText(self.EMPTY_TEXT)
             return
         carrier = self._carrier
         self._pool.start(Task(lambda: carrier.loaded.emit(path, QImage(path))))
@@ -150,7 +164,7 @@ class ContactSheetView(QWidget):
         if path != self._wanted:
             return
         if image.isNull():
-            log.warning("cannot read contact sheet %s", path)
+            log.warning("cannot read %s %s", self.TITLE.lower(), path)
             self._pixmap = None
             self.image.setText(f"Cannot read {os.path.basename(path)}")
             return
@@ -172,6 +186,22 @@ class ContactSheetView(QWidget):
         super().resizeEvent(event)
         self._fit()
 
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API: a tab shown again fits its area
+        super().showEvent(event)
+        self._fit()
+
     def shutdown(self, timeout_ms: int = 5000) -> None:
         """Wait for pending image loads (before the widget is destroyed)."""
         self._pool.waitForDone(timeout_ms)
+
+
+class PreviewView(ContactSheetView):
+    """The model's renders of a run's ``--preview`` frames (``previews/step_NNNNNN.png``), latest or any step."""
+
+    TITLE, EMPTY_TEXT = "Preview", "No preview yet (the run renders its --preview frames at each contact sheet)"
+
+    def _images(self, run: Run | None) -> list[tuple[int, str]]:
+        return run.previews if run else []
+
+    def _updated_signal(self, controller: RunsController):
+        return controller.previews_updated

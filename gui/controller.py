@@ -60,6 +60,7 @@ class RunsController(QObject):
     run_updated = Signal(str)
     metrics_updated = Signal(str)
     contact_sheets_updated = Signal(str)
+    previews_updated = Signal(str)  # new previews/step_NNNNNN.png renders of a run
     submit_progressed = Signal(str)  # a step of a submit in flight, for the dialog
     submit_finished = Signal(object)  # JobHandle
     submit_failed = Signal(str)
@@ -244,6 +245,9 @@ class RunsController(QObject):
         if res.new_sheets:
             run.sheets = sorted(run.sheets + res.new_sheets)
             self.contact_sheets_updated.emit(run.run_dir)
+        if res.new_previews:
+            run.previews = sorted(run.previews + res.new_previews)
+            self.previews_updated.emit(run.run_dir)
         if update.local_ranks != run.local_ranks:
             run.local_ranks, changed = update.local_ranks, True
         if update.asked_farm and (update.status, update.farm_error) != (run.status, run.farm_error):

@@ -6,7 +6,8 @@ handler (a child ``QObject``), which owns the controller, the dialog and the run
 
 A host may pass ``prefill``: a function called each time the dialog opens that returns what to fill in from
 the host's selection (:class:`gui.upres.Prefill`, or None), e.g. Nuke's ``menu.py`` turns the two selected
-Read nodes into the Input and Ground Truth folders and the upscale factor (:func:`gui.upres.prefill_from_reads`).
+Read nodes into the Input and Ground Truth folders, the upscale factor and the task
+(Matte when the Ground Truth's alpha holds a roto; :func:`gui.upres.prefill_from_reads`).
 """
 
 from __future__ import annotations

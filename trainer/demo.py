@@ -11,6 +11,12 @@ reduced to 72x88 by Pillow's bicubic filter (``Image.resize(..., BICUBIC)``, whi
 reduction factor, so it low-passes before sampling as MATLAB's ``imresize`` does: the degradation of the
 super-resolution benchmarks since Dong et al. 2014, SRCNN). The baseline printed is the same bicubic filter
 upscaling the held-out Inputs back to 144x176.
+
+``--task matte`` (roto): no real roto ships with the footage, so the demo makes the matte of every carphone frame
+the way a keyer would (:func:`skin_key`: a skin-tone key, cleaned), writes the frames as RGBA PNGs whose alpha
+holds it, and trains ``--target-channels A`` from 12 keyframes (every 10th frame). It prints the IoU at 0.5 and the
+mean absolute error on the other 108 frames, beside two baselines: the mean keyframe matte, and holding the nearest
+keyframe's matte.
 """
 
 from __future__ import annotations
@@ -28,11 +34,19 @@ from trainer.data.images import DataError, find_sequence, read_image, write_imag
 log = logging.getLogger(__name__)
 
 HOLDOUT_EVERY = 6
-#: ``cuetrain demo --task``: ``repair`` (H.264 artefacts, the default) or ``upscale`` (upres x2).
-TASKS = ("repair", "upscale")
+#: ``cuetrain demo --task``: ``repair`` (H.264 artefacts, the default), ``upscale`` (upres x2) or ``matte`` (roto).
+TASKS = ("repair", "upscale", "matte")
 #: The upscale task's factor and Input crop side [pixels]: 32 px Input crops give 64 px Ground Truth crops, the
 #: repair task's crop, from 72x88 Input frames.
 UPSCALE, UPSCALE_CROP = 2, 32
+#: ``--task matte``: every 10th frame (1, 11, ..., 111) is a keyframe with a matte; the model is tested on the others.
+MATTE_KEYFRAME_EVERY = 10
+#: The matte task's training arguments on top of :data:`DEMO_TRAIN_ARGS`: alpha out (the loss and the output bound of a
+#: matte follow, ``trainer.core.channels``).
+MATTE_TRAIN_ARGS = ["--target-channels", "A"]
+#: Chai & Ngan 1999 ("Face segmentation using skin-color map in videophone applications", IEEE TCSVT 9(4)): skin
+#: pixels of the YCbCr (ITU-R BT.601, 8-bit) plane lie in Cb 77..127 and Cr 133..173.
+SKIN_CB, SKIN_CR = (77.0, 127.0), (133.0, 173.0)
 
 #: The demo's recipe: v3 with Muon for the hidden convolutions, Adam's beta2 0.9 and lr 2e-3, 3,000 steps (the
 #: shortest measured setting that reaches its gain; fewer steps lose quality). docs/studies/time_to_quality.md has
@@ -54,6 +68,8 @@ def task_train_args(task: str) -> list[str]:
         raise DataError(f"demo task {task!r} is not one of {', '.join(TASKS)}")
     if task == "repair":
         return list(DEMO_TRAIN_ARGS)
+    if task == "matte":
+        return [*DEMO_TRAIN_ARGS, *MATTE_TRAIN_ARGS]
     args = list(DEMO_TRAIN_ARGS)
     args[args.index("--crop-size") + 1] = str(UPSCALE_CROP)
     return [*args, "--scale", str(UPSCALE)]
@@ -100,6 +116,65 @@ def bicubic_resize(rgb: np.ndarray, width: int, height: int) -> np.ndarray:
     return np.clip(np.stack(chans, axis=-1), 0.0, 1.0).astype(np.float32)
 
 
+def skin_key(rgb: np.ndarray) -> np.ndarray:
+    """The demo's matte of one frame, made as a keyer would: (H, W, 3) float 0..1 -> (H, W) float32 0..1.
+
+    A skin-tone key (:data:`SKIN_CB`, :data:`SKIN_CR` on the BT.601 YCbCr planes, as a HueKeyer on skin), cleaned as
+    a compositor cleans a key: a morphological opening (1 px, removes specks) and closing (2 px, closes gaps), the
+    largest connected region only (the face; a garbage matte would do the same), its holes filled, and a 1 px
+    Gaussian blur for a soft edge (``scipy.ndimage``).
+    """
+    from scipy import ndimage as ndi
+
+    r, g, b = (rgb[..., c].astype(np.float32) * 255.0 for c in range(3))
+    cb = 128.0 - 0.168736 * r - 0.331264 * g + 0.5 * b
+    cr = 128.0 + 0.5 * r - 0.418688 * g - 0.081312 * b
+    m = (cb >= SKIN_CB[0]) & (cb <= SKIN_CB[1]) & (cr >= SKIN_CR[0]) & (cr <= SKIN_CR[1])
+    m = ndi.binary_closing(ndi.binary_opening(m, iterations=1), iterations=2)
+    labels, count = ndi.label(m)
+    if count:
+        sizes = ndi.sum(m, labels, range(1, count + 1))
+        m = labels == int(np.argmax(sizes)) + 1
+    return ndi.gaussian_filter(ndi.binary_fill_holes(m).astype(np.float32), 1.0)
+
+
+def _matte_frames(pristine: np.ndarray) -> np.ndarray:
+    """(T, H, W, 4) float32: each carphone frame with its :func:`skin_key` matte as alpha."""
+    rgb = pristine.astype(np.float32) / 255.0
+    return np.concatenate([rgb, np.stack([skin_key(f) for f in rgb])[..., None]], axis=-1)
+
+
+def matte_scores(pred: np.ndarray, truth: np.ndarray, threshold: float = 0.5) -> tuple[float, float]:
+    """(IoU of ``pred >= threshold`` and ``truth >= threshold`` [1], mean absolute error [1]) of two (H, W) mattes
+    0..1. IoU (Jaccard) of two empty mattes is 1."""
+    a, b = pred >= threshold, truth >= threshold
+    union = np.count_nonzero(a | b)
+    iou = 1.0 if union == 0 else np.count_nonzero(a & b) / union
+    return float(iou), float(np.mean(np.abs(pred.astype(np.float64) - truth)))
+
+
+def _write_rgba(path: Path, rgba: np.ndarray) -> None:
+    """(H, W, 4) float 0..1 -> an 8-bit RGBA PNG at ``path``, atomically (temp file + rename)."""
+    from PIL import Image
+
+    temp = path.with_name(f".{path.name}.tmp.png")
+    Image.fromarray(np.round(np.clip(rgba, 0.0, 1.0) * 255.0).astype(np.uint8), mode="RGBA").save(temp)
+    temp.replace(path)
+
+
+def _extract_matte(d: "DemoData", pristine: np.ndarray) -> None:
+    """Keyframes (every :data:`MATTE_KEYFRAME_EVERY`-th frame from 1) to ``train/``, the rest to ``holdout/``: RGB
+    PNG Inputs and RGBA PNG Ground Truths whose alpha is the :func:`skin_key` matte."""
+    frames = _matte_frames(pristine)
+    for i, rgba in enumerate(frames):
+        number = i + 1
+        key = (number - 1) % MATTE_KEYFRAME_EVERY == 0
+        for folder in (d.train_input, d.train_target, d.holdout_input, d.holdout_target):
+            folder.mkdir(parents=True, exist_ok=True)
+        write_image((d.train_input if key else d.holdout_input) / f"carphone.{number:04d}.png", rgba[..., :3])
+        _write_rgba((d.train_target if key else d.holdout_target) / f"carphone.{number:04d}.png", rgba)
+
+
 def _inputs(task: str, pristine: np.ndarray) -> np.ndarray:
     """The Input frames of ``task``: (T, H, W, 3) uint8 carphone distorted, or pristine reduced by :data:`UPSCALE`."""
     if task == "repair":
@@ -117,6 +192,9 @@ def extract(data_dir: Path, task: str = "repair") -> DemoData:
     if all(p.is_dir() and any(p.iterdir()) for p in (d.train_input, d.holdout_target)):
         return d
     pristine = _decode(clip_path("carphone_pristine.mp4"))
+    if task == "matte":
+        _extract_matte(d, pristine)
+        return d
     distorted = _inputs(task, pristine)
     if task == "repair" and distorted.shape != pristine.shape:
         raise DataError(f"carphone clips differ in shape: {distorted.shape} vs {pristine.shape}")
@@ -180,6 +258,28 @@ def holdout_psnr(run_dir: Path, data: DemoData, task: str = "repair") -> tuple[f
     return before, mean_psnr(out, data.holdout_target)
 
 
+def holdout_matte(run_dir: Path, data: DemoData) -> dict[str, tuple[float, float]]:
+    """Infer ``run_dir/model.pt`` on the held-out frames (RGBA PNGs into ``run_dir/holdout_output``) and score the
+    mattes: {"model", "mean keyframe", "nearest keyframe"} -> (mean IoU at 0.5, mean absolute error)
+    (:func:`matte_scores`) against the held-out Ground Truth alphas."""
+    from trainer.data.images import read_channels
+    from trainer.export.infer import infer_sequence
+
+    out = run_dir / "holdout_output"
+    infer_sequence(run_dir / "model.pt", data.holdout_input, out)
+    alpha = lambda p: read_channels(p, ["A"])[..., 0]  # noqa: E731
+    keys = {n: alpha(p) for n, p in find_sequence(data.train_target).items()}
+    mean_key = np.mean(list(keys.values()), axis=0)
+    truth, made = find_sequence(data.holdout_target), find_sequence(out)
+    scores: dict[str, list[tuple[float, float]]] = {"model": [], "mean keyframe": [], "nearest keyframe": []}
+    for n in sorted(truth):
+        t = alpha(truth[n])
+        nearest = keys[min(keys, key=lambda k: (abs(k - n), k))]
+        for name, pred in (("model", alpha(made[n])), ("mean keyframe", mean_key), ("nearest keyframe", nearest)):
+            scores[name].append(matte_scores(pred, t))
+    return {k: (float(np.mean([s[0] for s in v])), float(np.mean([s[1] for s in v]))) for k, v in scores.items()}
+
+
 def run_demo(run_dir: Path, world_size: int, steps: int, train_args: list[str], progress: bool = True,
              task: str = "repair") -> int:
     """Extract the ``task``'s frames (:data:`TASKS`), train locally with ``world_size`` ranks, infer on held-out
@@ -192,6 +292,14 @@ def run_demo(run_dir: Path, world_size: int, steps: int, train_args: list[str], 
     if code != 0:
         print(f"training failed (exit code {code}); see {run_dir / 'logs'}")
         return code
+    if task == "matte":
+        scores = holdout_matte(run_dir, data)
+        print(f"held-out frames: {len(find_sequence(data.holdout_target))} (trained on "
+              f"{len(find_sequence(data.train_target))} keyframes)  " + "  ".join(
+                  f"{k}: IoU {iou:.3f} MAE {mae:.4f}" for k, (iou, mae) in scores.items())
+              + f"  in {time.monotonic() - t0:.0f} s")
+        print(f"outputs: {run_dir} (model.pt, metrics.jsonl, contact_sheets/, checkpoints/, holdout_output/)")
+        return 0
     before, after = holdout_psnr(run_dir, data, task)
     baseline = "bicubic x2" if task == "upscale" else "input"
     print(f"held-out frames: {len(find_sequence(data.holdout_target))}  PSNR {baseline} {before:.2f} dB -> output "

@@ -1,4 +1,4 @@
-"""CueGUI plugin "Training Runs": the selected cuetrain job's loss graph, latest contact sheet and ranks.
+"""CueGUI plugin "Training Runs": the selected cuetrain job's loss graph, latest contact sheet or preview, ranks.
 
 CueGUI 1.37's plugin convention (``cuegui/Plugins.py``): a module in a folder on CueGUI's plugin paths
 (``paths.plugins`` in cuegui.yaml, or ``Plugin_Paths`` in the user's ``~/.config/.cuetopia/cuetopia.ini``)
@@ -9,12 +9,13 @@ Views/Plugins > Cuetrain > Training Runs.
 Selecting (single or double click) a job in the job monitor emits ``app.single_click`` /
 ``app.view_object``; a cuetrain job (one layer whose command runs ``-m cue_plugin.frame``) is followed:
 its run directory comes from the layer command's ``--run-dir``. The dock's label sums the run up
-(:func:`run_summary`: state, step, ranks, upres factor and what its weights started from, as the Runs panel's
-Scale and Start columns show them) above its live loss graph (:class:`gui.graph.GraphView`), its contact
-sheets (:class:`gui.contact_sheet.ContactSheetView`) and one row per rank = frame (state, host, retries, exit
-status), polled by a :class:`gui.controller.RunsController` on its worker thread. CueGUI is a pycue
-application, so the farm here is :class:`cue_plugin.submit.opencue_farm.OpenCueFarm` in process, using CueGUI's
-Cuebot connection.
+(:func:`run_summary`: state, step, ranks, task, upres factor and what its weights started from, as the Runs
+panel's Task, Scale and Start columns show them) above its live loss graph (:class:`gui.graph.GraphView`), its
+contact sheets and previews in two tabs (:class:`gui.contact_sheet.ContactSheetView`,
+:class:`gui.contact_sheet.PreviewView`: the model's renders of the run's ``--preview`` frames) and one row per
+rank = frame (state, host, retries, exit status), polled by a :class:`gui.controller.RunsController` on its
+worker thread. CueGUI is a pycue application, so the farm here is
+:class:`cue_plugin.submit.opencue_farm.OpenCueFarm` in process, using CueGUI's Cuebot connection.
 """
 
 from __future__ import annotations
@@ -36,18 +37,19 @@ from qtpy.QtCore import Qt  # noqa: E402
 from qtpy.QtWidgets import QLabel, QSplitter, QTreeWidget, QTreeWidgetItem  # noqa: E402
 
 from cue_plugin.submit.spec import JobHandle  # noqa: E402
-from gui.contact_sheet import ContactSheetView  # noqa: E402
+from gui.contact_sheet import ContactSheetView, PreviewView  # noqa: E402
 from gui.controller import RunsController  # noqa: E402
 from gui.graph import GraphView  # noqa: E402
 from gui.records import Run  # noqa: E402
-from gui.runs_panel import start_tooltip  # noqa: E402
+from gui.runs_panel import image_tabs, start_tooltip  # noqa: E402
+from gui.task import task_text  # noqa: E402
 from gui.upres import record_scale, scale_text, started_from_text  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 PLUGIN_NAME = "Training Runs"
 PLUGIN_CATEGORY = "Cuetrain"
-PLUGIN_DESCRIPTION = "Loss graph, latest contact sheet and rank frames of the selected cuetrain job"
+PLUGIN_DESCRIPTION = "Loss graph, latest contact sheet or preview and rank frames of the selected cuetrain job"
 PLUGIN_PROVIDES = "TrainingRunsDockWidget"
 
 #: Live Updates period while the dock is open [ms].
@@ -74,14 +76,16 @@ def run_dir_of(job) -> str | None:
 
 
 def run_summary(run: Run) -> str:
-    """The dock's label for ``run``: job, state, step, ranks, upres factor and start, run directory.
+    """The dock's label for ``run``: job, state, step, ranks, task, upres factor and start, run directory.
 
-    The factor and the start read as the Runs panel's Scale and Start columns (:mod:`gui.upres`), e.g.
-    ``shot010 - running, step 40/400, ranks 2/2 - upres 2x, start: shot010_v1 step 100 - /runs/shot010_v2``.
+    The task, factor and start read as the Runs panel's Task, Scale and Start columns (:mod:`gui.task`,
+    :mod:`gui.upres`), e.g. ``shot010 - running, step 40/400, ranks 2/2 - matte, upres 2x, start: shot010_v1
+    step 100 - /runs/shot010_v2``.
     """
     job = run.handle.job_name if run.handle else run.name
     return (f"{job}  -  {run.state}, step {run.step}/{run.total_steps or '?'}, ranks {run.ranks_text}  -  "
-            f"{scale_text(record_scale(run.record))}, start: {started_from_text(run.record)}  -  {run.run_dir}")
+            f"{task_text(run.record)}, {scale_text(record_scale(run.record))}, "
+            f"start: {started_from_text(run.record)}  -  {run.run_dir}")
 
 
 class TrainingRunsDockWidget(cuegui.AbstractDockWidget.AbstractDockWidget):
@@ -100,11 +104,13 @@ class TrainingRunsDockWidget(cuegui.AbstractDockWidget.AbstractDockWidget):
         self.job_label.setWordWrap(True)
         self.graph = GraphView(self.controller)
         self.sheet = ContactSheetView(self.controller)
+        self.preview = PreviewView(self.controller)
+        self.images = image_tabs(self.sheet, self.preview)
         self.ranks = QTreeWidget()
         self.ranks.setHeaderLabels(list(RANK_COLUMNS))
         self.ranks.setRootIsDecorated(False)
         split = QSplitter(Qt.Orientation.Vertical)
-        for widget in (self.graph, self.sheet, self.ranks):
+        for widget in (self.graph, self.images, self.ranks):
             split.addWidget(widget)
         split.setSizes([300, 300, 120])
         self.layout().addWidget(self.job_label)
@@ -132,6 +138,7 @@ class TrainingRunsDockWidget(cuegui.AbstractDockWidget.AbstractDockWidget):
                 self.controller.remove_run(run.run_dir)
         self.run_dir = self.controller.add_run(run_dir, JobHandle(job.id(), job.name(), run_dir)).run_dir
         self.sheet.choose(self.run_dir)
+        self.preview.choose(self.run_dir)
         self.job_label.setText(f"{job.name()}  -  {self.run_dir}")
         self.controller.set_live_updates(True)  # polls now, then every POLL_INTERVAL_MS
 
@@ -157,4 +164,5 @@ class TrainingRunsDockWidget(cuegui.AbstractDockWidget.AbstractDockWidget):
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
         self.controller.shutdown()
         self.sheet.shutdown()
+        self.preview.shutdown()
         super().closeEvent(event)

@@ -389,6 +389,29 @@ def test_an_upres_job_with_a_head_start_trains_on_the_farm(farm, tmp_path):
     assert "outputScale 2" in (paths.root / "model_nuke.nk").read_text()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_matte_job_trains_on_the_farm(farm, tmp_path):
+    """--target-channels A (RGB in, the Ground Truth's alpha out) through pyoutline, the Cuebot double and two real
+    RQDs: the frames train a matte model whose exports name the channels."""
+    from tests.conftest import make_matte_pairs
+
+    inp, tgt = make_matte_pairs(tmp_path / "mattedata")
+    cue, handle, paths = submit(farm, tmp_path, "matte", input_dir=str(inp), target_dir=str(tgt),
+                                target_channels="A", augment=0.5)
+    status = wait_finished(cue, handle, paths, timeout=90)
+    assert status.state is RunState.SUCCEEDED, status
+    record = read_json(paths.run_json)
+    assert record["state"] == "succeeded" and record["config"]["target_channels"] == "A"
+    meta = json.loads((paths.root / "model.json").read_text())
+    assert meta["channels_out"] == ["A"] and meta["task"] == "matte"
+    assert "channelsOut rgba.alpha" in (paths.root / "model_nuke.nk").read_text()
+    import torch
+
+    matte = torch.jit.load(str(paths.model))(torch.rand(1, 3, 40, 48))
+    assert matte.shape == (1, 1, 40, 48) and 0.0 <= float(matte.min()) and float(matte.max()) <= 1.0
+
+
 def find_trainer(rank: int, run: Path, timeout: float = 30) -> psutil.Process:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

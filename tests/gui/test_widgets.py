@@ -245,7 +245,8 @@ def test_screenshot_shows_the_loss_curve_and_the_latest_contact_sheet(tmp_path):
 def test_gui_never_imports_torch():
     modules = ["gui", "gui.actions", "gui.app", "gui.contact_sheet", "gui.controller", "gui.graph", "gui.menu",
                "gui.poller", "gui.records", "gui.runs_panel", "gui.screenshots", "gui.submit_dialog",
-               "gui.synthetic", "gui.workers", "gui.farm_process", "gui.localranks", "gui.advisor_view"]
+               "gui.synthetic", "gui.workers", "gui.farm_process", "gui.localranks", "gui.advisor_view", "gui.task",
+               "gui.task_fields"]
     code = ("import importlib, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
             "bad = [m for m in ('torch', 'opencue', 'outline', 'grpc') if m in sys.modules]\n"

@@ -195,7 +195,7 @@ def probe_frames(cfg: TrainConfig, count: int = PROBE_FRAMES) -> list[tuple[np.n
 
     pairs = pair_frames(cfg.input_dir, cfg.target_dir)
     step = max(1, math.ceil(len(pairs) / count))
-    return load_pairs(pairs[::step][:count], scale=cfg.scale)
+    return load_pairs(pairs[::step][:count], scale=cfg.scale, channels=cfg.channels)
 
 
 def _train_curve(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray]], device: torch.device,
@@ -209,12 +209,14 @@ def _train_curve(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray
 
     precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
     torch.manual_seed(cfg.seed)
-    net = build() if build else build_model(cfg.model_size, cfg.architecture, scale=cfg.scale)
+    net = build() if build else build_model(cfg.model_size, cfg.architecture, scale=cfg.scale,
+                                            channels=cfg.channels)
     net = net.to(device, memory_format=fmt)
     peak = effective_lr(cfg, k)
     opt = build_optimizer(cfg, net, peak)  # as trained
     scaler = precision.grad_scaler()
-    sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, seed=cfg.seed, device=device, memory_format=fmt)
+    sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, seed=cfg.seed, device=device, memory_format=fmt,
+                              channels=cfg.channels)
     held = sampler.cut(sampler.coords(0, EVAL_CROPS, stream=EVAL_STREAM))
     curve = [(0, _eval_loss(net, held, precision.autocast))]
     micro = 0

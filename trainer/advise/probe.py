@@ -129,7 +129,8 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
     from trainer.learn.precision import configure_backends, memory_format, resolve_precision
     from trainer.learn.schedule import build_optimizer
 
-    frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)[:PROBE_FRAMES], scale=cfg.scale)
+    frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir)[:PROBE_FRAMES], scale=cfg.scale,
+                        channels=cfg.channels)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -137,11 +138,13 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
         torch.manual_seed(cfg.seed)
         precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
         configure_backends(device)
-        net = build_model(cfg.model_size, cfg.architecture, scale=cfg.scale).to(device, memory_format=fmt)  # the trainer's settings
+        net = build_model(cfg.model_size, cfg.architecture, scale=cfg.scale, channels=cfg.channels)  # the trainer's
+        net = net.to(device, memory_format=fmt)
         opt = build_optimizer(cfg, net, cfg.base_lr)  # as trained
         step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)
         batches = probe_batches(cfg.batch_size, sizes)
-        samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt)
+        samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt,
+                                   channels=cfg.channels)
                     for b in batches}
         times: dict[int, list[float]] = {b: [] for b in batches}
         opt_times: list[float] = []
@@ -209,7 +212,8 @@ def _time_outputs(cfg: TrainConfig, net: torch.nn.Module, opt: torch.optim.Optim
     from trainer.learn.run_writer import RunWriter, cpu_copy
     from trainer.record.rundir import RunPaths
 
-    sampler = CropSampler(frames, cfg.crop_size, 1, seed=cfg.seed, device=device, memory_format=fmt)
+    sampler = CropSampler(frames, cfg.crop_size, 1, seed=cfg.seed, device=device, memory_format=fmt,
+                              channels=cfg.channels)
     sheets, ckpts = [], []
     with tempfile.TemporaryDirectory(prefix="cuetrain-advise-") as tmp:
         paths = RunPaths.of(tmp)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -83,6 +83,31 @@ class ColourSpec:
     def from_working(self, rgb: np.ndarray) -> np.ndarray:
         """(H, W, 3) in ``working_space`` -> (H, W, 3) float32 in ``colorspace`` (a copy)."""
         return _apply(self.config, self.working_space, self.colorspace, rgb) if self.active else _f32(rgb)
+
+
+def colour_channels(names: Sequence[str]) -> tuple[int, ...]:
+    """Indices of the colour channels among channel ``names``, in R, G, B order: the first channel named ``R``, ``G``
+    and ``B`` (or ``layer.R`` ...), or () when one of the three is missing. Only these are colour-managed (and
+    graded by ``--augment-grade``): alpha, a matte or any other channel keeps its values.
+
+    ``("R", "G", "B")`` -> (0, 1, 2); ``("R", "G", "B", "A")`` -> (0, 1, 2); ``("A",)`` -> ();
+    ``("beauty.R", "beauty.G", "beauty.B", "matte.A")`` -> (0, 1, 2).
+    """
+    last = [n.rsplit(".", 1)[-1] for n in names]
+    found = [last.index(c) for c in "RGB" if c in last]
+    return tuple(found) if len(found) == 3 else ()
+
+
+def to_working_channels(spec: ColourSpec, pixels: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """(H, W, C) with channel ``names`` -> (H, W, C) float32 with only its colour channels (:func:`colour_channels`)
+    converted to the working space; a copy. For C = 3 named R, G, B exactly :meth:`ColourSpec.to_working`."""
+    idx = list(colour_channels(names))
+    if idx == [0, 1, 2] and pixels.shape[2] == 3:
+        return spec.to_working(pixels)
+    out = _f32(pixels)
+    if idx and spec.active:
+        out[..., idx] = spec.to_working(out[..., idx])
+    return out
 
 
 def to_display(rgb: np.ndarray, colorspace: str, config: str = DEFAULT_CONFIG) -> np.ndarray:

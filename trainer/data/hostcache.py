@@ -12,17 +12,17 @@ behind ``pread``, which the ranks of the host share and the kernel reclaims.
 Layout of ``SCRATCH/cuetrain-UID/KEY/`` (folder 0700: plates are confidential):
 
 - ``pixels.f16``: frame k at ``k * frame_bytes``: its Input (side 0, H x W) and then its Ground Truth (side 1,
-  ``--scale`` times the Input: sH x sW), each ``(ty, tx, T, T, 3)`` float16 with the side's own tile counts
-  (:class:`SideLayout`), :data:`TILE` x :data:`TILE` tiles in rows, the image padded with zeros to whole
-  tiles. Allocated in full when created (``posix_fallocate``), so a full scratch disk fails at once with the
-  sizes in the message.
+  ``--scale`` times the Input: sH x sW), each ``(ty, tx, T, T, C)`` float16 with the side's own tile counts and
+  channel count C (the side's channels of the shot's plan, 3 for RGB) (:class:`SideLayout`), :data:`TILE` x
+  :data:`TILE` tiles in rows, the image padded with zeros to whole tiles. Allocated in full when created
+  (``posix_fallocate``), so a full scratch disk fails at once with the sizes in the message.
 - ``state``: one byte per frame, 1 once both of its images are written.
 - ``claims``: one byte per frame to ``lockf``: the process that holds a frame's lock decodes it. Locks
   vanish with their process, so a rank that dies while decoding leaves the frame to the next one.
 - ``users``: every process that reads the cache holds a shared ``flock`` on it.
 - ``shot.json``: what the copy holds (the shot record and the key's inputs), for people.
 
-KEY is a hash of the shot (paths, sizes, modification times, frame size, scale), the colour conversion, the
+KEY is a hash of the shot (paths, sizes, modification times, frame size, scale, channels), the colour conversion, the
 layout version, the host name and the boot id: a changed file gives a new copy, and a copy never outlives
 a reboot (nothing is fsync'ed). Copies that no process uses are deleted when a process opens another one,
 so scratch holds the copies of the runs on the host and nothing older.
@@ -57,11 +57,9 @@ from trainer.data.shot import Shot, ShotChanged, decode_bands, describe_change, 
 log = logging.getLogger(__name__)
 
 TILE = 64  # tile side [pixels]: a 64 px crop touches at most 2 x 2 tiles
-LAYOUT_VERSION = 2  # 2: per-side geometry (the Ground Truth may be --scale times the Input)
+LAYOUT_VERSION = 3  # 2: per-side geometry (the Ground Truth may be --scale times the Input); 3: per-side channels
 WAIT_LOG_S = 30.0  # seconds between "waiting for another rank to decode" lines
-CHANNELS = 3
 HALF = 2  # bytes per float16 sample
-TILE_BYTES = TILE * TILE * CHANNELS * HALF  # bytes of one tile
 
 
 class ScratchError(DataError):
@@ -76,11 +74,13 @@ class SideLayout:
     Attributes:
         height, width: the side's image size [pixels] (the Ground Truth's is ``scale`` times the Input's).
         offset: where the side starts within a frame's bytes [bytes] (0 for the Input).
+        channels: channels per pixel [count] (the side's channels of the shot's plan; 3 for RGB).
     """
 
     height: int
     width: int
     offset: int
+    channels: int = 3
 
     @property
     def ty(self) -> int:
@@ -93,16 +93,25 @@ class SideLayout:
         return -(-self.width // TILE)
 
     @property
+    def tile_bytes(self) -> int:
+        """Bytes of one tile of this side [bytes]."""
+        return TILE * TILE * self.channels * HALF
+
+    @property
     def image_bytes(self) -> int:
         """Bytes of one image of this side, padded to whole tiles [bytes]."""
-        return self.ty * self.tx * TILE_BYTES
+        return self.ty * self.tx * self.tile_bytes
+
+    def tiles(self, ty: int, tx: int) -> np.ndarray:
+        """An empty (ty, tx, T, T, C) float16 block of this side's tiles."""
+        return np.empty((ty, tx, TILE, TILE, self.channels), np.float16)
 
 
 def side_layouts(shot: Shot) -> tuple[SideLayout, SideLayout]:
     """The Input's and the Ground Truth's :class:`SideLayout`, the Input first in each frame's bytes."""
-    inputs = SideLayout(shot.height, shot.width, 0)
+    inputs = SideLayout(shot.height, shot.width, 0, len(shot.channels.inputs))
     tw, th = shot.target_size
-    return inputs, SideLayout(th, tw, inputs.image_bytes)
+    return inputs, SideLayout(th, tw, inputs.image_bytes, len(shot.channels.targets))
 
 
 def boot_id() -> str:
@@ -135,8 +144,8 @@ def private_folder(scratch: str | Path) -> Path:
 class HostCache:
     """A shot decoded into :data:`TILE` px float16 tiles on local scratch (module doc), read by ``pread``.
 
-    A :class:`trainer.data.crops.FrameSource`: image ``2k + side`` is frame k's Input (side 0, ``size`` = (H, W))
-    or Ground Truth (side 1, ``scale`` times that).
+    A :class:`trainer.data.crops.FrameSource`: image ``2k + side`` is frame k's Input (side 0, ``size`` = (H, W),
+    the shot's Cin input channels) or Ground Truth (side 1, ``scale`` times that, Cout target channels).
 
     Args:
         scratch: the local scratch folder (``trainer.core.envvars.read_scratch``).
@@ -154,6 +163,7 @@ class HostCache:
         self.scale = shot.scale
         self.count = len(shot.pairs)
         self.sides = side_layouts(shot)
+        self.names = (shot.channels.inputs, shot.channels.targets)  # channel names per side
         self.frame_bytes = sum(side.image_bytes for side in self.sides)  # one frame, both sides [bytes]
         self.bytes = self.count * self.frame_bytes
         key = {"layout": LAYOUT_VERSION, "tile": TILE, "shot": shot.digest(), "host": socket.gethostname(),
@@ -163,8 +173,8 @@ class HostCache:
         self._fd = {name: os.open(self.folder / name, os.O_RDWR) for name in ("pixels.f16", "state", "claims")}
         self.cache_mb = cache_mb
         self.resident = 0  # frames 0 .. resident-1 are in this process's memory (load_resident)
-        self._resident = tuple(np.empty((0, side.ty, side.tx, TILE, TILE, CHANNELS), np.float16)
-                               for side in self.sides)  # per side: (resident, ty, tx, T, T, 3)
+        self._resident = tuple(np.empty((0, side.ty, side.tx, TILE, TILE, side.channels), np.float16)
+                               for side in self.sides)  # per side: (resident, ty, tx, T, T, C)
         self.decoded_bytes = 0  # bytes of shot files this process decoded [bytes]
 
     # ------------------------------------------------------------------------------------------
@@ -213,8 +223,13 @@ class HostCache:
                  self.bytes / 2**30)
 
     def _too_small(self, free: int) -> str:
+        plan = self.shot.channels
         sizes = [f"{side.width}x{side.height}" for side in self.sides]
-        pairs = sizes[0] if self.scale == 1 else f"{sizes[0]} Input and {sizes[1]} Ground Truth"
+        if not plan.is_default:  # "100x70 Input (R, G, B) and 100x70 Ground Truth (A)"
+            pairs = " and ".join(f"{size} {name} ({', '.join(names)})" for size, name, names in
+                                 zip(sizes, ("Input", "Ground Truth"), (plan.inputs, plan.targets)))
+        else:
+            pairs = sizes[0] if self.scale == 1 else f"{sizes[0]} Input and {sizes[1]} Ground Truth"
         return (f"local scratch {self.folder.parent} has {free / 2**30:.1f} GiB free, but the decoded shot "
                 f"({self.count} pairs of {pairs}) needs {self.bytes / 2**30:.1f} GiB; set "
                 "CUETRAIN_SCRATCH to a larger local disk on the render nodes, or free space there")
@@ -293,7 +308,7 @@ class HostCache:
         side = self.sides[image % 2]
         try:
             for y0, band in decode_bands(path, TILE, (side.width, side.height), self.colour, self.shot.pairs[0],
-                                         side=image % 2):
+                                         side=image % 2, names=self.names[image % 2]):
                 self._write_band(image, y0, band)
         except ShotChanged:
             raise
@@ -314,13 +329,14 @@ class HostCache:
         return (image // 2) * self.frame_bytes + self.sides[image % 2].offset
 
     def _write_band(self, image: int, y0: int, band: np.ndarray) -> None:
-        """Write rows ``y0 .. y0+n`` ((n, W, 3) float16 of the image's side, n <= TILE) as tile row ``y0 // TILE``."""
+        """Write rows ``y0 .. y0+n`` ((n, W, C) float16 of the image's side, n <= TILE) as tile row ``y0 // TILE``."""
         n, w = band.shape[:2]
-        tx = self.sides[image % 2].tx
-        padded = np.zeros((TILE, tx * TILE, CHANNELS), np.float16)
+        side = self.sides[image % 2]
+        tx, c = side.tx, side.channels
+        padded = np.zeros((TILE, tx * TILE, c), np.float16)
         padded[:n, :w] = band
-        tiles = np.ascontiguousarray(padded.reshape(TILE, tx, TILE, CHANNELS).transpose(1, 0, 2, 3))
-        offset = self._offset(image) + (y0 // TILE) * tx * TILE_BYTES
+        tiles = np.ascontiguousarray(padded.reshape(TILE, tx, TILE, c).transpose(1, 0, 2, 3))
+        offset = self._offset(image) + (y0 // TILE) * tx * side.tile_bytes
         if os.pwrite(self._fd["pixels.f16"], tiles.data, offset) != tiles.nbytes:
             raise ScratchError(f"short write to {self.folder / 'pixels.f16'}: is local scratch full?")
 
@@ -331,7 +347,7 @@ class HostCache:
         """Read the first frames of the copy (both sides) into this process's memory, as many whole frames as fit
         in ``cache_mb`` (module doc). Call after :meth:`build`. Returns the frames now resident."""
         frames = min(self.count, self.cache_mb * 2**20 // self.frame_bytes)
-        self._resident = tuple(np.empty((frames, side.ty, side.tx, TILE, TILE, CHANNELS), np.float16)
+        self._resident = tuple(np.empty((frames, side.ty, side.tx, TILE, TILE, side.channels), np.float16)
                                for side in self.sides)
         for k in range(frames):
             for side in (0, 1):
@@ -340,29 +356,30 @@ class HostCache:
         return frames
 
     def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
-        """(c, c, 3) float16 pixels of image ``image`` (= 2 x frame index + side) at row ``y``, column ``x`` of that
-        side (a Ground Truth crop in its own, ``scale`` times larger, pixels): from the resident frames, else with
-        one ``pread`` per tile row (a view of a fresh buffer either way)."""
+        """(c, c, C) float16 pixels of image ``image`` (= 2 x frame index + side; C: that side's channels) at row
+        ``y``, column ``x`` of that side (a Ground Truth crop in its own, ``scale`` times larger, pixels): from the
+        resident frames, else with one ``pread`` per tile row (a view of a fresh buffer either way)."""
         k, side = divmod(image, 2)
-        tx = self.sides[side].tx
+        layout = self.sides[side]
+        tx, ch = layout.tx, layout.channels
         t0, s0 = y // TILE, x // TILE
         ny, nx = (y + c - 1) // TILE - t0 + 1, (x + c - 1) // TILE - s0 + 1
         if k < self.resident:
             region = self._resident[side][k, t0:t0 + ny, s0:s0 + nx]
         else:
-            region = np.empty((ny, nx, TILE, TILE, CHANNELS), np.float16)
+            region = layout.tiles(ny, nx)
             for i in range(ny):
-                self._pread(region[i], self._offset(image) + ((t0 + i) * tx + s0) * TILE_BYTES)
-        whole = region.transpose(0, 2, 1, 3, 4).reshape(ny * TILE, nx * TILE, CHANNELS)
+                self._pread(region[i], self._offset(image) + ((t0 + i) * tx + s0) * layout.tile_bytes)
+        whole = region.transpose(0, 2, 1, 3, 4).reshape(ny * TILE, nx * TILE, ch)
         return whole[y - t0 * TILE:y - t0 * TILE + c, x - s0 * TILE:x - s0 * TILE + c]
 
     def image(self, image: int) -> np.ndarray:
-        """The whole float16 image ``image`` (to upload it to a GPU): (H, W, 3) for an Input (even ``image``),
-        (scale*H, scale*W, 3) for a Ground Truth (odd)."""
+        """The whole float16 image ``image`` (to upload it to a GPU): (H, W, Cin) for an Input (even ``image``),
+        (scale*H, scale*W, Cout) for a Ground Truth (odd)."""
         side = self.sides[image % 2]
-        tiles = np.empty((side.ty, side.tx, TILE, TILE, CHANNELS), np.float16)
+        tiles = side.tiles(side.ty, side.tx)
         self._pread(tiles, self._offset(image))
-        whole = tiles.transpose(0, 2, 1, 3, 4).reshape(side.ty * TILE, side.tx * TILE, CHANNELS)
+        whole = tiles.transpose(0, 2, 1, 3, 4).reshape(side.ty * TILE, side.tx * TILE, side.channels)
         return np.ascontiguousarray(whole[:side.height, :side.width])
 
     def _pread(self, out: np.ndarray, offset: int) -> None:

@@ -13,6 +13,10 @@ Reading goes through OpenImageIO. Channels are mapped to RGB explicitly:
 * 4 or more: the channels named ``R``, ``G``, ``B`` (falling back to the first three); alpha and
   any extra channels (AOVs, depth) are dropped, logged once per channel layout at DEBUG.
 
+That is the default plan (RGB in, RGB out). A run that names its channels (``--input-channels``,
+``--target-channels``: ``trainer.core.channels``) reads them by name instead (:func:`read_channels`):
+``(H, W, len(names))`` in the named order, a missing channel refused naming the file and what it has.
+
 Colour values with alpha are read as stored: OpenImageIO would premultiply the colour of
 unassociated-alpha files (PNG, TIFF) by their alpha on read, which is turned off here
 (``oiio:UnassociatedAlpha``), so a transparent PNG pixel keeps its colour. EXR colour is
@@ -42,6 +46,7 @@ from typing import Sequence
 import numpy as np
 import OpenImageIO as oiio
 
+from trainer.core.channels import RGB, ChannelPlan, is_alpha
 from trainer.core.config import SCALES
 
 log = logging.getLogger(__name__)
@@ -70,6 +75,26 @@ def read_image(path: str | Path) -> np.ndarray:
         DataError: the file is missing, not an image, corrupt or truncated (the message carries
             OpenImageIO's error), is a deep image, or holds NaN/inf values (training would diverge).
     """
+    return read_channels(path, RGB)
+
+
+def read_channels(path: str | Path, names: Sequence[str], option: str = "--input-channels") -> np.ndarray:
+    """Decode the channels ``names`` of one image, in that order, by the file's own channel names
+    (OpenImageIO ``spec.channelnames``: ``R``, ``A``, an EXR layer's ``matte.A``); data window as :func:`read_image`.
+
+    ``names`` = ``("R", "G", "B")`` (the default plan) maps channels exactly as :func:`read_image` does (grey
+    replicated, unnamed channels in stored order); any other list picks each channel by name (:func:`pick_channels`).
+
+    Args:
+        option: the option that named the channels (``--input-channels`` or ``--target-channels``), for the error.
+
+    Returns:
+        (H, W, len(names)) float32, linear values as stored (alpha as stored: never premultiplied).
+
+    Raises:
+        DataError: as :func:`read_image`, and a channel the file does not have (the file, the channel, the channels
+            it has and the fix).
+    """
     path = Path(path)
     config = oiio.ImageSpec()
     config.attribute("oiio:UnassociatedAlpha", 1)  # don't premultiply PNG/TIFF colour by alpha
@@ -85,12 +110,42 @@ def read_image(path: str | Path) -> np.ndarray:
         pixels = _read_pixels(inp, spec, path)
     finally:
         inp.close()
-    rgb = np.ascontiguousarray(to_rgb(pixels, tuple(spec.channelnames)), dtype=np.float32)
-    if not np.isfinite(rgb).all():
-        bad = int(np.count_nonzero(~np.isfinite(rgb)))
+    picked = np.ascontiguousarray(pick_channels(pixels, tuple(spec.channelnames), names, path, option),
+                                  dtype=np.float32)
+    if not np.isfinite(picked).all():
+        bad = int(np.count_nonzero(~np.isfinite(picked)))
         raise DataError(f"{path} has {bad} NaN or infinite values, which would make training diverge; "
                         "fix the render (or clamp/remove them in comp) and write the frame again")
-    return rgb
+    return picked
+
+
+def check_channels(path: str | Path, have: Sequence[str], names: Sequence[str], option: str) -> None:
+    """Refuse a file that lacks a channel of ``names`` (``have``: its ``spec.channelnames``). RGB (``names`` =
+    R, G, B) is always there: :func:`to_rgb` maps any file to it.
+
+    Raises:
+        DataError: naming the file, the missing channel(s), the channels it has and the fix (``option``; for a
+            missing alpha, writing the matte into the file's alpha).
+    """
+    if tuple(names) == RGB:
+        return
+    missing = [n for n in names if n not in have]
+    if not missing:
+        return
+    which = f"channel {missing[0]!r}" if len(missing) == 1 else f"channels {', '.join(map(repr, missing))}"
+    alpha = ", or write the matte into its alpha" if any(is_alpha(n) for n in missing) else ""
+    raise DataError(f"{path} has no {which} (it has {', '.join(have) or 'no named channels'}): pick channels it "
+                    f"has with {option}{alpha}")
+
+
+def pick_channels(pixels: np.ndarray, have: Sequence[str], names: Sequence[str], path: str | Path,
+                  option: str) -> np.ndarray:
+    """``pixels`` (H, W, C) with channel names ``have`` -> (H, W, len(names)) in the order of ``names``: RGB by
+    :func:`to_rgb`'s rules, any other list by name. Raises DataError: :func:`check_channels`."""
+    if tuple(names) == RGB:
+        return to_rgb(pixels, tuple(have))
+    check_channels(path, have, names, option)
+    return pixels[:, :, [list(have).index(n) for n in names]]
 
 
 def _read_pixels(inp: oiio.ImageInput, spec: oiio.ImageSpec, path: Path) -> np.ndarray:
@@ -341,27 +396,33 @@ def _frames(frames: list[int]) -> str:
     return f"frame {frames[0]} is" if len(frames) == 1 else f"frames {', '.join(parts)} are"
 
 
-def load_pairs(pairs: Sequence[FramePair], scale: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
+def load_pairs(pairs: Sequence[FramePair], scale: int = 1,
+               channels: ChannelPlan | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Decode every pair, keeping float16 to halve memory.
 
     Args:
         scale: the Ground Truth's size over the Input's in both dimensions (``--scale``: 1, 2 or 4) [1].
+        channels: the channels to read per side (``TrainConfig.channels``: ``inputs`` from the Input files,
+            ``targets`` from the Ground Truth files, by name: :func:`read_channels`); None: RGB both sides
+            (:func:`read_image`).
 
     Returns:
-        [(input, target)] in the order of ``pairs``: inputs (H, W, 3) and targets (scale*H, scale*W, 3) float16,
-        every frame the size of the first.
+        [(input, target)] in the order of ``pairs``: inputs (H, W, Cin) and targets (scale*H, scale*W, Cout) float16
+        (Cin, Cout = 3 without ``channels``), every frame the size of the first.
 
     Raises:
-        DataError: ``pairs`` is empty; anything :func:`read_image` raises; a target is not ``scale`` times its
-            input (:func:`check_pair_size`); a frame's size differs from the first frame's (that frame named); a
-            value is too large for float16 (over 65504).
+        DataError: ``pairs`` is empty; anything :func:`read_channels` raises (a missing channel names the file); a
+            target is not ``scale`` times its input (:func:`check_pair_size`); a frame's size differs from the first
+            frame's (that frame named); a value is too large for float16 (over 65504).
     """
     if not pairs:
         raise DataError("no frame pairs to load; check the Input and Ground Truth folders")
+    names = (RGB, RGB) if channels is None else (channels.inputs, channels.targets)
     loaded = []
     first_size: tuple[int, int] | None = None
     for pair in pairs:
-        source, target = read_image(pair.input), read_image(pair.target)
+        source = read_channels(pair.input, names[0], "--input-channels")
+        target = read_channels(pair.target, names[1], "--target-channels")
         check_pair_size(pair, source.shape[1::-1], target.shape[1::-1], scale)  # (W, H) each
         if first_size is None:
             first_size = source.shape[:2]
@@ -398,7 +459,7 @@ def check_pair_size(pair: FramePair, input_size: tuple[int, int], target_size: t
 
 
 def to_half(rgb: np.ndarray, path: Path) -> np.ndarray:
-    """(H, W, 3) float32 -> float16; raises DataError naming ``path`` for values that would overflow to inf."""
+    """(H, W, C) float32 -> float16; raises DataError naming ``path`` for values that would overflow to inf."""
     with np.errstate(over="ignore"):  # overflow becomes inf, reported just below
         half = rgb.astype(np.float16)
     if not np.isfinite(half).all():
@@ -408,22 +469,36 @@ def to_half(rgb: np.ndarray, path: Path) -> np.ndarray:
 
 
 def _size(rgb: np.ndarray) -> str:
-    """(H, W, 3) array -> "WxH" as artists read image sizes."""
+    """(H, W, C) array -> "WxH" as artists read image sizes."""
     return f"{rgb.shape[1]}x{rgb.shape[0]}"
 
 
 def identity_warning(input_dir: str | Path, target_dir: str | Path,
-                     frames: Sequence[tuple[np.ndarray, np.ndarray]]) -> str | None:
+                     frames: Sequence[tuple[np.ndarray, np.ndarray]],
+                     channels: ChannelPlan | None = None) -> str | None:
     """The warning to log when Input and Ground Truth teach nothing (loss 0 from step 1), else None.
 
     Warned, not refused: a few identical pairs are a legitimate "leave this alone" example, and an artist who
     picks the same folder by mistake sees the message first thing in the log and the Runs panel's flat loss.
-    ``frames``: the loaded (input, target) pairs, each (H, W, 3).
+    Only when every trained channel is read from the same-named Input channel (``channels.residual``, RGB -> RGB
+    without ``channels``): a plan with a new channel (RGB in, alpha out, even from the same RGBA files) is a matte
+    job, not a mistake, and is never warned about.
+    ``frames``: the loaded (input, target) pairs, each (H, W, Cin) and (H, W, Cout) in the plan's order.
     """
+    residual = (0, 1, 2) if channels is None else channels.residual
+    if any(r < 0 for r in residual):
+        return None
     if Path(input_dir).resolve() == Path(target_dir).resolve():
         return (f"Input and Ground Truth are the same folder ({input_dir}): the model learns the identity and the "
                 "loss stays 0; point --target at the corrected frames")
-    if frames and all(np.array_equal(a, b) for a, b in frames):
+    if frames and all(np.array_equal(_channels_of(a, residual), b) for a, b in frames):
         return (f"every Input frame equals its Ground Truth frame ({input_dir} vs {target_dir}): the model learns "
                 "the identity and the loss stays 0; check that --target holds the corrected frames")
     return None
+
+
+def _channels_of(frame: np.ndarray, picked: Sequence[int]) -> np.ndarray:
+    """(H, W, C) -> (H, W, len(picked)); ``frame`` itself when it has exactly the channels 0..C-1 picked."""
+    if frame.ndim == 3 and tuple(picked) == tuple(range(frame.shape[2])):
+        return frame
+    return frame[..., list(picked)] if frame.ndim == 3 else frame

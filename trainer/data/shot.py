@@ -10,9 +10,11 @@ the shot again. A file that is unreadable although its signature did not move is
 with a shot recorded in ``run.json`` ``data.shot``): then it was readable once, so it is a change too.
 
 :func:`decode_bands` reads one image in bands of rows (OpenImageIO ``read_scanlines``, which reads tiled
-files too) and applies the rules of :func:`trainer.data.images.read_image` band by band: the same channel
-mapping, the same errors, float16 (values beyond its range refused) and the colour conversion of
-:func:`trainer.data.colour.working_pairs`. So a rank holds one band, never a whole frame.
+files too) and applies the rules of :func:`trainer.data.images.read_channels` band by band: the side's channels
+(the shot's :class:`~trainer.core.channels.ChannelPlan`; RGB by default), the same errors, float16 (values beyond
+its range refused) and the working colour space on the colour channels only
+(:func:`trainer.data.colour.to_working_channels`: a matte or alpha is never converted). So a rank holds one band,
+never a whole frame.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import OpenImageIO as oiio
 
-from trainer.data.colour import ColourSpec
+from trainer.core.channels import RGB, ChannelPlan
+from trainer.data.colour import ColourSpec, to_working_channels
 from trainer.core.exitcodes import ExitCode
-from trainer.data.images import DataError, FramePair, check_pair_size, to_half, to_rgb, find_sequence, pair_frames
+from trainer.data.images import (DataError, FramePair, check_channels, check_pair_size, find_sequence, pair_frames,
+                                 pick_channels, to_half)
 from trainer.record.runrecord import FailureKind
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,8 @@ class Shot:
         was_read: this run read the shot before (``--resume`` and a recorded shot): a file that cannot be
             read now is a change (:class:`ShotChanged`), not bad input.
         scale: ``--scale``: every Ground Truth frame is ``scale * width`` x ``scale * height`` [1].
+        channels: the channels read from the Input files (``channels.inputs``) and the Ground Truth files
+            (``channels.targets``), by name (RGB both sides by default).
     """
 
     pairs: tuple[FramePair, ...]
@@ -92,6 +98,7 @@ class Shot:
     target_dir: str
     was_read: bool = False
     scale: int = 1
+    channels: ChannelPlan = ChannelPlan()
 
     @property
     def target_size(self) -> tuple[int, int]:
@@ -110,9 +117,12 @@ class Shot:
             yield pair.target, b
 
     def digest(self) -> str:
-        """SHA-256 of the paths, signatures, frame size and scale: equal digests = the same shot, read the same way
-        (a copy of another ``--scale`` is never reused)."""
+        """SHA-256 of the paths, signatures, frame size, scale and channels: equal digests = the same shot, read the
+        same way (a copy of another ``--scale`` or channel plan is never reused)."""
+        plan = self.channels
         h = hashlib.sha256(f"{self.width}x{self.height}x{self.scale}".encode())
+        if not plan.is_default:  # RGB keeps the digest it always had
+            h.update(f"\0{','.join(plan.inputs)}\0{','.join(plan.targets)}".encode())
         for path, sig in self.files():
             h.update(f"\0{path}\0{sig.size}\0{sig.mtime_ns}".encode())
         return h.hexdigest()
@@ -127,19 +137,22 @@ class Shot:
 
     def record(self) -> dict[str, Any]:
         """The ``run.json`` ``data.shot`` record: folders, frames, file names, Input size, scale, Ground Truth size,
-        bytes."""
+        bytes, and the channel names read from each side."""
         return {"input_dir": self.input_dir, "target_dir": self.target_dir,
                 "frames": [p.frame for p in self.pairs], "input": [p.input.name for p in self.pairs],
                 "target": [p.target.name for p in self.pairs], "width": self.width, "height": self.height,
                 "scale": self.scale, "target_width": self.target_size[0], "target_height": self.target_size[1],
-                "bytes": self.bytes}
+                "bytes": self.bytes, "input_channels": list(self.channels.inputs),
+                "target_channels": list(self.channels.targets)}
 
     def to_json(self) -> str:
         """The listing as JSON (rank 0 publishes it to the gang)."""
         return json.dumps({"pairs": [[p.frame, str(p.input), str(p.target)] for p in self.pairs],
                            "sigs": [[a.size, a.mtime_ns, b.size, b.mtime_ns] for a, b in self.sigs],
                            "width": self.width, "height": self.height, "input_dir": self.input_dir,
-                           "target_dir": self.target_dir, "was_read": self.was_read, "scale": self.scale})
+                           "target_dir": self.target_dir, "was_read": self.was_read, "scale": self.scale,
+                           "input_channels": list(self.channels.inputs),
+                           "target_channels": list(self.channels.targets)})
 
     @classmethod
     def from_json(cls, text: str) -> "Shot":
@@ -147,7 +160,8 @@ class Shot:
         d = json.loads(text)
         return cls(tuple(FramePair(f, Path(i), Path(t)) for f, i, t in d["pairs"]),
                    tuple((FileSig(a, b), FileSig(c, e)) for a, b, c, e in d["sigs"]), d["width"], d["height"],
-                   d["input_dir"], d["target_dir"], d["was_read"], d.get("scale", 1))
+                   d["input_dir"], d["target_dir"], d["was_read"], d.get("scale", 1),
+                   ChannelPlan(tuple(d.get("input_channels", RGB)), tuple(d.get("target_channels", RGB))))
 
 
 def _recorded_pairs(input_dir: str, target_dir: str, recorded: Mapping[str, Any]) -> list[FramePair]:
@@ -175,17 +189,22 @@ def _recorded_pairs(input_dir: str, target_dir: str, recorded: Mapping[str, Any]
     return pairs
 
 
-def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | None = None, scale: int = 1) -> Shot:
-    """List and sign the shot (``trainer.data.images.pair_frames``), sized from the first pair's headers.
+def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | None = None, scale: int = 1,
+              channels: ChannelPlan | None = None) -> Shot:
+    """List and sign the shot (``trainer.data.images.pair_frames``), sized and its channels checked from the first
+    pair's headers.
 
     Args:
         recorded: ``run.json`` ``data.shot`` of an earlier attempt of this run when resuming (same folders),
             else None: the shot is cut to its frames (:func:`_recorded_pairs`).
         scale: ``--scale``: the Ground Truth is ``scale`` times the Input in both dimensions [1].
+        channels: the channels to read from each side (``TrainConfig.channels``); None: RGB both sides.
 
     Raises:
-        DataError: as ``pair_frames``; the first pair cannot be opened, or its Ground Truth is not ``scale``
-            times its Input (``trainer.data.images.check_pair_size``: both files, both sizes and the fix).
+        DataError: as ``pair_frames``; the first pair cannot be opened, its Ground Truth is not ``scale``
+            times its Input (``trainer.data.images.check_pair_size``: both files, both sizes and the fix), or one of
+            its files lacks a named channel (``trainer.data.images.check_channels``: the file, the channel, the
+            channels it has and the fix).
         ShotChanged: a recorded frame is gone, or a file vanished while being listed.
     """
     same = recorded and recorded.get("input_dir") == str(input_dir) and recorded.get("target_dir") == str(target_dir)
@@ -197,9 +216,13 @@ def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | Non
             raise ShotChanged(f"{pair.input if a is None else pair.target} vanished while the shot was listed; "
                               "is the shot being rewritten? Training starts again when it is complete")
         sigs.append((a, b))
-    w, h = image_size(pairs[0].input)
-    check_pair_size(pairs[0], (w, h), image_size(pairs[0].target), scale)
-    return Shot(tuple(pairs), tuple(sigs), w, h, str(input_dir), str(target_dir), was_read=bool(same), scale=scale)
+    plan = channels or ChannelPlan()
+    (w, h, have), (tw, th, target_have) = header(pairs[0].input), header(pairs[0].target)
+    check_pair_size(pairs[0], (w, h), (tw, th), scale)
+    check_channels(pairs[0].input, have, plan.inputs, "--input-channels")
+    check_channels(pairs[0].target, target_have, plan.targets, "--target-channels")
+    return Shot(tuple(pairs), tuple(sigs), w, h, str(input_dir), str(target_dir), was_read=bool(same), scale=scale,
+                channels=plan)
 
 
 def _open(path: Path) -> oiio.ImageInput:
@@ -217,25 +240,34 @@ def image_size(path: Path) -> tuple[int, int]:
     Raises:
         DataError: the file cannot be opened as an image.
     """
+    return header(path)[:2]
+
+
+def header(path: Path) -> tuple[int, int, tuple[str, ...]]:
+    """``(width, height, channel names)`` of subimage 0 (data window [pixels]; ``spec.channelnames``), from the
+    header only. Raises DataError: the file cannot be opened as an image."""
     inp = _open(path)
     try:
-        return inp.spec().width, inp.spec().height
+        spec = inp.spec()
+        return spec.width, spec.height, tuple(spec.channelnames)
     finally:
         inp.close()
 
 
 def decode_bands(path: Path, rows: int, size: tuple[int, int], colour: ColourSpec,
-                 first: FramePair | None = None, side: int = 0) -> Iterator[tuple[int, np.ndarray]]:
-    """Decode ``path`` in bands of ``rows`` rows: yields ``(y0, band)``, band (n, W, 3) float16, n <= rows.
+                 first: FramePair | None = None, side: int = 0,
+                 names: tuple[str, ...] = RGB) -> Iterator[tuple[int, np.ndarray]]:
+    """Decode ``path`` in bands of ``rows`` rows: yields ``(y0, band)``, band (n, W, len(names)) float16, n <= rows.
 
-    Values as :func:`trainer.data.images.read_image`, then float16 and the working colour space (module doc).
+    Values as :func:`trainer.data.images.read_channels` of the channels ``names`` (the side's channels of the
+    shot's plan), then float16 and the working colour space on the colour channels only (module doc).
     ``size`` is the ``(width, height)`` every file of ``path``'s side has (:attr:`Shot.width`/``height`` for the
     Input, side 0; :attr:`Shot.target_size` for the Ground Truth, side 1); ``first`` names the first pair's file
     of that side in a size mismatch.
 
     Raises:
-        DataError: unreadable, deep, NaN/inf or float16-overflowing pixels, or a size other than ``size``
-            (the messages of ``read_image`` and ``load_pairs``).
+        DataError: unreadable, deep, NaN/inf or float16-overflowing pixels, a size other than ``size``, or a
+            missing channel (the messages of ``read_channels`` and ``load_pairs``).
     """
     inp = _open(path)
     try:
@@ -258,12 +290,14 @@ def decode_bands(path: Path, rows: int, size: tuple[int, int], colour: ColourSpe
             px = px.reshape(n, spec.width, spec.nchannels)
             if packed:
                 px = (px >> (16 - bits)).astype(np.float32) / np.float32(2**bits - 1)
-            rgb = np.ascontiguousarray(to_rgb(px, tuple(spec.channelnames)), dtype=np.float32)
-            if not np.isfinite(rgb).all():
-                raise DataError(f"{path} has {int(np.count_nonzero(~np.isfinite(rgb)))} NaN or infinite values in "
+            option = "--target-channels" if side else "--input-channels"
+            picked = np.ascontiguousarray(pick_channels(px, tuple(spec.channelnames), names, path, option),
+                                          dtype=np.float32)
+            if not np.isfinite(picked).all():
+                raise DataError(f"{path} has {int(np.count_nonzero(~np.isfinite(picked)))} NaN or infinite values in "
                                 f"rows {y0}-{y0 + n - 1}, which would make training diverge; fix the render (or "
                                 "clamp/remove them in comp) and write the frame again")
-            half = to_half(rgb, path)
-            yield y0, colour.to_working(half).astype(np.float16) if colour.active else half
+            half = to_half(picked, path)
+            yield y0, to_working_channels(colour, half, names).astype(np.float16) if colour.active else half
     finally:
         inp.close()

@@ -10,7 +10,8 @@
 3. The ranks exchange their results on the store (waiting as long as every rank's heartbeat moves, so a slow
    host is not a timeout): when any rank failed, every rank raises that rank's error, which names the file
    and the rank, so the gang fails as one with one message and nobody hangs in a collective.
-4. Rank 0 records ``run.json`` ``data`` (``trainer.record.runrecord``): the shot, the cache, and per host the bytes
+4. Rank 0 records ``run.json`` ``data`` (``trainer.record.runrecord``): the shot (with the channels read from
+   each side, ``--input-channels`` / ``--target-channels``), the channel plan, the cache, and per host the bytes
    its ranks read during the phase (``/proc/self/io``, ``trainer.core.procstat``) and the bytes of shot files they
    decoded.
 
@@ -111,7 +112,8 @@ def _agreed_shot(cfg: TrainConfig, rt: Runtime, paths: RunPaths) -> Shot:
     if rt.env.is_main:
         try:
             recorded = runrecord.read_record_or_empty(paths).data.get("shot") if cfg.resume else None
-            shot = list_shot(cfg.input_dir, cfg.target_dir, recorded, scale=cfg.scale)  # checks GT = scale x Input
+            # checks GT = scale x Input, and that the first pair has the named channels
+            shot = list_shot(cfg.input_dir, cfg.target_dir, recorded, scale=cfg.scale, channels=cfg.channels)
             published = {"shot": shot.to_json()}
         except DataError as exc:
             published = {"error": f"{_who(rt)}: {exc}", "changed": isinstance(exc, ShotChanged)}
@@ -179,8 +181,10 @@ def open_data(cfg: TrainConfig, rt: Runtime, colour: ColourSpec, paths: RunPaths
     hosts = _hosts(results, cache.shot.bytes)
     reads = "; ".join(f"host {h}: ranks {v['ranks']} read the shot {v['shot_reads']:.2f} time(s)"
                       for h, v in hosts.items())
-    log.info("data phase: %d pairs of %dx%d (Ground Truth %dx%d, --scale %d), %.2f GiB of files; %s", cache.count,
-             cache.shot.width, cache.shot.height, *cache.shot.target_size, cache.scale, cache.shot.bytes / 2**30, reads)
+    plan = cache.shot.channels
+    log.info("data phase: %d pairs of %dx%d (Ground Truth %dx%d, --scale %d; channels %s -> %s, %s), %.2f GiB of "
+             "files; %s", cache.count, cache.shot.width, cache.shot.height, *cache.shot.target_size, cache.scale,
+             ",".join(plan.inputs), ",".join(plan.targets), plan.task, cache.shot.bytes / 2**30, reads)
     return Data(cache, ShotWatch(cache.shot, _who(rt), rt, cfg.log_interval, cfg.shot_check_s))
 
 
@@ -198,7 +202,8 @@ def _hosts(results: list[dict[str, Any]], shot_bytes: int) -> dict[str, dict[str
 
 
 def _record(cfg: TrainConfig, cache: HostCache, results: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"shot": cache.shot.record(), "scale": cache.scale, "hosts": _hosts(results, cache.shot.bytes),
+    return {"shot": cache.shot.record(), "scale": cache.scale, "channels": cache.shot.channels.to_dict(),
+            "hosts": _hosts(results, cache.shot.bytes),
             "cache": {"source": "host copy on local scratch", "data_cache_mb": cfg.data_cache_mb,
                       "folder": str(cache.folder), "bytes": cache.bytes, "tile": TILE},
             "seconds": max(r["seconds"] for r in results)}

@@ -17,6 +17,16 @@ clipped to 0..1 and rounded to the nearest code value; float formats keep values
 
 Only the first subimage of a multi-part EXR is written (the others are dropped, logged at WARNING).
 
+**Named channels** (a model of ``model.json`` ``channels_out`` other than R, G, B: a matte ``A``, colour + alpha
+``R, G, B, A``, an EXR layer's ``matte.A``; ``trainer.core.channels``): ``write_like(..., channels=names)`` puts
+the model's output into the channels of those names and keeps every other channel of the source; a named channel
+the source lacks is *added*: after the last channel of its layer when the layer exists, else at the end (an RGB
+PNG plus ``A`` becomes an RGBA PNG with unassociated alpha; an RGB EXR plus ``matte.A`` gets a ``matte.A``
+channel). R, G and B, when all three are named, go where the colour went before (a grey file's Y gets their
+luminance). Formats that cannot hold an EXR layer (PNG, TIFF, DPX, ...) get a layer's alpha (``matte.A``) in their
+own ``A`` (logged at INFO); a layer's other channels, or any new non-alpha channel, only fit an EXR, and a format
+without alpha (JPEG) takes no new alpha: both are refused with a DataError that names the file and the fix.
+
 **Upres** (a model of ``scale`` s > 1, ``trainer.learn.model``): the colour may be s times the source's
 width and height (the same whole factor in both). Then the data window's size and origin and the display
 window (EXR ``dataWindow``/``displayWindow``, ``full_*`` in OIIO) are multiplied by s, so an overscan frame
@@ -32,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -45,32 +56,40 @@ log = logging.getLogger(__name__)
 LUMA_709 = np.array([0.2126, 0.7152, 0.0722], np.float32)
 
 
-def write_like(path: str | Path, rgb: np.ndarray, like: str | Path) -> None:
+def write_like(path: str | Path, rgb: np.ndarray, like: str | Path, channels: Sequence[str] | None = None) -> None:
     """Write ``rgb`` to ``path`` with the format, channels and metadata of the image ``like``, atomically.
 
     Args:
         path: destination (its folder must exist); its extension should match ``like``'s format.
-        rgb: (sH, sW, 3) float array, the new colour of ``like``'s (H, W) data window; s >= 1 a whole factor
-            (1: same size; 2, 4: an upres model's output, module doc).
+        rgb: (sH, sW, C) float array, the model's output for ``like``'s (H, W) data window: its colour (C = 3)
+            or its ``channels``; s >= 1 a whole factor (1: same size; 2, 4: an upres model's output, module doc).
         like: the source image the output copies everything else from.
+        channels: the names of ``rgb``'s C channels (module doc, "Named channels"); None or R, G, B: the colour.
 
     Raises:
-        ValueError: ``rgb`` is not (sH, sW, 3) for a whole s >= 1 and ``like``'s data window size (H, W).
-        DataError: ``like`` cannot be read.
+        ValueError: ``rgb`` is not (sH, sW, C) for a whole s >= 1 and ``like``'s data window size (H, W).
+        DataError: ``like`` cannot be read, or a named channel the output's format cannot hold (module doc).
         OSError: OpenImageIO failed to write (the message names the file).
     """
     path = Path(path)
     spec, pixels = _read_all(Path(like))
     rgb = np.asarray(rgb, dtype=np.float32)
+    names = None if channels is None or tuple(channels) == ("R", "G", "B") else tuple(channels)
+    count = 3 if names is None else len(names)
     factor = rgb.shape[0] // spec.height if rgb.ndim == 3 else 0
-    if rgb.ndim != 3 or factor < 1 or rgb.shape != (factor * spec.height, factor * spec.width, 3):
+    if rgb.ndim != 3 or factor < 1 or rgb.shape != (factor * spec.height, factor * spec.width, count):
         raise ValueError(f"write_like({path}): got an image of shape {rgb.shape}, but {like} is "
-                         f"{spec.width}x{spec.height}; the output must be (s*{spec.height}, s*{spec.width}, 3) "
+                         f"{spec.width}x{spec.height}; the output must be (s*{spec.height}, s*{spec.width}, {count}) "
                          "for a whole s >= 1 (s = 1: the input's size; 2 or 4: an upres model's)")
+    if names is not None:
+        pixels, dest = add_channels(spec, pixels, names, path)
     if factor > 1:
         pixels = _resize_others(pixels, factor, tuple(spec.channelnames))
         scale_windows(spec, factor)
-    _put_colour(pixels, rgb, tuple(spec.channelnames))
+    if names is None:
+        _put_colour(pixels, rgb, tuple(spec.channelnames))
+    else:
+        _put_named(pixels, rgb, names, dest, tuple(spec.channelnames))
     out = _encode(pixels, spec)
     temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp{path.suffix}")
     try:
@@ -158,6 +177,90 @@ def _put_colour(pixels: np.ndarray, rgb: np.ndarray, names: tuple[str, ...]) -> 
     lookup = {name: index for index, name in enumerate(names)}
     picked = [lookup[c] for c in "RGB"] if all(c in lookup for c in "RGB") else [0, 1, 2]
     pixels[:, :, picked] = rgb
+
+
+def add_channels(spec: oiio.ImageSpec, pixels: np.ndarray, names: Sequence[str],
+                 path: Path) -> tuple[np.ndarray, list[int]]:
+    """Give ``spec`` and ``pixels`` (H, W, C) every channel of ``names`` they lack (module doc, "Named channels"),
+    zero-filled; ``spec`` changes in place. Returns the new (H, W, C') pixels and, per name, the index of the
+    channel it is written to (-1 for R, G, B when all three are named: they go where :func:`_put_colour` puts the
+    colour).
+
+    Raises:
+        DataError: the format of ``path`` cannot hold a named channel (a layer's non-alpha channel outside EXR, a
+            new non-alpha channel outside EXR, or an alpha in JPEG); the message names the file, channel and fix.
+    """
+    have = list(spec.channelnames)
+    colour = all(c in names for c in "RGB")
+    writer = oiio.ImageOutput.create(str(path))
+    fmt = writer.format_name() if writer is not None else path.suffix.lstrip(".")
+    has_alpha = bool(writer and writer.supports("alpha"))
+    targets = ["" if colour and n in ("R", "G", "B") else _channel_in(n, fmt, has_alpha, path) for n in names]
+    added = [t for t in targets if t and t not in have]
+    for name in added:
+        have.insert(_insert_at(have, name), name)
+    if added:
+        old = {name: i for i, name in enumerate(spec.channelnames)}
+        grown = np.zeros((*pixels.shape[:2], len(have)), np.float32)
+        for i, name in enumerate(have):
+            if name in old:
+                grown[:, :, i] = pixels[:, :, old[name]]
+        formats = list(spec.channelformats)
+        kept = {attr: spec.channelnames[i] for attr in ("alpha_channel", "z_channel")
+                if 0 <= (i := getattr(spec, attr)) < len(spec.channelnames)}
+        spec.nchannels, spec.channelnames = len(have), tuple(have)
+        for attr in ("alpha_channel", "z_channel"):  # the same channels, at their new places
+            setattr(spec, attr, have.index(kept[attr]) if attr in kept else -1)
+        if formats:  # per-channel pixel types (EXR): a new channel takes the first channel's (the colour's)
+            spec.channelformats = tuple(formats[old[n]] if n in old else formats[0] for n in have)
+        _mark_alpha(spec, added)
+        log.info("%s: added channel%s %s to %s's channels", path.name, "s" * (len(added) > 1), ", ".join(added),
+                 fmt)
+        pixels = grown
+    return pixels, [have.index(t) if t else -1 for t in targets]
+
+
+def _channel_in(name: str, fmt: str, has_alpha: bool, path: Path) -> str:
+    """The channel of a ``fmt`` file that holds the model's channel ``name`` (module doc). Raises DataError."""
+    if fmt == "openexr":
+        return name
+    if is_alpha(name) and has_alpha:
+        if "." in name:
+            log.info("%s: a %s file has no layers; writing the model's %s into its A", path.name, fmt, name)
+        return "A"
+    what = "an alpha" if is_alpha(name) else f"the channel {name!r}"
+    raise DataError(f"{path}: a {fmt} file cannot hold {what}, which the model outputs; infer on EXR (or, for a "
+                    "matte, PNG/TIFF) frames, or convert the input sequence")
+
+
+def _insert_at(have: list[str], name: str) -> int:
+    """Where a new channel goes: after the last channel of its layer (``matte.`` of ``matte.A``; the unlayered
+    channels for ``A``), else at the end."""
+    layer = name.rpartition(".")[0]
+    same = [i for i, n in enumerate(have) if n.rpartition(".")[0] == layer]
+    return same[-1] + 1 if same else len(have)
+
+
+def _mark_alpha(spec: oiio.ImageSpec, added: list[str]) -> None:
+    """An added unlayered alpha becomes the file's alpha channel, unassociated (colour is not premultiplied:
+    OIIO would otherwise divide the colour by it when writing PNG/TIFF)."""
+    names = list(spec.channelnames)
+    alpha = [n for n in added if is_alpha(n) and "." not in n]
+    if alpha and spec.alpha_channel < 0:
+        spec.alpha_channel = names.index(alpha[0])
+    if alpha:
+        spec.attribute("oiio:UnassociatedAlpha", 1)
+
+
+def _put_named(pixels: np.ndarray, values: np.ndarray, names: Sequence[str], dest: list[int],
+               have: tuple[str, ...]) -> None:
+    """Write ``values`` (H, W, C), channels ``names``, into ``pixels`` (H, W, C') in place: R, G, B (``dest`` -1)
+    as :func:`_put_colour` does, every other channel at its ``dest`` index."""
+    if any(d < 0 for d in dest):
+        _put_colour(pixels, values[:, :, [list(names).index(c) for c in "RGB"]], have)
+    for j, d in enumerate(dest):
+        if d >= 0:
+            pixels[:, :, d] = values[:, :, j]
 
 
 def _encode(pixels: np.ndarray, spec: oiio.ImageSpec) -> np.ndarray:

@@ -3,18 +3,24 @@
 **The TorchScript contract** (``model.pt``, what Nuke's CatFileCreator and ``cuetrain infer`` load)::
 
     forward(x: Tensor) -> Tensor
-    x: (1, 3, H, W) float32, any H >= 1 and W >= 1, RGB, values in the model's working space
-       (``model.json`` ``colour``; scene-linear or 0..1 display values as the training data held them)
-    returns: (1, 3, sH, sW) float32, same space; s is the model's upres factor (``model.json`` ``scale``:
-             1 = the input's size, 2 or 4 = upres, ``trainer.learn.model``)
+    x: (1, Cin, H, W) float32, any H >= 1 and W >= 1, the Input channels ``model.json`` ``channels_in`` names
+       in that order (R, G, B for a colour model), values in the model's working space (``model.json``
+       ``colour``; scene-linear or 0..1 display values as the training data held them)
+    returns: (1, Cout, sH, sW) float32, the channels ``model.json`` ``channels_out`` names in that order (R, G,
+             B for a colour model; A for a matte: 0..1; R, G, B, A for colour + alpha); colour in the same
+             space; s is the model's upres factor (``model.json`` ``scale``: 1 = the input's size, 2 or 4 =
+             upres, ``trainer.learn.model``)
+
+A colour model (the RGB default) has Cin = Cout = 3; a matte model Cin = 3 and Cout = 1
+(``trainer.core.channels.ChannelPlan``).
 
 The file is a CPU, eval-mode ``torch.jit.script`` module. Loading it needs only ``torch``
 (``torch.jit.load``): no cuetrain, numpy or OpenImageIO (tests/trainer/export/test_export.py loads it in
 an isolated interpreter that has nothing else on its path). A batch larger than 1 works too.
 
 **The ONNX file** (``model.onnx``, for Houdini's ONNX Inference SOP/COP and other ONNX Runtime
-hosts): opset :data:`ONNX_OPSET`, one input ``x`` of shape ``(1, 3, H, W)`` and one output ``y`` of
-shape ``(1, 3, sH, sW)`` (the input's shape at scale 1), float32, with ``H`` and ``W`` dynamic (named ``H``
+hosts): opset :data:`ONNX_OPSET`, one input ``x`` of shape ``(1, Cin, H, W)`` and one output ``y`` of
+shape ``(1, Cout, sH, sW)`` (channels as for model.pt; the input's shape at scale 1 for a colour model), float32, with ``H`` and ``W`` dynamic (named ``H``
 and ``W`` in the graph; the output's dimensions ``H`` and ``W``, or ``2*H`` and ``2*W`` at scale 2). It is
 made with ``torch.onnx.export(..., dynamo=True)``, torch's supported exporter since 2.9, which
 needs the ``onnxscript`` package (the ``onnx`` extra of cuetrain). The legacy TorchScript-based
@@ -45,6 +51,8 @@ import warnings
 from typing import Any
 
 import torch
+
+from trainer.core.channels import ChannelPlan
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +93,10 @@ def onnx_available() -> str | None:
     return None
 
 
-def onnx_bytes(model: torch.nn.Module) -> bytes:
-    """``model`` as an ONNX file's bytes: input ``x`` (1, 3, H, W) float32 -> output ``y`` (1, 3, sH, sW), H and W
-    dynamic (s: the model's upres factor).
+def onnx_bytes(model: torch.nn.Module, channels_in: int | None = None) -> bytes:
+    """``model`` as an ONNX file's bytes: input ``x`` (1, Cin, H, W) float32 -> output ``y`` (1, Cout, sH, sW), H
+    and W dynamic (s: the model's upres factor). ``channels_in`` is Cin (None: the network's ``in_channels``,
+    else 3).
 
     Raises:
         ExportError: onnx/onnxscript are missing, or torch.onnx could not export the model.
@@ -96,7 +105,10 @@ def onnx_bytes(model: torch.nn.Module) -> bytes:
     if reason:
         raise ExportError(f"cannot write model.onnx: {reason}")
     net = copy.deepcopy(model).cpu().eval()
-    example = torch.rand(1, 3, *_EXAMPLE_HW)
+    cin = channels_in if channels_in is not None else int(getattr(model, "in_channels", 3))
+    example = torch.rand(1, cin, *_EXAMPLE_HW)
+    with torch.no_grad():
+        scale = int(net(example).shape[-2]) // _EXAMPLE_HW[0]  # the upres factor, for the output's dim names
     dynamic = torch.export.Dim.DYNAMIC
     _quiet_exporter_logs()
     try:
@@ -108,13 +120,15 @@ def onnx_bytes(model: torch.nn.Module) -> bytes:
     except Exception as exc:  # torch.export/onnxscript raise many types
         raise ExportError(f"cannot export the model to ONNX: {type(exc).__name__}: {exc}") from exc
     proto = program.model_proto
-    _name_dynamic_dims(proto)
+    _name_dynamic_dims(proto, scale)
     return proto.SerializeToString()
 
 
-def _name_dynamic_dims(proto: Any) -> None:
+def _name_dynamic_dims(proto: Any, scale: int = 1) -> None:
     """Rename the exporter's symbolic sizes (``s0``, ``s53``) of input ``x`` to ``H`` and ``W`` everywhere,
-    inside expressions too (an upres model's output ``2*s53`` becomes ``2*H``)."""
+    inside expressions too (an upres model's output ``2*s53`` becomes ``2*H``); the output ``y``'s height and
+    width are then named as the contract says (:func:`output_shape`): a network whose output adds nothing of the
+    input's size (a matte) leaves the exporter an equal but longer expression, ``Min(H, 4*((H + ...)//4))``."""
     dims = proto.graph.input[0].type.tensor_type.shape.dim
     rename = {name: new for name, new in ((dims[2].dim_param, "H"), (dims[3].dim_param, "W")) if name}
     if not rename:
@@ -124,6 +138,10 @@ def _name_dynamic_dims(proto: Any) -> None:
         for dim in info.type.tensor_type.shape.dim:
             if dim.dim_param:
                 dim.dim_param = symbol.sub(lambda match: rename[match.group(0)], dim.dim_param)
+    out_dims = proto.graph.output[0].type.tensor_type.shape.dim
+    for dim, name in zip(out_dims[2:], output_shape(scale)[2:]):
+        if dim.dim_param:
+            dim.dim_param = str(name)
 
 
 def _quiet_exporter_logs() -> None:
@@ -132,21 +150,31 @@ def _quiet_exporter_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def output_shape(scale: int = 1) -> list[int | str]:
-    """The output shape a model of upres ``scale`` records: ``[1, 3, "H", "W"]``, or ``[1, 3, "2*H", "2*W"]``."""
-    return [1, 3, "H", "W"] if scale == 1 else [1, 3, f"{scale}*H", f"{scale}*W"]
+def output_shape(scale: int = 1, channels: int = 3) -> list[int | str]:
+    """The output shape a model of upres ``scale`` and ``channels`` (Cout) output channels records:
+    ``[1, 3, "H", "W"]``, or ``[1, 3, "2*H", "2*W"]`` (``[1, 1, ...]`` for a matte)."""
+    return [1, channels, "H", "W"] if scale == 1 else [1, channels, f"{scale}*H", f"{scale}*W"]
 
 
-def onnx_description(scale: int = 1) -> dict[str, Any]:
-    """What ``model.json`` ``exports["model.onnx"]`` records for a model of upres ``scale``."""
-    return {"opset": ONNX_OPSET, "input": {"name": "x", "shape": [1, 3, "H", "W"], "dtype": "float32"},
-            "output": {"name": "y", "shape": output_shape(scale), "dtype": "float32"}}
+def _tensors(scale: int, plan: ChannelPlan | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The input and output entries of a description: shape, dtype and the channel names in order."""
+    plan = plan or ChannelPlan()
+    return ({"shape": [1, len(plan.inputs), "H", "W"], "dtype": "float32", "channels": list(plan.inputs)},
+            {"shape": output_shape(scale, len(plan.targets)), "dtype": "float32", "channels": list(plan.targets)})
 
 
-def torchscript_description(scale: int = 1) -> dict[str, Any]:
-    """What ``model.json`` ``exports["model.pt"]`` records (the contract in the module docstring)."""
+def onnx_description(scale: int = 1, channels: ChannelPlan | None = None) -> dict[str, Any]:
+    """What ``model.json`` ``exports["model.onnx"]`` records for a model of upres ``scale`` and channel plan
+    ``channels`` (None: RGB in and out): opset, and input ``x`` / output ``y`` with shape, dtype and channels."""
+    inp, out = _tensors(scale, channels)
+    return {"opset": ONNX_OPSET, "input": {"name": "x", **inp}, "output": {"name": "y", **out}}
+
+
+def torchscript_description(scale: int = 1, channels: ChannelPlan | None = None) -> dict[str, Any]:
+    """What ``model.json`` ``exports["model.pt"]`` records (the contract in the module docstring) for a model of
+    upres ``scale`` and channel plan ``channels`` (None: RGB in and out)."""
     from trainer.export.compat import MIN_LIBTORCH
 
+    inp, out = _tensors(scale, channels)
     return {"format": "torchscript", "signature": "forward(x: Tensor) -> Tensor", "min_libtorch": MIN_LIBTORCH,
-            "input": {"shape": [1, 3, "H", "W"], "dtype": "float32"},
-            "output": {"shape": output_shape(scale), "dtype": "float32"}}
+            "input": inp, "output": out}

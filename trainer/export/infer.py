@@ -3,6 +3,11 @@
 An upres model (``model.json`` ``scale`` s of 2 or 4, ``trainer.learn.model``) returns frames s times the input's
 width and height; they are written at that size, with the input's format, bit depth, channels and metadata
 (:func:`trainer.data.write_like.write_like` scales the windows and resizes the channels the model does not make).
+
+A model with named channels (``model.json`` ``channels_in``/``channels_out``, ``trainer.core.channels``; a matte,
+colour + alpha) reads those Input channels by name and writes each output file as its input file plus the model's
+channels: a matte model on RGB PNG frames writes RGBA PNGs (the input's RGB and the predicted A), on RGB EXRs with
+``matte.A`` it adds a ``matte.A`` channel (``trainer.data.write_like``, "Named channels").
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.data.colour import ColourSpec
-from trainer.data.images import DataError, find_sequence, read_image
+from trainer.core.channels import RGB, ChannelPlan
+from trainer.data.colour import ColourSpec, colour_channels
+from trainer.data.images import DataError, find_sequence, read_channels, read_image
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +46,46 @@ def load_model(path: str | Path, device: torch.device | None = None) -> torch.ji
 
 
 def apply_model(model: torch.nn.Module, rgb: np.ndarray, device: torch.device | None = None) -> np.ndarray:
-    """Run the model on one full frame: (H, W, 3) float -> (sH, sW, 3) float32 (s: the model's upres factor, 1
-    for a same-size model)."""
-    x = torch.from_numpy(np.ascontiguousarray(rgb, dtype=np.float32)).permute(2, 0, 1)[None]  # (1, 3, H, W)
+    """Run the model on one full frame: (H, W, Cin) float -> (sH, sW, Cout) float32 (s: the model's upres factor,
+    1 for a same-size model; Cin = Cout = 3 for a colour model)."""
+    x = torch.from_numpy(np.ascontiguousarray(rgb, dtype=np.float32)).permute(2, 0, 1)[None]  # (1, Cin, H, W)
     with torch.no_grad():
         y = model(x.to(device or "cpu"))
     return y[0].permute(1, 2, 0).float().cpu().numpy()
+
+
+def model_meta(model_path: str | Path) -> dict:
+    """``model.json`` beside ``model_path`` ({} when there is none).
+
+    Raises:
+        DataError: it cannot be read or is not a JSON object (names the file and the fix).
+    """
+    meta_path = Path(model_path).with_name("model.json")
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read {meta_path}: {exc}; re-export the model or remove the file") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{meta_path} is not a JSON object; re-export the model or remove the file")
+    return meta
+
+
+def model_channels(model_path: str | Path) -> ChannelPlan:
+    """The channels the model beside ``model.json`` reads and writes (``channels_in``, ``channels_out``; R, G, B
+    when it does not say: models exported before channels were named).
+
+    Raises:
+        DataError: a recorded channel list is not a non-empty list of names (names the file and the fix).
+    """
+    meta = model_meta(model_path)
+    lists = []
+    for key in ("channels_in", "channels_out"):
+        names = meta.get(key, list(RGB))
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+            raise DataError(f"{Path(model_path).with_name('model.json')}: {key}={names!r} must be a list of channel "
+                            "names such as [\"R\", \"G\", \"B\"]; re-export the model")
+        lists.append(tuple(names))
+    return ChannelPlan(lists[0], lists[1])
 
 
 def model_colour(model_path: str | Path) -> ColourSpec:
@@ -53,12 +93,9 @@ def model_colour(model_path: str | Path) -> ColourSpec:
 
     Raises:
         ColourError: a recorded colour space is unknown (or OpenColorIO is missing).
+        DataError: model.json cannot be read.
     """
-    meta_path = Path(model_path).with_name("model.json")
-    try:
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cannot read {meta_path}: {exc}; re-export the model or remove the file") from None
+    meta = model_meta(model_path)
     spec = ColourSpec.from_dict(meta.get("colour"))
     spec.check()
     if spec.active:
@@ -89,45 +126,83 @@ def infer_sequence(model_path: str | Path, input_dir: str | Path, output_dir: st
 
     Each output is ``output_dir/<same name>`` with the input's format, bit depth, channels and
     metadata (:func:`trainer.data.write_like.write_like`), at the model's output size (s x the input's width
-    and height for an upres model); only R, G and B go through the model, other channels are resized to the
-    output (alpha bilinearly, the rest nearest, ``trainer.data.write_like``). When
-    ``model.json`` beside the model records colour spaces (``trainer.data.colour``), each frame is
-    converted to the working space before the model and back after it.
+    and height for an upres model); only the model's Input channels go through the model (R, G and B for a
+    colour model; ``model.json`` ``channels_in``), its output goes into the channels ``channels_out`` names
+    (added when the input lacks them: a matte model writes RGBA PNGs from RGB PNGs; an EXR gets ``matte.A``;
+    a format without layers gets a layer's alpha in its A, logged), and the other channels are kept, resized to
+    the output (alpha bilinearly, the rest nearest, ``trainer.data.write_like``). When ``model.json`` beside the
+    model records colour spaces (``trainer.data.colour``), the R, G and B channels of each frame are converted
+    to the working space before the model and back after it; a matte or any other channel never is.
 
     Returns:
         The written paths in frame order.
 
     Raises:
-        DataError: bad model, input sequence or frame range (names the path), or a model whose output is not a
-            whole multiple of the input's size (names the sizes).
+        DataError: bad model, input sequence or frame range (names the path), an input frame without the model's
+            Input channels (names the file, the channel and the channels it has), a model whose output is not a
+            whole multiple of the input's size or not its channel count (names both), or an output format that
+            cannot hold the model's channels (``trainer.data.write_like``).
     """
-    from trainer.data.write_like import write_like
-
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = load_model(model_path, device)
     colour = model_colour(model_path)
+    plan = model_channels(model_path)
+    if not plan.is_default:
+        log.info("model channels: %s in, %s out (%s)", ",".join(plan.inputs), ",".join(plan.targets), plan.task)
     frames = select_frames(find_sequence(input_dir), first, last)
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for number, src in frames.items():
-        dst = out_dir / src.name
-        frame = read_image(src)
-        rgb = colour.from_working(apply_model(model, colour.to_working(frame), device))
-        _check_output_size(frame.shape, rgb.shape, model_path, src)
-        write_like(dst, rgb, like=src)
-        written.append(dst)
+        written.append(infer_frame(model, src, out_dir / src.name, plan, colour, device, model_path))
     log.info("wrote %d frames to %s", len(written), out_dir)
     return written
 
 
+def infer_frame(model: torch.nn.Module, src: Path, dst: Path, plan: ChannelPlan, colour: ColourSpec,
+                device: torch.device | None = None, model_path: str | Path = "the model") -> Path:
+    """One frame of :func:`infer_sequence`: read ``src``, run ``model``, write ``dst`` like ``src``; returns ``dst``.
+
+    Raises:
+        DataError: as :func:`infer_sequence` (``model_path`` names the model in the messages).
+    """
+    from trainer.data.write_like import write_like
+
+    if plan.is_default:  # the colour path, exactly as before channels were named
+        frame = read_image(src)
+        rgb = colour.from_working(apply_model(model, colour.to_working(frame), device))
+        _check_output_size(frame.shape, rgb.shape, model_path, src)
+        write_like(dst, rgb, like=src)
+        return dst
+    frame = read_channels(src, plan.inputs, option="--input-channels when training the model, or infer on frames "
+                                                   "that have its channels_in (model.json)")
+    out = _convert(colour, apply_model(model, _convert(colour, frame, plan.inputs, True), device), plan.targets, False)
+    _check_output_size(frame.shape, out.shape, model_path, src, len(plan.targets))
+    write_like(dst, out, like=src, channels=plan.targets)
+    return dst
+
+
+def _convert(colour: ColourSpec, pixels: np.ndarray, names: tuple[str, ...], to_working: bool) -> np.ndarray:
+    """(H, W, C) with channel ``names`` -> a float32 copy with only its R, G, B channels
+    (``trainer.data.colour.colour_channels``) converted to (``to_working``) or from the model's working space."""
+    out = np.array(pixels, dtype=np.float32, copy=True)
+    idx = list(colour_channels(names))
+    if idx and colour.active:
+        convert = colour.to_working if to_working else colour.from_working
+        out[..., idx] = convert(out[..., idx])
+    return out
+
+
 def _check_output_size(in_shape: tuple[int, ...], out_shape: tuple[int, ...], model_path: str | Path,
-                       src: Path) -> None:
-    """Raises DataError: the model's (sH, sW, 3) output is not a whole multiple s >= 1 of the (H, W, 3) input."""
+                       src: Path, channels: int = 3) -> None:
+    """Raises DataError: the model's (sH, sW, C) output is not a whole multiple s >= 1 of the (H, W, Cin) input,
+    or C is not the model's ``channels`` (model.json ``channels_out``)."""
     factor = out_shape[0] // in_shape[0] if in_shape[0] else 0
-    if factor < 1 or tuple(out_shape) != (factor * in_shape[0], factor * in_shape[1], 3):
+    if factor < 1 or tuple(out_shape) != (factor * in_shape[0], factor * in_shape[1], channels):
+        got = f" with {out_shape[-1]} channels, not {channels} (model.json channels_out)" \
+            if out_shape[-1] != channels else ""
         raise DataError(f"{model_path} returned {out_shape[1]}x{out_shape[0]} for {src} ({in_shape[1]}x"
-                        f"{in_shape[0]}); a cuetrain model returns the input's size times its scale (1, 2 or 4): "
+                        f"{in_shape[0]}){got}; a cuetrain model returns the input's size times its scale (1, 2 or 4): "
                         "re-export the model with this cuetrain")
 
 

@@ -8,8 +8,12 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   81), not garbage weights.
 - :mod:`trainer.learn.ema`: Exponential moving average (EMA) of the weights, the model rank 0 exports when ``--ema-
   decay`` is set.
+- :mod:`trainer.learn.heads`: How a network's tail becomes its output frame: the RGB residual, upres, and named
+  channels.
 - :mod:`trainer.learn.init_from`: ``--init-from PATH``: start a run from another model's weights (a head start), not
   from random ones.
+- :mod:`trainer.learn.loss`: The training loss per crop, for any channel plan (``--target-channels``,
+  ``--matte-loss``).
 - :mod:`trainer.learn.model`: The networks only: residual U-Nets for image-to-image tasks (no I/O, no arguments
   parsing).
 - :mod:`trainer.learn.noise_scale`: The gradient noise scale, measured while training (McCandlish et al. 2018, "An
@@ -17,6 +21,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.learn.optim`: Muon for the hidden convolutions, Adam for the rest (``--optimizer muon``).
 - :mod:`trainer.learn.precision`: Mixed precision, memory format and backend switches of the training step, per
   device.
+- :mod:`trainer.learn.preview`: Review images: what the network makes of the shot, drawn for an artist's eye (rank
+  0 writes them).
 - :mod:`trainer.learn.run_writer`: Rank 0's outputs: run.json, metrics, contact sheets, checkpoints and the exported
   model.
 - :mod:`trainer.learn.schedule`: The optimizer and learning-rate schedule of every rank (``--optimizer``, ``--adam-
@@ -28,11 +34,14 @@ __all__ = [
     'baselines',
     'divergence',
     'ema',
+    'heads',
     'init_from',
+    'loss',
     'model',
     'noise_scale',
     'optim',
     'precision',
+    'preview',
     'run_writer',
     'schedule',
     'train',

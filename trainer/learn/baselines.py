@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainer.learn.model import SubPixelUpscale, check_scale
+from trainer.core.channels import ChannelPlan
+from trainer.learn.heads import SubPixelUpscale, channel_fields, check_channels, check_scale, output_head
 
 
 class ESPCN(nn.Module):
@@ -17,22 +18,35 @@ class ESPCN(nn.Module):
     ``pixel_shuffle`` at the input's resolution. Unlike the paper, the sub-pixel output is added to the bilinear
     upsample of the input (:class:`SubPixelUpscale`, as cuetrain's networks do) and starts at zero, so the
     untrained network is bilinear interpolation. No downsampling, so no padding.
+
+    With a channel plan ``plan`` whose targets differ from its inputs: (B, Cin, H, W) -> (B, Cout, sH, sW) through
+    the networks' named-channel output (:class:`trainer.learn.heads.ChannelOutput`; ``channels`` is then ignored).
     """
 
-    def __init__(self, scale: int, channels: int = 3) -> None:
+    def __init__(self, scale: int, channels: int = 3, plan: ChannelPlan | None = None) -> None:
         super().__init__()
         check_scale(scale)
-        self.body = nn.Sequential(nn.Conv2d(channels, 64, 5, padding=2), nn.Tanh(),
+        named = channel_fields(plan)
+        cin = named.get("channels", channels)
+        residual, bounded = named.get("residual", ()), named.get("bounded", ())
+        cout = check_channels(cin, named.get("out_channels", 0), residual, bounded)
+        self.in_channels, self.out_channels = cin, cout  # [channels]
+        self.body = nn.Sequential(nn.Conv2d(cin, 64, 5, padding=2), nn.Tanh(),
                                   nn.Conv2d(64, 32, 3, padding=1), nn.Tanh())
-        self.tail = nn.Conv2d(32, channels * scale ** 2, 3, padding=1)
+        self.tail = nn.Conv2d(32, cout * scale ** 2, 3, padding=1)
         nn.init.zeros_(self.tail.weight)
         nn.init.zeros_(self.tail.bias)
+        self.output = output_head(scale, scale, residual, bounded)  # None: identity mapping
         self.upscale = SubPixelUpscale(scale, scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.upscale(x, self.tail(self.body(x)))  # (B, C, H, W) -> (B, C s^2, H, W) -> (B, C, sH, sW)
+        raw = self.tail(self.body(x))  # (B, Cin, H, W) -> (B, Cout s^2, H, W)
+        if self.output is not None:
+            return self.output(x, raw)  # -> (B, Cout, sH, sW)
+        return self.upscale(x, raw)  # -> (B, C, sH, sW)
 
 
-def build_espcn(scale: int, channels: int = 3) -> ESPCN:
-    """An :class:`ESPCN` baseline for ``scale`` (benchmarks only). Raises ValueError: ``scale`` not an int >= 1."""
-    return ESPCN(scale, channels)
+def build_espcn(scale: int, channels: int = 3, plan: ChannelPlan | None = None) -> ESPCN:
+    """An :class:`ESPCN` baseline for ``scale`` (benchmarks only), for the channel plan ``plan`` (None: ``channels``
+    in and out). Raises ValueError: ``scale`` not an int >= 1."""
+    return ESPCN(scale, channels, plan)

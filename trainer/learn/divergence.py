@@ -14,12 +14,20 @@ identity loss of the same crops. A window is *bad* when the loss is above :data:
 loss, floored at :data:`FLOOR` (near-identical input and target would otherwise make any early wobble
 count). :data:`WINDOWS` bad windows in a row stop the run: a single spike is not a divergence. The measured
 blow-ups sat at 12-15x the identity loss; healthy runs stay below 1x after their first steps.
+
+With named channels (``trainer.core.channels``) "returning the input unchanged" is :func:`reference_output`: each
+output channel that corrects an Input channel returns it (bilinear at ``--scale`` > 1), a matte returns 0.5 (no
+opinion: the sigmoid of a zero tail) and any other new channel 0; the identity loss is the run's own loss
+(``trainer.learn.loss``) of that output.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+from trainer.core.channels import ChannelPlan
 from trainer.core.config import ConfigError
 from trainer.core.exitcodes import ExitCode
 from trainer.record.runrecord import FailureKind
@@ -78,3 +86,20 @@ class DivergenceWatch:
             f"weights are unusable and no model.pt is exported (checkpoints from step {self.first_bad_step} on hold "
             f"diverged weights). Train again without --resume, with a lower --lr (this run's was {self.lr:.3g}, "
             f"a peak of {self.peak_lr:.3g} at its batch; try --lr {self.lr / 2:.3g}) or a smaller --model-size")
+
+
+def reference_output(x: torch.Tensor, plan: ChannelPlan, scale: int = 1) -> torch.Tensor:
+    """What "returning the input unchanged" is for the watch (module doc): (b, Cin, c, c) Input crops ->
+    (b, Cout, sc, sc) float32; the (bilinearly upsampled) Input itself for the RGB default."""
+    from trainer.learn.model import bilinear
+
+    base = bilinear(x.float(), scale)
+    if plan.is_default:
+        return base
+    parts = []
+    for idx, matte in zip(plan.residual, plan.matte):
+        if idx >= 0:
+            parts.append(base[:, idx:idx + 1])
+        else:
+            parts.append(torch.full_like(base[:, :1], 0.5 if matte else 0.0))
+    return torch.cat(parts, dim=1)

@@ -27,29 +27,37 @@ Three architectures, each in three sizes (:data:`ARCHITECTURES`):
   compression artefacts, the worst on blur and noise (docs/studies/time_to_quality.md, "Exploration").
 
 **Upres** (``scale`` s of 2 or 4, ``TrainConfig.scale``): (B, 3, H, W) -> (B, 3, sH, sW). Every architecture
-becomes ``output = bilinear(input, s) + pixel_shuffle(tail(features), s)`` (:class:`SubPixelUpscale`): the tail
-convolution returns 3 s^2 channels at the features' resolution and the sub-pixel convolution of Shi et al. 2016
-("Real-Time Single Image and Video Super-Resolution Using an Efficient Sub-Pixel Convolutional Neural Network",
-ESPCN, CVPR 2016, arXiv:1609.05158) rearranges them into an s x larger frame. The tail still starts at zero, so
-an untrained upres model returns the bilinearly interpolated input and training learns the detail. v2's
-space-to-depth stem composes with it: the tail returns 3 (stem s)^2 channels at 1/stem resolution and one
-``pixel_shuffle`` by stem s reaches s x the input (the two rearrangements fused into one; the tail is learnt,
-so which sub-pixel goes to which channel is immaterial). ``scale`` 1 builds exactly the networks above (same
-parameters, initial weights and outputs). :class:`trainer.learn.baselines.ESPCN` is the paper's own small network, a
-baseline for benchmarks.
+becomes ``output = bilinear(input, s) + pixel_shuffle(tail(features), s)`` (:class:`SubPixelUpscale`, the sub-pixel
+convolution of Shi et al. 2016, ESPCN, arXiv:1609.05158): the tail returns 3 s^2 channels at the features'
+resolution and still starts at zero, so an untrained upres model returns the bilinearly interpolated input. v2's
+stem composes with it: the tail returns 3 (stem s)^2 channels and one ``pixel_shuffle`` by stem s reaches s x the
+input (the tail is learnt, so which sub-pixel goes to which channel is immaterial). ``scale`` 1 builds exactly the
+networks above. :class:`trainer.learn.baselines.ESPCN` is the paper's own small network, a benchmark baseline.
+
+**Named channels** (``channels``, a :class:`trainer.core.channels.ChannelPlan`; the output heads are in
+:mod:`trainer.learn.heads`): the head convolution reads Cin Input channels, the tail returns Cout (x s^2) raw
+channels, and each output channel is a correction ``input + raw``, a matte ``sigmoid(raw)`` (0..1; 0.5 untrained)
+or ``raw``. No plan or the RGB default builds exactly the networks above (same parameters, draws and outputs).
 
 Every operator is one torch 1.12's TorchScript has and that exports to standard ONNX (opset <= 18):
 conv2d, relu, add, slicing, pixel_shuffle/pixel_unshuffle, bilinear upsampling (``upsample_bilinear2d``, ONNX
-``Resize``; upres only); padding goes through :func:`pad_to_multiple`.
+``Resize``; upres only), and for named channels sigmoid and cat; padding goes through :func:`pad_to_multiple`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from trainer.core.channels import ChannelPlan
+# SubPixelUpscale, bilinear and check_scale live in heads; callers import them from here too.
+from trainer.learn.heads import (SubPixelUpscale, bilinear, channel_fields, check_channels,  # noqa: F401
+                                 check_scale, output_head, upscale_head)
 
 
 @dataclass(frozen=True)
@@ -60,8 +68,12 @@ class ModelConfig:
         base_channels: feature channels at full resolution; doubles at each level down [channels].
         depth: number of 2x downsamplings [levels]; frames are padded to a multiple of 2**depth.
         blocks: residual blocks per level [count].
-        channels: image channels in and out (RGB) [channels].
+        channels: Input channels Cin (RGB: 3) [channels].
         scale: output size over input size in both dimensions (1: same size; 2, 4: upres, module doc) [1].
+        out_channels: output channels Cout; 0 = ``channels`` [channels].
+        residual: per output channel, the Input channel it corrects, or -1 for a new channel; () = the identity
+            mapping (output channel j corrects Input channel j; Cout = Cin) (module doc, "Named channels").
+        bounded: per output channel, True for a sigmoid (0..1, a matte); () = none.
     """
 
     base_channels: int
@@ -69,6 +81,9 @@ class ModelConfig:
     blocks: int
     channels: int = 3
     scale: int = 1
+    out_channels: int = 0
+    residual: tuple[int, ...] = ()
+    bounded: tuple[bool, ...] = ()
 
 
 #: The v1 sizes. Parameter counts (measured by ``count_parameters``): small 169,843 (0.17 M), medium
@@ -101,48 +116,6 @@ def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
     out[:, :, :h, w:] = x[:, :, :, w - 1:w]  # repeat the last column (broadcast over pw columns)
     out[:, :, h:, :] = out[:, :, h - 1:h, :]  # repeat the last (already widened) row, corner included
     return out
-
-
-class SubPixelUpscale(nn.Module):
-    """The upres output (module doc): ``bilinear(x, scale) + pixel_shuffle(residual, shuffle)``, cropped.
-
-    x (B, C, H, W) and residual (B, C shuffle^2, H'/k, W'/k), where H' >= H and W' >= W are the padded size and
-    k = shuffle / scale the features' downsampling (the stem) -> (B, C, scale H, scale W). The interpolation is
-    ``F.interpolate(mode="bilinear", align_corners=False)``: ``aten::upsample_bilinear2d`` in TorchScript (in
-    libtorch 1.12's operators, ``trainer.export.compat``) and ``Resize`` (linear, half_pixel) in ONNX. Sub-pixel
-    layout: Shi et al. 2016 (ESPCN).
-    """
-
-    def __init__(self, scale: int, shuffle: int) -> None:
-        super().__init__()
-        self.scale = scale  # output size over input size [1]
-        self.shuffle = shuffle  # pixel_shuffle factor: scale times the features' downsampling [1]
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2], x.shape[-1]
-        base = bilinear(x, self.scale)  # (B, C, sH, sW)
-        detail = F.pixel_shuffle(residual, self.shuffle)  # (B, C k^2 s^2, H'/k, W'/k) -> (B, C, sH', sW')
-        return base + detail[..., :self.scale * h, :self.scale * w]
-
-
-def bilinear(x: torch.Tensor, scale: int) -> torch.Tensor:
-    """(B, C, H, W) -> (B, C, scale H, scale W) bilinear upsampling (``align_corners=False``): what an untrained
-    upres network returns (:class:`SubPixelUpscale`), and the trainer's "input unchanged" loss at ``--scale`` > 1
-    (``trainer.learn.divergence``); ``x`` itself at scale 1."""
-    if scale == 1:
-        return x
-    return F.interpolate(x, scale_factor=float(scale), mode="bilinear", align_corners=False)
-
-
-def check_scale(scale: int) -> None:
-    """Raises ValueError: ``scale`` is not an int >= 1."""
-    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ValueError(f"scale={scale!r} must be a whole number >= 1 (1: same size; 2 or 4: upres)")
-
-
-def _upscale(scale: int, shuffle: int) -> SubPixelUpscale | None:
-    """The upres output of a network of ``scale`` (None for 1: the networks' own ``x + residual`` path)."""
-    return SubPixelUpscale(scale, shuffle) if scale > 1 else None
 
 
 class ResBlock(nn.Module):
@@ -186,27 +159,31 @@ class Up(nn.Module):
 
 
 class CopyCatUNet(nn.Module):
-    """Residual U-Net. (B, 3, H, W) float32 -> (B, 3, sH, sW) float32 (s = ``cfg.scale``), any H, W >= 1.
+    """Residual U-Net. (B, Cin, H, W) float32 -> (B, Cout, sH, sW) float32 (s = ``cfg.scale``; RGB: Cin = Cout
+    = 3), any H, W >= 1.
 
-    Values are whatever the training data holds (0..1 for integer formats, scene-linear for EXR).
+    Values are whatever the training data holds (0..1 for integer formats, scene-linear for EXR; mattes 0..1).
 
     Raises:
-        ValueError: ``cfg.scale`` is not an int >= 1.
+        ValueError: ``cfg.scale`` is not an int >= 1, or bad channel fields (``trainer.learn.heads.check_channels``).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         check_scale(cfg.scale)
+        self.in_channels = cfg.channels  # Cin [channels]
+        self.out_channels = check_channels(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
         c = cfg.base_channels
         self.multiple = 2 ** cfg.depth
         self.head = nn.Conv2d(cfg.channels, c, 3, padding=1)
         self.downs = nn.ModuleList([Down(c * 2 ** i, cfg.blocks) for i in range(cfg.depth)])
         self.middle = nn.Sequential(*[ResBlock(c * 2 ** cfg.depth) for _ in range(cfg.blocks)])
         self.ups = nn.ModuleList([Up(c * 2 ** i, cfg.blocks) for i in reversed(range(cfg.depth))])
-        self.tail = nn.Conv2d(c, cfg.channels * cfg.scale ** 2, 3, padding=1)  # 3 s^2 sub-pixel channels
-        nn.init.zeros_(self.tail.weight)  # start as the identity (upres: the bilinear input)
+        self.tail = nn.Conv2d(c, self.out_channels * cfg.scale ** 2, 3, padding=1)  # Cout s^2 sub-pixel channels
+        nn.init.zeros_(self.tail.weight)  # start as the identity (upres: the bilinear input; mattes: 0.5)
         nn.init.zeros_(self.tail.bias)
-        self.upscale = _upscale(cfg.scale, cfg.scale)  # None at scale 1: no parameters, no draws
+        self.output = output_head(cfg.scale, cfg.scale, cfg.residual, cfg.bounded)  # None: identity mapping
+        self.upscale = None if self.output is not None else upscale_head(cfg.scale, cfg.scale)  # None at scale 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2], x.shape[-1]
@@ -219,7 +196,9 @@ class CopyCatUNet(nn.Module):
         y = self.middle(y)
         for i, up in enumerate(self.ups):  # each level: (B, 2C, H/2, W/2) -> (B, C, H, W)
             y = up(y, skips[len(skips) - 1 - i])
-        y = self.tail(y)  # (B, c, H', W') -> (B, 3 s^2, H', W')
+        y = self.tail(y)  # (B, c, H', W') -> (B, Cout s^2, H', W')
+        if self.output is not None:
+            return self.output(x, y)  # named channels -> (B, Cout, sH, sW)
         if self.upscale is None:
             return x + y[..., :h, :w]
         return self.upscale(x, y)  # -> (B, 3, sH, sW)
@@ -237,8 +216,9 @@ class ModelConfigV2:
         dec_blocks: residual blocks of each level after its skip is added, top level first [count per level].
         stem: space-to-depth factor of the stem: the first level runs at 1/stem resolution [pixels]; 1 = no
             stem (v3: the first level at full resolution).
-        channels: image channels in and out (RGB) [channels].
+        channels: Input channels Cin (RGB: 3) [channels].
         scale: output size over input size in both dimensions (1: same size; 2, 4: upres, module doc) [1].
+        out_channels, residual, bounded: as :class:`ModelConfig`'s (0, (), (): the identity mapping).
     """
 
     width: int
@@ -248,6 +228,9 @@ class ModelConfigV2:
     stem: int = 2
     channels: int = 3
     scale: int = 1
+    out_channels: int = 0
+    residual: tuple[int, ...] = ()
+    bounded: tuple[bool, ...] = ()
 
     @property
     def multiple(self) -> int:
@@ -256,12 +239,12 @@ class ModelConfigV2:
 
 
 class CopyCatUNetV2(nn.Module):
-    """The v2 residual U-Net (module doc). (B, 3, H, W) float32 -> (B, 3, sH, sW) float32 (s = ``cfg.scale``),
-    any H, W >= 1.
+    """The v2 residual U-Net (module doc). (B, Cin, H, W) float32 -> (B, Cout, sH, sW) float32 (s = ``cfg.scale``;
+    RGB: Cin = Cout = 3), any H, W >= 1.
 
     Raises:
-        ValueError: ``enc_blocks`` and ``dec_blocks`` differ in length or are empty, or ``cfg.scale`` is not an
-            int >= 1.
+        ValueError: ``enc_blocks`` and ``dec_blocks`` differ in length or are empty, ``cfg.scale`` is not an
+            int >= 1, or bad channel fields (``trainer.learn.heads.check_channels``).
     """
 
     def __init__(self, cfg: ModelConfigV2) -> None:
@@ -269,6 +252,8 @@ class CopyCatUNetV2(nn.Module):
         if len(cfg.enc_blocks) != len(cfg.dec_blocks) or not cfg.enc_blocks:
             raise ValueError(f"enc_blocks {cfg.enc_blocks} and dec_blocks {cfg.dec_blocks} need one entry per level")
         check_scale(cfg.scale)
+        self.in_channels = cfg.channels  # Cin [channels]
+        self.out_channels = check_channels(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
         self.stem, self.multiple = cfg.stem, cfg.multiple
         packed = cfg.channels * cfg.stem ** 2  # channels after space-to-depth
         widths = [cfg.width * 2 ** i for i in range(len(cfg.enc_blocks) + 1)]
@@ -279,10 +264,11 @@ class CopyCatUNetV2(nn.Module):
         levels = list(reversed(range(len(cfg.dec_blocks))))  # the way up runs from the lowest level
         self.ups = nn.ModuleList([nn.Conv2d(widths[i + 1], widths[i] * 4, 1) for i in levels])
         self.decoders = nn.ModuleList([_blocks(widths[i], cfg.dec_blocks[i]) for i in levels])
-        self.tail = nn.Conv2d(cfg.width, packed * cfg.scale ** 2, 3, padding=1)  # 3 (stem s)^2 channels
-        nn.init.zeros_(self.tail.weight)  # start as the identity (upres: the bilinear input)
+        self.tail = nn.Conv2d(cfg.width, self.out_channels * cfg.stem ** 2 * cfg.scale ** 2, 3, padding=1)
+        nn.init.zeros_(self.tail.weight)  # Cout (stem s)^2 channels; start as the identity (mattes: 0.5)
         nn.init.zeros_(self.tail.bias)
-        self.upscale = _upscale(cfg.scale, cfg.stem * cfg.scale)  # one pixel_shuffle by stem*scale; None at 1
+        self.output = output_head(cfg.scale, cfg.stem * cfg.scale, cfg.residual, cfg.bounded)  # None: identity
+        self.upscale = None if self.output is not None else upscale_head(cfg.scale, cfg.stem * cfg.scale)  # None at 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2], x.shape[-1]
@@ -299,7 +285,9 @@ class CopyCatUNetV2(nn.Module):
         for i, (up, decoder) in enumerate(zip(self.ups, self.decoders)):  # (B, 2C, h/2, w/2) -> (B, C, h, w)
             y = F.pixel_shuffle(up(y), 2) + skips[len(skips) - 1 - i]  # (B, 4C, h/2, w/2) -> (B, C, h, w)
             y = decoder(y)
-        y = self.tail(y)  # (B, c, h, w) -> (B, 3 stem^2 scale^2, h, w)
+        y = self.tail(y)  # (B, c, h, w) -> (B, Cout stem^2 scale^2, h, w)
+        if self.output is not None:
+            return self.output(x, y)  # named channels: one pixel_shuffle by stem*scale -> (B, Cout, sH, sW)
         if self.upscale is not None:
             return self.upscale(x, y)  # -> (B, 3, scale H, scale W)
         if self.stem > 1:
@@ -336,8 +324,11 @@ ARCHITECTURES: dict[str, dict[str, ModelConfig] | dict[str, ModelConfigV2]] = {
 MODEL_SIZES = tuple(MODEL_SIZES_V2)
 
 
-def model_config(size: str, architecture: str, scale: int = 1) -> ModelConfig | ModelConfigV2:
-    """The constructor arguments of a network (what checkpoints and model.json record), at upres ``scale``.
+def model_config(size: str, architecture: str, scale: int = 1,
+                 channels: ChannelPlan | None = None) -> ModelConfig | ModelConfigV2:
+    """The constructor arguments of a network (what checkpoints and model.json record), at upres ``scale``, for
+    the channel plan ``channels`` (None or the RGB default: RGB in and out, today's network exactly; module doc,
+    "Named channels").
 
     Raises:
         ValueError: unknown architecture or size (the valid names are listed), or ``scale`` not an int >= 1.
@@ -348,7 +339,33 @@ def model_config(size: str, architecture: str, scale: int = 1) -> ModelConfig | 
     sizes = ARCHITECTURES[architecture]
     if size not in sizes:
         raise ValueError(f"model size {size!r} is not one of {', '.join(sizes)}")
-    return replace(sizes[size], scale=scale)
+    return replace(sizes[size], scale=scale, **channel_fields(channels))
+
+
+def model_config_from_dict(data: Mapping[str, Any]) -> ModelConfig | ModelConfigV2:
+    """A ModelConfig back from its ``dataclasses.asdict`` (a checkpoint's or model.json's ``model_config``; JSON
+    lists become tuples); :class:`ModelConfigV2` when it has ``width``. Keys written before channels were named
+    take their defaults (RGB).
+
+    Raises:
+        ValueError: a key neither config has, or a missing required one (both named, with the valid keys).
+    """
+    cls = ModelConfigV2 if "width" in data else ModelConfig
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"model_config keys {unknown} are not {cls.__name__} fields ({', '.join(sorted(names))}); "
+                         "the file was written by another cuetrain: re-export it with this one")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ValueError(f"model_config {dict(data)} is incomplete for {cls.__name__}: {exc}") from None
+
+
+def network(cfg: ModelConfig | ModelConfigV2) -> nn.Module:
+    """The network a config describes, with torch's init (:class:`CopyCatUNet` or :class:`CopyCatUNetV2`)."""
+    return CopyCatUNet(cfg) if isinstance(cfg, ModelConfig) else CopyCatUNetV2(cfg)
 
 
 #: Architectures whose residual blocks start as the identity (SkipInit, De & Smith 2020, "Batch Normalization
@@ -369,9 +386,12 @@ def zero_residual_branches(net: nn.Module) -> nn.Module:
     return net
 
 
-def build_model(size: str, architecture: str, skip_init: bool | None = None, scale: int = 1) -> nn.Module:
+def build_model(size: str, architecture: str, skip_init: bool | None = None, scale: int = 1,
+                channels: ChannelPlan | None = None) -> nn.Module:
     """The network for a model size and architecture name (see :data:`ARCHITECTURES`), initialised; it returns
-    frames ``scale`` x the input's width and height (module doc, "Upres").
+    frames ``scale`` x the input's width and height (module doc, "Upres") with the channels of the plan
+    ``channels`` (None or the RGB default: today's RGB network, the same parameters and draws; module doc,
+    "Named channels").
 
     ``skip_init``: start every residual block as the identity (:func:`zero_residual_branches`); None = the
     architecture's default (:data:`SKIP_INIT_ARCHITECTURES`). The weights torch draws for the other layers are
@@ -380,8 +400,7 @@ def build_model(size: str, architecture: str, skip_init: bool | None = None, sca
     Raises:
         ValueError: unknown size or architecture (the valid names are listed), or ``scale`` not an int >= 1.
     """
-    cfg = model_config(size, architecture, scale)
-    net = CopyCatUNet(cfg) if isinstance(cfg, ModelConfig) else CopyCatUNetV2(cfg)
+    net = network(model_config(size, architecture, scale, channels))
     if skip_init is None:
         skip_init = architecture in SKIP_INIT_ARCHITECTURES
     if skip_init:

@@ -1,10 +1,10 @@
-"""Rank 0's outputs: run.json, metrics, contact sheets, checkpoints and the exported model.
+"""Rank 0's outputs: run.json, metrics, contact sheets, preview frames, checkpoints and the exported model.
 
-Contact sheets and checkpoints are written by one background thread so training does not wait
-on disk: the training thread only copies tensors to CPU memory (microseconds to milliseconds);
-encoding, ``torch.save`` and fsync happen off the training thread. Every file is written
-atomically (temp file + rename, see ``trainer.record.rundir``), so a kill mid-write leaves the previous
-checkpoint loadable.
+Contact sheets, preview frames (rendered by ``trainer.learn.preview`` on the training thread) and checkpoints
+are written by one background thread so training does not wait on disk: the training thread only copies tensors
+to CPU memory (microseconds to milliseconds); encoding, ``torch.save`` and fsync happen off the training thread.
+Every file is written atomically (temp file + rename, see ``trainer.record.rundir``), so a kill mid-write leaves
+the previous checkpoint loadable.
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ import platform
 import socket
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
+from trainer.core.channels import ChannelPlan
 from trainer.core.config import ConfigError
 from trainer.data.images import write_image
 from trainer.learn.optim import optimizer_of
+from trainer.learn.preview import cell, columns, header_band, label_width
 from trainer.record import runrecord
 from trainer.record.rundir import RunPaths, append_metrics, atomic_write_bytes, atomic_write_json
 
@@ -70,45 +72,44 @@ def sheet_scale(crop: int) -> int:
     return max(1, -(-SHEET_MIN_CELL // crop))
 
 
-def contact_sheet_image(inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor, step: int | None = None) -> np.ndarray:
-    """Labelled grid of crops: rows = crops, columns = Input | Output | Ground Truth, under a header
-    band that names the columns and the step, so the PNG reads on its own.
+def contact_sheet_image(inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor, step: int | None = None,
+                        plan: ChannelPlan | None = None) -> np.ndarray:
+    """Labelled grid of crops: rows = crops, columns = what the task shows, under a header band that names the
+    columns and the step, so the PNG reads on its own.
 
-    Args: (n, 3, c, c) ``inp`` and (n, 3, sc, sc) ``out`` and ``tgt`` (s = the ``--scale``, 1 for repair);
-    ``step``: training step written in the header (omitted when None).
-    Returns (SHEET_HEADER + n*C + (n-1)*gap, 3*C + 2*gap, 3) float32 clipped to 0..1, where C = sc *
-    :func:`sheet_scale` (sc) (cells enlarged by whole factors, nearest neighbour, so no pixel is invented: an upres
-    run's Input is shown at the Output's size, its pixels as blocks).
+    Columns (``trainer.learn.preview.columns``): Input | Output | Ground Truth for colour tasks (``plan`` None or
+    RGB -> RGB: exactly the sheet cuetrain always drew); a matte: Input | Output over Input (the matte as a
+    translucent red over the Input, Nuke's matte overlay) | Output matte | Ground Truth matte (grey);
+    colour+alpha: Input | Output RGB | Output alpha over Input | Ground Truth RGB | Ground Truth alpha over Input.
+
+    Args: (n, Cin, c, c) ``inp`` and (n, Cout, sc, sc) ``out`` and ``tgt`` (s = the ``--scale``, 1 for repair), their
+    channels named by ``plan`` (None: R, G, B); ``step``: training step written in the header (omitted when None).
+    Returns (SHEET_HEADER + n*C + (n-1)*gap, k*C + (k-1)*gap, 3) float32 clipped to 0..1 for k columns, where C =
+    sc * :func:`sheet_scale` (sc), or more when a label needs it (cells enlarged by whole factors, nearest neighbour,
+    so no pixel is invented: an upres run's Input is shown at the Output's size, its pixels as blocks).
     """
+    cols = columns(plan)
+    labels = [col.label for col in cols]
     n, c = inp.shape[0], tgt.shape[-1]
-    cell, g = c * sheet_scale(c), SHEET_GAP
-    sheet = np.ones((SHEET_HEADER + n * cell + (n - 1) * g, 3 * cell + 2 * g, 3), np.float32)
+    cell_px, g = c * max(sheet_scale(c), -(-(label_width(labels) + 4) // c)), SHEET_GAP
+    sheet = np.ones((SHEET_HEADER + n * cell_px + (n - 1) * g, len(cols) * cell_px + (len(cols) - 1) * g, 3),
+                    np.float32)
     for row in range(n):
-        for col, t in enumerate((inp, out, tgt)):
-            y, x = SHEET_HEADER + row * (cell + g), col * (cell + g)
-            crop = t[row].detach().float().cpu().permute(1, 2, 0).numpy()  # (3, c, c) -> (c, c, 3)
-            k = cell // crop.shape[0]  # whole factor: the Input of an upres run is enlarged s times more
-            sheet[y:y + cell, x:x + cell] = crop.repeat(k, axis=0).repeat(k, axis=1)
-    sheet[:SHEET_HEADER] = _header(sheet.shape[1], cell, g, step)
+        sides = {side: t[row].detach().float().cpu().permute(1, 2, 0).numpy()  # (C, c, c) -> (c, c, C)
+                 for side, t in (("input", inp), ("output", out), ("truth", tgt))}
+        for col, column in enumerate(cols):
+            y, x = SHEET_HEADER + row * (cell_px + g), col * (cell_px + g)
+            img = cell(column, sides, plan)
+            k = cell_px // img.shape[0]  # whole factor: the Input of an upres run is enlarged s times more
+            sheet[y:y + cell_px, x:x + cell_px] = img.repeat(k, axis=0).repeat(k, axis=1)
+    sheet[:SHEET_HEADER] = _header(sheet.shape[1], cell_px, g, step, labels)
     return np.clip(sheet, 0.0, 1.0)
 
 
-def _header(width: int, cell: int, gap: int, step: int | None) -> np.ndarray:
-    """(SHEET_HEADER, width, 3) float32: dark band, the step top left, a label centred over each column.
-
-    Drawn with Pillow's built-in font (Pillow comes with imageio; no font file is needed)."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    band = Image.new("RGB", (width, SHEET_HEADER), (40, 40, 40))
-    draw = ImageDraw.Draw(band)
-    font = ImageFont.load_default()
-    if step is not None:
-        draw.text((3, 1), f"step {step}", fill=(255, 210, 80), font=font)
-    for col, label in enumerate(SHEET_LABELS):
-        left, _, right, _ = draw.textbbox((0, 0), label, font=font)
-        x = col * (cell + gap) + max(0, (cell - (right - left)) // 2)
-        draw.text((x, SHEET_HEADER // 2 + 1), label, fill=(235, 235, 235), font=font)
-    return np.asarray(band, dtype=np.float32) / 255.0
+def _header(width: int, cell_px: int, gap: int, step: int | None, labels: Sequence[str] = SHEET_LABELS) -> np.ndarray:
+    """(SHEET_HEADER, width, 3) float32: dark band, the step top left, a label centred over each column
+    (``trainer.learn.preview.header_band``: Pillow's built-in font, no font file is needed)."""
+    return header_band(width, cell_px, gap, labels, "" if step is None else f"step {step}", SHEET_HEADER)
 
 
 class RunWriter:
@@ -138,12 +139,19 @@ class RunWriter:
         if self.enabled:
             append_metrics(self.paths, [row])
 
-    def contact_sheet(self, step: int, inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor) -> None:
-        """Queue ``contact_sheets/step_NNNNNN.png`` from (n, 3, c, c) Input crops and (n, 3, sc, sc) Output and
-        Ground Truth crops (s = ``--scale``)."""
+    def contact_sheet(self, step: int, inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor,
+                      plan: ChannelPlan | None = None) -> None:
+        """Queue ``contact_sheets/step_NNNNNN.png`` from (n, Cin, c, c) Input crops and (n, Cout, sc, sc) Output and
+        Ground Truth crops (s = ``--scale``), drawn for ``plan``'s task (:func:`contact_sheet_image`)."""
         if self.enabled:
-            sheet = contact_sheet_image(inp, out, tgt, step)
+            sheet = contact_sheet_image(inp, out, tgt, step, plan)
             self._submit(write_image, self.paths.contact_sheet(step), sheet)
+
+    def preview(self, step: int, image: np.ndarray) -> None:
+        """Queue ``previews/step_NNNNNN.png``: ``image`` (H, W, 3) float32 0..1, ``trainer.learn.preview.render_preview``'s
+        result (already on the CPU; written atomically off the training thread)."""
+        if self.enabled:
+            self._submit(write_image, self.paths.preview(step), image)
 
     def checkpoint(self, step: int, state: dict[str, Any]) -> None:
         """Queue ``checkpoints/step_NNNNNN.pt`` (``state`` must already be a CPU copy) and prune old ones."""
@@ -191,7 +199,11 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
 
     The contracts of both files are in ``trainer.export.formats``. ``meta["scale"]`` (default 1) is the model's
     upres factor: model.json records it as ``scale``, the exports' output shapes and the Nuke script's
-    ``outputScale`` follow it. ``model.onnx`` is skipped (with a warning,
+    ``outputScale`` follow it. ``meta["channels"]`` is the run's ``ChannelPlan.to_dict()`` (``in``, ``out``,
+    ``task``; an int or nothing: RGB in and out): model.json records ``channels_in`` and ``channels_out`` (the
+    names, in the model's channel order), ``task``, and ``channels`` as the Input channel count (an int, as
+    before, for older readers such as ``trainer.record.initsource``); the exports' shapes and channel lists and
+    the Nuke script's ``channelsIn``/``channelsOut`` follow them. ``model.onnx`` is skipped (with a warning,
     and ``exports`` in model.json without it) when ``onnx`` is False (default:
     ``CUETRAIN_EXPORT_ONNX``) or the onnx packages are missing; a failed ONNX export is logged and
     skipped too, so a finished training run always leaves ``model.pt``.
@@ -203,22 +215,30 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
     from trainer.core.envvars import read_export_onnx
     from trainer.export.formats import ExportError, onnx_bytes, onnx_description, torchscript_bytes, torchscript_description
 
+    from trainer.core.channels import ChannelPlan
+
     scale = meta.get("scale", 1)
+    recorded = meta.get("channels")
+    plan = ChannelPlan(tuple(recorded["in"]), tuple(recorded["out"])) if isinstance(recorded, dict) else ChannelPlan()
+    channels = {"channels": len(plan.inputs), "channels_in": list(plan.inputs), "channels_out": list(plan.targets),
+                "task": plan.task}
     atomic_write_bytes(paths.model, torchscript_bytes(model))
     from trainer.export.nuke_script import nuke_script
 
-    atomic_write_bytes(paths.model_nuke, nuke_script(paths.model, paths.root.absolute().name, scale).encode())
-    exports: dict[str, Any] = {"model.pt": torchscript_description(scale)}
+    atomic_write_bytes(paths.model_nuke, nuke_script(paths.model, paths.root.absolute().name, scale, plan.inputs,
+                                                     plan.targets).encode())
+    exports: dict[str, Any] = {"model.pt": torchscript_description(scale, plan)}
     if read_export_onnx() if onnx is None else onnx:
         try:
-            atomic_write_bytes(paths.model_onnx, onnx_bytes(model))
-            exports["model.onnx"] = onnx_description(scale)
+            atomic_write_bytes(paths.model_onnx, onnx_bytes(model, len(plan.inputs)))
+            exports["model.onnx"] = onnx_description(scale, plan)
         except ExportError as exc:
             log.warning("model.onnx not written: %s", exc)
     from trainer.export.compat import MIN_LIBTORCH  # the oldest host libtorch model.pt loads in (Nuke 14)
 
     onnx_opset = {"onnx_opset": exports["model.onnx"]["opset"]} if "model.onnx" in exports else {}
-    atomic_write_json(paths.model_meta, {**meta, "scale": scale, "format": "torchscript", "min_libtorch": MIN_LIBTORCH,
+    atomic_write_json(paths.model_meta, {**meta, **channels, "scale": scale, "format": "torchscript",
+                                         "min_libtorch": MIN_LIBTORCH,
                                          **onnx_opset, "exports": exports, "versions": versions(),
                                          "exported_at": runrecord.now_iso()})
 

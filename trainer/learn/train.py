@@ -31,14 +31,17 @@ from trainer.dist import distributed
 from trainer.data.colour import ColourSpec
 from trainer.core.config import TrainConfig
 from trainer.core.logsetup import progress_line
-from trainer.data.crops import CropBatch, CropSampler, per_crop_l1, rank_loss_weight, rank_slice, warn_identity
+from trainer.data.crops import (CropBatch, CropSampler, grade_sides_for, rank_loss_weight, rank_slice,
+                                warn_identity)
 from trainer.data.shot_loading import open_data
-from trainer.learn.divergence import DivergenceWatch
+from trainer.learn.divergence import DivergenceWatch, reference_output
+from trainer.learn.loss import per_crop_loss
 from trainer.learn.ema import WeightEMA
 from trainer.core.envvars import DistEnv, read_dist_env
 from trainer.dist.gang import GangError, explain_failure
 from trainer.dist.stopvote import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
-from trainer.learn.model import bilinear, build_model, count_parameters, model_config
+from trainer.learn.model import build_model, count_parameters, model_config
+from trainer.learn.preview import Previews
 from trainer.learn.noise_scale import GradNoise, NoiseSampling, parameter_grads, squared_norm
 from trainer.learn.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
@@ -121,13 +124,16 @@ class _Loop:
         configure_backends(rt.device)
         rank_slice(cfg.batch_size, self.env.rank, self.env.world_size)  # too few crops: fail before the data phase
         self.data = open_data(cfg, rt, self.colour, self.paths)  # the shot, decoded once per host (trainer.data.shot_loading)
+        self.plan = cfg.channels  # which channels in, which out (trainer.core.channels)
         self.sampler = CropSampler(self.data.source, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size,
-                                   cfg.seed, rt.device, fmt, check=self.data.watch)
+                                   cfg.seed, rt.device, fmt, check=self.data.watch, channels=self.plan,
+                                   augment=cfg.augment, grade_sides=grade_sides_for(cfg.augment_grade, self.plan))
+        self.previews = Previews(cfg, self.colour, self.master)  # --preview frames, read before training
         if self.master:
-            warn_identity(cfg.input_dir, cfg.target_dir)
+            warn_identity(cfg.input_dir, cfg.target_dir, self.plan)
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        self.net = build_model(cfg.model_size, cfg.architecture, scale=cfg.scale).to(  # float32 master weights
-            rt.device, memory_format=fmt)
+        self.net = build_model(cfg.model_size, cfg.architecture, scale=cfg.scale, channels=self.plan).to(
+            rt.device, memory_format=fmt)  # float32 master weights
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
         self.opt = build_optimizer(cfg, self.net, self.peak_lr)
@@ -202,7 +208,7 @@ class _Loop:
             with no_sync() if (no_sync is not None and not update) else contextlib.nullcontext():
                 per_crop = self._forward_backward(model, batch)
             loss_acc += per_crop.sum()
-            identity_acc += per_crop_l1(bilinear(batch.input, cfg.scale), batch.target).sum()  # --scale 1: the input
+            identity_acc += self._loss(reference_output(batch.input, self.plan, cfg.scale), batch.target).sum()
             n_acc += self.sampler.local_batch
             self.step = step
             if update:
@@ -259,7 +265,7 @@ class _Loop:
             with no_sync() if early else contextlib.nullcontext():
                 with self.precision.autocast():
                     out = model(batch.input[first:stop])
-                per_crop = per_crop_l1(out, batch.target[first:stop])  # (b,) float32 L1
+                per_crop = self._loss(out, batch.target[first:stop])  # (b,) float32
                 loss_sum = per_crop.sum() / local * self.loss_weight / sync
                 self.scaler.scale(loss_sum).backward()  # scaled for fp16 only
             losses.append(per_crop.detach())
@@ -328,7 +334,8 @@ class _Loop:
             prev = self.sampler.preview(step)
             with torch.no_grad(), self.precision.autocast():
                 out = self._shipped()(prev.input)  # (n, 3, c, c) -> (n, 3, sc, sc) with --scale s
-            self.writer.contact_sheet(step, prev.input, out, prev.target)
+            self.writer.contact_sheet(step, prev.input, out, prev.target, self.plan)
+            self.previews.render(step, self._shipped(), self.rt.device, self.precision, self.writer)
         if due:
             self.writer.checkpoint(step, self._state())
         return due
@@ -368,6 +375,10 @@ class _Loop:
         self._logged_updates = self.updates
         log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
 
+    def _loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """(b,) float32 loss per crop: L1, and on matte channels ``--matte-loss`` (``trainer.learn.loss``)."""
+        return per_crop_loss(out, target, self.plan, self.cfg.matte_loss)
+
     def _init_from(self) -> dict[str, Any]:
         """``--init-from``: load another model's weights into the network on every rank (the optimizer and the
         schedule start fresh); the EMA restarts from them. Returns the ``run.json`` ``init_from`` record.
@@ -387,7 +398,8 @@ class _Loop:
         return record
 
     def _model_config(self) -> dict[str, Any]:
-        return dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture, scale=self.cfg.scale))
+        return dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture, scale=self.cfg.scale,
+                                               channels=self.plan))
 
     def _config_record(self) -> dict[str, Any]:
         """The config as run.json and model.pt record it, with ``base_lr``: the lr used when ``lr`` is None."""
@@ -396,13 +408,15 @@ class _Loop:
     def _model_meta(self) -> dict[str, Any]:
         return {"model_size": self.cfg.model_size, "architecture": self.cfg.architecture,
                 "model_config": self._model_config(), "scale": self.cfg.scale,
-                "parameters": count_parameters(self.net), "step": self.step, "channels": 3,
-                "input": "(B, 3, H, W) float32, any H and W",
-                "output": "(B, 3, H, W) float32" if self.cfg.scale == 1 else
-                          f"(B, 3, {self.cfg.scale}H, {self.cfg.scale}W) float32",
+                "parameters": count_parameters(self.net), "step": self.step, "channels": self.plan.to_dict(),
+                "input": f"(B, {len(self.plan.inputs)}, H, W) float32, any H and W",
+                "output": f"(B, {len(self.plan.targets)}, {self._size('H')}, {self._size('W')}) float32",
                 "config": self._config_record(),
                 "world_size": self.env.world_size, "colour": self.colour.to_dict(),
                 "trained_precision": self.precision.name}
+
+    def _size(self, side: str) -> str:
+        return side if self.cfg.scale == 1 else f"{self.cfg.scale}{side}"
 
     def _progress(self, steps: range) -> Iterator[int]:
         if self.master and sys.stderr.isatty():

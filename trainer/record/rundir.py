@@ -8,7 +8,8 @@ Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
     RUN_DIR/
       run.json                     run record (trainer.record.runrecord: typed, versioned, one state table)
       metrics.jsonl                one JSON object per logged step: step, loss, lr, images_per_s, wall_s
-      contact_sheets/step_NNNNNN.png   3 crops as rows x (input | output | ground truth) columns
+      contact_sheets/step_NNNNNN.png   3 crops as rows x (input | output | ground truth) columns, per task
+      previews/step_NNNNNN.png     --preview frames as rows x (input | output) columns (trainer.learn.preview)
       checkpoints/step_NNNNNN.pt   training state (weights, optimizer, step, config), last K kept
       model.pt                     final exported TorchScript model
       model.onnx                   the same model as ONNX (opset 18, dynamic H and W; trainer.export.formats)
@@ -73,6 +74,11 @@ class RunPaths:
         return self.root / "contact_sheets"
 
     @property
+    def previews(self) -> Path:
+        """The ``--preview`` frames rendered at each contact-sheet interval (``trainer.learn.preview``)."""
+        return self.root / "previews"
+
+    @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 
@@ -121,6 +127,10 @@ class RunPaths:
         """Contact sheet written at ``step`` (steps, 1-based count of batches)."""
         return self.contact_sheets / f"step_{step:06d}.png"
 
+    def preview(self, step: int) -> Path:
+        """Preview frames rendered at ``step`` (one PNG: a row per ``--preview`` frame)."""
+        return self.previews / f"step_{step:06d}.png"
+
     def checkpoint(self, step: int) -> Path:
         """Checkpoint written after ``step`` steps."""
         return self.checkpoints / f"step_{step:06d}.pt"
@@ -128,6 +138,10 @@ class RunPaths:
     def list_contact_sheets(self) -> list[tuple[int, Path]]:
         """All contact sheets as ``(step, path)`` sorted by step; empty if none."""
         return _list_steps(self.contact_sheets, "png")
+
+    def list_previews(self) -> list[tuple[int, Path]]:
+        """All preview images as ``(step, path)`` sorted by step; empty if none (or no ``--preview``)."""
+        return _list_steps(self.previews, "png")
 
     def list_checkpoints(self) -> list[tuple[int, Path]]:
         """All complete checkpoints as ``(step, path)`` sorted by step (temp files excluded)."""
@@ -139,7 +153,7 @@ class RunPaths:
         Raises:
             RunDirError: the directory cannot be created or is not writable.
         """
-        for d in (self.root, self.contact_sheets, self.checkpoints, self.logs, self.rendezvous.parent):
+        for d in (self.root, self.contact_sheets, self.previews, self.checkpoints, self.logs, self.rendezvous.parent):
             try:
                 d.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             except OSError as exc:

@@ -160,3 +160,78 @@ def test_bilinear_upscale_equals_torch_interpolate():
                                  mode="bilinear", align_corners=False)[0].permute(1, 2, 0).numpy()
         np.testing.assert_allclose(bilinear_upscale(img, factor), expected, rtol=0, atol=1e-6)
     assert [is_alpha(n) for n in ("A", "diffuse.A", "alpha", "Z", "R", "AO")] == [True, True, True, False, False, False]
+
+
+# ----------------------------------------------------------------------------------------------
+# Named channels (issue 40): the model's channels into the file's, added when it lacks them
+
+
+def unassociated(path: Path) -> tuple[oiio.ImageSpec, np.ndarray]:
+    """:func:`spec_of`, with alpha as stored (OIIO would otherwise premultiply a PNG's colour by it)."""
+    config = oiio.ImageSpec()
+    config.attribute("oiio:UnassociatedAlpha", 1)
+    inp = oiio.ImageInput.open(str(path), config)
+    spec = oiio.ImageSpec(inp.spec())
+    pixels = inp.read_image(0, 0, 0, spec.nchannels, "float")
+    inp.close()
+    return spec, pixels
+
+
+def test_a_grey_png_gets_the_matte_as_its_alpha(tmp_path):
+    source = make(tmp_path / "grey.0001.png", "uint16", ("Y",))
+    matte = np.random.default_rng(5).random((6, 7, 1)).astype(np.float32)
+    write_like(tmp_path / "o.png", matte, source, channels=("A",))
+    (a, a_px), (b, b_px) = spec_of(source), unassociated(tmp_path / "o.png")
+    assert tuple(b.channelnames) == ("Y", "A") and b.alpha_channel == 1
+    assert np.array_equal(b_px[..., 0], a_px[..., 0])
+    assert np.abs(b_px[..., 1] - matte[..., 0]).max() <= 0.5 / 65535 + 1e-7
+
+
+def test_an_exr_keeps_per_channel_types_when_a_layer_channel_is_added(tmp_path):
+    spec = oiio.ImageSpec(7, 6, 4, "half")
+    spec.channelnames = ("R", "G", "B", "Z")
+    spec.channelformats = (oiio.HALF, oiio.HALF, oiio.HALF, oiio.FLOAT)
+    path = tmp_path / "mixed.0001.exr"
+    out = oiio.ImageOutput.create(str(path))
+    assert out.open(str(path), spec) and out.write_image(np.ones((6, 7, 4), np.float32) * 0.25) and out.close()
+    matte = np.full((6, 7, 1), 0.75, np.float32)
+    write_like(tmp_path / "o.exr", matte, path, channels=("matte.A",))
+    got, px = spec_of(tmp_path / "o.exr")
+    formats = dict(zip(got.channelnames, map(str, got.channelformats)))
+    assert formats == {"R": "half", "G": "half", "B": "half", "Z": "float", "matte.A": "half"}
+    assert np.all(px[..., list(got.channelnames).index("matte.A")] == 0.75)
+    assert np.all(px[..., list(got.channelnames).index("Z")] == 0.25)
+
+
+def test_new_channels_go_after_their_layer():
+    from trainer.data.write_like import add_channels
+
+    spec = oiio.ImageSpec(2, 2, 5, "half")
+    spec.channelnames = ("R", "G", "B", "matte.R", "Z")
+    spec.alpha_channel, spec.z_channel = -1, 4
+    pixels = np.arange(20, dtype=np.float32).reshape(2, 2, 5)
+    grown, dest = add_channels(spec, pixels, ("matte.A", "A", "R"), Path("x.exr"))
+    assert tuple(spec.channelnames) == ("R", "G", "B", "matte.R", "matte.A", "Z", "A") and spec.nchannels == 7
+    assert dest == [4, 6, 0] and spec.alpha_channel == 6 and spec.z_channel == 5  # Z followed its channel
+    assert np.array_equal(grown[..., [0, 1, 2, 3, 5]], pixels) and not grown[..., [4, 6]].any()
+
+
+def test_channels_a_format_cannot_hold_are_refused(tmp_path):
+    source = make(tmp_path / "a.0001.png", "uint8", ("R", "G", "B"))
+    with pytest.raises(DataError, match=r"a png file cannot hold the channel 'matte.Z'.*infer on EXR"):
+        write_like(tmp_path / "o.png", np.zeros((6, 7, 1), np.float32), source, channels=("matte.Z",))
+    with pytest.raises(DataError, match=r"a png file cannot hold the channel 'depth'"):
+        write_like(tmp_path / "o.png", np.zeros((6, 7, 1), np.float32), source, channels=("depth",))
+    with pytest.raises(ValueError, match=r"must be \(s\*6, s\*7, 2\)"):
+        write_like(tmp_path / "o.png", np.zeros((6, 7, 1), np.float32), source, channels=("R", "A"))
+    assert not (tmp_path / "o.png").exists()
+
+
+def test_rgb_channels_named_take_the_colour_path(tmp_path):
+    source = make(tmp_path / "grey.0001.png", "uint16", ("Y",))
+    values = np.random.default_rng(6).random((6, 7, 4)).astype(np.float32)
+    write_like(tmp_path / "o.png", values, source, channels=("R", "G", "B", "A"))  # colour + alpha on a grey file
+    spec, pixels = unassociated(tmp_path / "o.png")
+    assert tuple(spec.channelnames) == ("Y", "A")
+    assert np.abs(pixels[..., 0] - values[..., :3] @ LUMA_709).max() <= 0.5 / 65535 + 1e-6
+    assert np.abs(pixels[..., 1] - values[..., 3]).max() <= 0.5 / 65535 + 1e-6

@@ -206,14 +206,14 @@ def test_one_rank_splits_a_step_for_the_noise_scale_every_noise_interval_updates
     """--noise-interval: a split step runs the network twice (two halves); 8 steps at interval 3 split
     updates 0, 3 and 6 only, and at 0 none (no noise scale is measured)."""
     passes = []
-    real_l1 = train_mod.per_crop_l1
+    real_loss = train_mod.per_crop_loss
 
-    def counting_l1(out, target):  # the loss of each forward pass (the identity loss's input needs no grad)
+    def counting_loss(out, target, *args):  # the loss of each forward pass (the identity loss's input needs no grad)
         if out.requires_grad:
             passes.append(out.shape[0])
-        return real_l1(out, target)
+        return real_loss(out, target, *args)
 
-    monkeypatch.setattr(train_mod, "per_crop_l1", counting_l1)
+    monkeypatch.setattr(train_mod, "per_crop_loss", counting_loss)
     run = RunPaths.of(tmp_path / "run")
     train_mod.train(cfg(pairs, run.root, noise_interval=interval, ema_decay=0.0), NON_DIST)
     assert len(passes) == 8 + split_updates

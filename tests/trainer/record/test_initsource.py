@@ -111,15 +111,17 @@ def test_a_relative_path_is_fine_for_a_local_run(tmp_path, monkeypatch):
     assert resolve("runs/shotA").kind == "run"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_an_unreadable_weights_file_is_refused(tmp_path):
+def test_an_unreadable_weights_file_is_refused(tmp_path, monkeypatch):
+    """The farm's user cannot read the checkpoint. Root reads files whatever their mode, so the permission check
+    (``os.access``) answers as it would for that user: no for this one file."""
+    import trainer.record.initsource as initsource
+
     paths = make_run(tmp_path / "shotA", model=False, steps=(100,))
-    paths.checkpoint(100).chmod(0o000)
-    try:
-        with pytest.raises(InitFromError, match=r"step_000100\.pt: the file is not readable: fix its permissions"):
-            resolve(paths.root)
-    finally:
-        paths.checkpoint(100).chmod(0o640)
+    denied = str(paths.checkpoint(100))
+    real = os.access
+    monkeypatch.setattr(initsource.os, "access", lambda p, mode: False if str(p) == denied else real(p, mode))
+    with pytest.raises(InitFromError, match=r"step_000100\.pt: the file is not readable: fix its permissions"):
+        resolve(paths.root)
 
 
 def test_network_of_fills_what_older_metadata_leaves_out():

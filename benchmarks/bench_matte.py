@@ -1,0 +1,176 @@
+"""Mattes from 12 keyframes: cuetrain's matte model against a plain U-Net and two baselines, in one run.
+
+Data: ``cuetrain demo --task matte``'s (``trainer.demo``): the 120 carphone frames, each with the matte a keyer
+makes of the face (``trainer.demo.skin_key``); every 10th frame (1, 11, ..., 111) is a keyframe the networks train
+on, and every other frame is held out.
+
+Variants, each trained for ``--steps`` steps on the same crops (``trainer.data.crops.CropSampler``, RGB in, the
+matte out) in this process, one after the other:
+
+- ``cuetrain``: ``build_model("small", "v3", channels=RGB -> A)`` (a sigmoid matte channel, ``trainer.learn.model``)
+  with the demo's recipe (Muon for the hidden convolutions, Adam betas (0.9, 0.9), lr 2e-3, 50 warmup updates then
+  cosine to lr/10, EMA 0.999 evaluated) and the matte loss ``bce+l1`` (``trainer.learn.loss``);
+- ``cuetrain-aug``: the same with ``--augment 0.5`` (a random rotation, zoom and flip of both sides and a grade of
+  the Input, ``trainer.data.augment``; Foundry trained CopyCat's initial weights at 0.5);
+- ``cuetrain-l1``: the same as ``cuetrain`` with the matte loss ``l1``;
+- ``unet``: a plain small U-Net (:class:`PlainUNet`: three levels of two 3x3 convolutions, 16/32/64 channels, max
+  pooling down, bilinear upsampling and concatenated skips up, a sigmoid), BCE + L1 on the matte, Adam lr 1e-3,
+  the same schedule and EMA.
+
+Baselines: the mean keyframe matte, and holding the nearest keyframe's matte.
+
+Printed: held-out IoU at 0.5 and mean absolute error (``trainer.demo.matte_scores``) per variant and baseline.
+
+Run (under the heavy lock on a shared host; ~8 min at the defaults on 2 cores):
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_matte.py [--steps 3000] [--variants ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import common  # noqa: F401  (puts the checkout on sys.path)
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.core.channels import RGB, ChannelPlan
+from trainer.data.crops import CropSampler, FramesInMemory
+from trainer.demo import MATTE_KEYFRAME_EVERY, _decode, _matte_frames, clip_path, matte_scores
+from trainer.learn.ema import WeightEMA
+from trainer.learn.loss import per_crop_loss
+from trainer.learn.model import build_model, count_parameters
+from trainer.learn.optim import MuonAdam
+from trainer.learn.precision import resolve_precision
+from trainer.learn.schedule import lr_at
+
+PLAN = ChannelPlan(RGB, ("A",))
+VARIANTS = ("cuetrain", "cuetrain-aug", "cuetrain-l1", "unet")
+
+
+class PlainUNet(nn.Module):
+    """A plain small U-Net (Ronneberger et al. 2015, reduced): (B, 3, H, W) -> (B, 1, H, W) matte in 0..1, H and W
+    multiples of 4. Levels of two 3x3 convolutions with ReLU at 16, 32 and 64 channels; 2x2 max pooling down;
+    bilinear upsampling and concatenated skips up; a 1x1 convolution and a sigmoid."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def block(i: int, o: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.ReLU(), nn.Conv2d(o, o, 3, padding=1), nn.ReLU())
+
+        self.d1, self.d2, self.mid = block(3, 16), block(16, 32), block(32, 64)
+        self.u2, self.u1 = block(64 + 32, 32), block(32 + 16, 16)
+        self.out = nn.Conv2d(16, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s1 = self.d1(x)
+        s2 = self.d2(F.max_pool2d(s1, 2))
+        y = self.mid(F.max_pool2d(s2, 2))
+        y = self.u2(torch.cat([F.interpolate(y, scale_factor=2.0, mode="bilinear", align_corners=False), s2], 1))
+        y = self.u1(torch.cat([F.interpolate(y, scale_factor=2.0, mode="bilinear", align_corners=False), s1], 1))
+        return torch.sigmoid(self.out(y))
+
+
+def load() -> tuple[list, list]:
+    """(keyframe pairs, held-out pairs): (Input (H, W, 3), matte (H, W, 1)) float32 0..1."""
+    frames = _matte_frames(_decode(clip_path("carphone_pristine.mp4")))
+    pairs = [(np.ascontiguousarray(f[..., :3]), np.ascontiguousarray(f[..., 3:])) for f in frames]
+    keys = [p for i, p in enumerate(pairs) if i % MATTE_KEYFRAME_EVERY == 0]
+    return keys, [p for i, p in enumerate(pairs) if i % MATTE_KEYFRAME_EVERY != 0]
+
+
+def build(name: str) -> tuple[nn.Module, object, str]:
+    """(network, optimizer, matte loss) of a variant."""
+    if name == "unet":
+        net = PlainUNet().to(memory_format=torch.channels_last)
+        return net, torch.optim.Adam(net.parameters(), lr=1e-3), "bce+l1"
+    net = build_model("small", "v3", channels=PLAN).to(memory_format=torch.channels_last)
+    return net, MuonAdam(net, 2e-3, (0.9, 0.9)), "l1" if name == "cuetrain-l1" else "bce+l1"
+
+
+@torch.no_grad()
+def scores(net: nn.Module, held: list) -> tuple[float, float]:
+    """Mean held-out (IoU at 0.5, MAE) of the network's fp32 matte (frames padded to a multiple of 4)."""
+    net.eval()
+    out = []
+    for inp, matte in held:
+        h, w = inp.shape[:2]
+        x = torch.from_numpy(inp).permute(2, 0, 1)[None]
+        x = F.pad(x, [0, -w % 4, 0, -h % 4], mode="replicate")
+        out.append(matte_scores(net(x)[0, 0, :h, :w].numpy(), matte[..., 0]))
+    net.train()
+    return float(np.mean([o[0] for o in out])), float(np.mean([o[1] for o in out]))
+
+
+def train(name: str, keys: list, held: list, steps: int, precision: str) -> dict:
+    """Train a variant; its held-out scores and training seconds."""
+    torch.manual_seed(0)
+    net, opt, loss = build(name)
+    sampler = CropSampler(FramesInMemory(keys), 64, 8, seed=0, memory_format=torch.channels_last,
+                          augment=0.5 if name == "cuetrain-aug" else 0.0, grade_sides="input")
+    peak = opt.param_groups[0]["lr"]
+    ema = WeightEMA(net, 0.999)
+    prec = resolve_precision(precision, torch.device("cpu"))
+    t0 = time.perf_counter()
+    for step in range(steps):
+        batch = sampler.batch(step)
+        with prec.autocast():
+            out = net(batch.input)
+        per_crop_loss(out.float(), batch.target, PLAN, loss).mean().backward()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, peak, 50, "cosine")
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ema.update(net)
+    secs = time.perf_counter() - t0
+    iou, mae = scores(ema.module, held)
+    print(f"  {name}: IoU {iou:.3f}  MAE {mae:.4f}  ({secs:.0f} s, {count_parameters(net):,} parameters)", flush=True)
+    return {"iou": iou, "mae": mae, "train_s": secs, "params": count_parameters(net)}
+
+
+def baselines(keys: list, held: list) -> dict:
+    """The mean keyframe matte and the nearest keyframe's matte, scored on the held-out frames."""
+    key_frames = [i for i in range(len(keys) + len(held)) if i % MATTE_KEYFRAME_EVERY == 0]
+    held_frames = [i for i in range(len(keys) + len(held)) if i % MATTE_KEYFRAME_EVERY != 0]
+    mean = np.mean([m[..., 0] for _, m in keys], axis=0)
+    out = {}
+    for name, pick in (("mean keyframe", lambda i: mean),
+                       ("nearest keyframe", lambda i: keys[min(range(len(keys)),
+                                                               key=lambda k: (abs(key_frames[k] - i), k))][1][..., 0])):
+        s = [matte_scores(pick(i), m[..., 0]) for i, (_, m) in zip(held_frames, held)]
+        out[name] = {"iou": float(np.mean([a for a, _ in s])), "mae": float(np.mean([b for _, b in s]))}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    keys, held = load()
+    print(f"bench_matte: {len(keys)} keyframes, {len(held)} held out, {a.steps} steps, training "
+          f"{resolve_precision(a.precision, torch.device('cpu')).name}, load {os.getloadavg()[0]:.2f}", flush=True)
+    results = baselines(keys, held)
+    for name in a.variants.split(","):
+        results[name] = train(name, keys, held, a.steps, a.precision)
+    print("\n| variant | IoU at 0.5 | MAE |\n|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {r['iou']:.3f} | {r['mae']:.4f} |")
+    if a.json:
+        tmp = a.json.with_name(a.json.name + ".tmp")
+        tmp.write_text(json.dumps({"steps": a.steps, "results": results}, indent=1))
+        tmp.replace(a.json)
+
+
+if __name__ == "__main__":
+    main()
