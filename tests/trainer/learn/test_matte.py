@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from PIL import Image
 import pytest
 import torch
 
@@ -40,7 +41,7 @@ def test_a_matte_is_learnt_from_the_alpha_not_from_the_colour_of_the_ground_trut
         with torch.no_grad():
             matte = net(x)[0, 0].numpy()
         assert matte.min() >= 0.0 and matte.max() <= 1.0
-        truth = read_channels(find_sequence(tgt)[n], ["A"])[..., 0]
+        truth = np.asarray(Image.open(find_sequence(tgt)[n]))[..., 3] / 255.0  # not through cuetrain's reader
         ious.append(matte_scores(matte, truth)[0])
     assert np.mean(ious) > 0.7, ious
 
