@@ -14,6 +14,7 @@ matte out) in this process, one after the other:
   the Input, ``trainer.data.augment``; Foundry trained CopyCat's initial weights at 0.5);
 - ``cuetrain-l1``: the same as ``cuetrain`` with the matte loss ``l1``;
 - ``cuetrain-adam``: the same network and loss with the trainer's defaults: Adam, lr 1e-3, betas (0.9, 0.999);
+- ``cuetrain-v1-adam``: ``cuetrain-adam`` with the v1 network (``--architecture v1``: concatenated skips, as U-Nets);
 - ``unet``: a plain small U-Net (:class:`PlainUNet`: three levels of two 3x3 convolutions, 16/32/64 channels, max
   pooling down, bilinear upsampling and concatenated skips up, a sigmoid), BCE + L1 on the matte, Adam lr 1e-3,
   the same schedule and EMA.
@@ -51,7 +52,7 @@ from trainer.learn.precision import resolve_precision
 from trainer.learn.schedule import lr_at
 
 PLAN = ChannelPlan(RGB, ("A",))
-VARIANTS = ("cuetrain", "cuetrain-aug", "cuetrain-l1", "cuetrain-adam", "unet")
+VARIANTS = ("cuetrain", "cuetrain-aug", "cuetrain-l1", "cuetrain-adam", "cuetrain-v1-adam", "unet")
 
 
 class PlainUNet(nn.Module):
@@ -91,8 +92,9 @@ def build(name: str) -> tuple[nn.Module, object, str]:
     if name == "unet":
         net = PlainUNet().to(memory_format=torch.channels_last)
         return net, torch.optim.Adam(net.parameters(), lr=1e-3), "bce+l1"
-    net = build_model("small", "v3", channels=PLAN).to(memory_format=torch.channels_last)
-    if name == "cuetrain-adam":  # the trainer's defaults: Adam, the small size's lr 1e-3, betas (0.9, 0.999)
+    arch = "v1" if name == "cuetrain-v1-adam" else "v3"
+    net = build_model("small", arch, channels=PLAN).to(memory_format=torch.channels_last)
+    if name in ("cuetrain-adam", "cuetrain-v1-adam"):  # the trainer's defaults: Adam, the small size's lr 1e-3, betas (0.9, 0.999)
         return net, torch.optim.Adam(net.parameters(), lr=1e-3), "bce+l1"
     return net, MuonAdam(net, 2e-3, (0.9, 0.9)), "l1" if name == "cuetrain-l1" else "bce+l1"
 

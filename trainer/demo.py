@@ -13,10 +13,10 @@ super-resolution benchmarks since Dong et al. 2014, SRCNN). The baseline printed
 upscaling the held-out Inputs back to 144x176.
 
 ``--task matte`` (roto): no real roto ships with the footage, so the demo makes the matte of every carphone frame
-the way a keyer would (:func:`skin_key`: a skin-tone key, cleaned), writes the frames as RGBA PNGs whose alpha
-holds it, and trains ``--target-channels A`` from 12 keyframes (every 10th frame). It prints the IoU at 0.5 and the
-mean absolute error on the other 108 frames, beside two baselines: the mean keyframe matte, and holding the nearest
-keyframe's matte.
+the way a keyer would (:func:`skin_key`: a skin-tone key, cleaned), writes the frames as RGBA PNGs whose alpha holds
+it, and trains ``--target-channels A`` from 12 keyframes (every 10th frame), with four held-out frames as
+``--preview`` (``previews/``). It prints the IoU at 0.5 and the mean absolute error on the other 108 frames, beside
+two baselines: the mean keyframe matte, and holding the nearest keyframe's matte.
 """
 
 from __future__ import annotations
@@ -289,6 +289,8 @@ def run_demo(run_dir: Path, world_size: int, steps: int, train_args: list[str], 
     ``progress``: one progress bar while training (False: every rank line, as ``cuetrain demo -v``)."""
     t0 = time.monotonic()
     data = extract(run_dir / "data", task)
+    if task == "matte":  # held-out frames as CopyCat's Preview: 4 of them, rendered at every contact sheet
+        train_args = [*train_args, "--preview", str(data.holdout_input)]
     code = train_demo(run_dir, data, world_size, steps, train_args, progress)
     if code != 0:
         print(f"training failed (exit code {code}); see {run_dir / 'logs'}")
