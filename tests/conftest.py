@@ -203,22 +203,33 @@ class _GroupSchedulerPlugin:
         return GroupScheduling(config, log)
 
 
+def astronaut_crops(frames: int, height: int, width: int) -> list[np.ndarray]:
+    """``frames`` (height, width, 3) float32 crops of skimage's astronaut photo resized to twice that size, each
+    5 px lower and 7 px further right than the one before (real image content that moves)."""
+    from skimage import data, transform
+
+    photo = transform.resize(data.astronaut(), (height * 2, width * 2), anti_aliasing=True).astype(np.float32)
+    return [photo[i * 5:i * 5 + height, i * 7:i * 7 + width] for i in range(frames)]
+
+
+def shot_folders(folder: Path) -> tuple[Path, Path]:
+    """``folder/input`` and ``folder/target``, created."""
+    inp, tgt = folder / "input", folder / "target"
+    inp.mkdir(parents=True, exist_ok=True)
+    tgt.mkdir(parents=True, exist_ok=True)
+    return inp, tgt
+
+
 def make_pairs(folder: Path, frames: int = 4, height: int = 40, width: int = 48, ext: str = "png") -> tuple[Path, Path]:
     """Write Input/Ground Truth sequences cut from skimage's astronaut photo (real image content).
 
     Ground truth: the photo; input: the photo with fixed Gaussian noise (sigma 0.05). Returns (input, target).
     """
-    from skimage import data, transform
-
     from trainer.data.images import write_image
 
-    photo = transform.resize(data.astronaut(), (height * 2, width * 2), anti_aliasing=True).astype(np.float32)
     rng = np.random.default_rng(7)
-    inp, tgt = folder / "input", folder / "target"
-    inp.mkdir(parents=True, exist_ok=True)
-    tgt.mkdir(parents=True, exist_ok=True)
-    for i in range(frames):
-        clean = photo[i * 5:i * 5 + height, i * 7:i * 7 + width]
+    inp, tgt = shot_folders(folder)
+    for i, clean in enumerate(astronaut_crops(frames, height, width)):
         noisy = np.clip(clean + rng.normal(0, 0.05, clean.shape), 0, 1).astype(np.float32)
         write_image(tgt / f"plate.{1001 + i:04d}.{ext}", clean)
         write_image(inp / f"plate.{1001 + i:04d}.{ext}", noisy)
@@ -243,17 +254,10 @@ def make_upres_pairs(folder: Path, scale: int = 2, frames: int = 4, height: int 
                      ext: str = "png") -> tuple[Path, Path]:
     """Write an upres shot cut from skimage's astronaut photo: Ground Truth frames of (scale*height, scale*width)
     and Input frames of (height, width), each the Ground Truth's scale x scale box mean. Returns (input, target)."""
-    from skimage import data, transform
-
     from trainer.data.images import write_image
 
-    h, w = height * scale, width * scale
-    photo = transform.resize(data.astronaut(), (h * 2, w * 2), anti_aliasing=True).astype(np.float32)
-    inp, tgt = folder / "input", folder / "target"
-    inp.mkdir(parents=True, exist_ok=True)
-    tgt.mkdir(parents=True, exist_ok=True)
-    for i in range(frames):
-        clean = photo[i * 5:i * 5 + h, i * 7:i * 7 + w]
+    inp, tgt = shot_folders(folder)
+    for i, clean in enumerate(astronaut_crops(frames, height * scale, width * scale)):
         small = clean.reshape(height, scale, width, scale, 3).mean(axis=(1, 3))
         write_image(tgt / f"plate.{1001 + i:04d}.{ext}", clean)
         write_image(inp / f"plate.{1001 + i:04d}.{ext}", small)
@@ -266,16 +270,11 @@ def make_matte_pairs(folder: Path, frames: int = 4, height: int = 40, width: int
     whose R, G, B hold the opposite (1 - alpha), so training on any channel but A learns the wrong matte.
     Returns (input, target)."""
     from PIL import Image
-    from skimage import data, transform
 
     from trainer.data.images import write_image
 
-    photo = transform.resize(data.astronaut(), (height * 2, width * 2), anti_aliasing=True).astype(np.float32)
-    inp, tgt = folder / "input", folder / "target"
-    inp.mkdir(parents=True, exist_ok=True)
-    tgt.mkdir(parents=True, exist_ok=True)
-    for i in range(frames):
-        rgb = photo[i * 5:i * 5 + height, i * 7:i * 7 + width]
+    inp, tgt = shot_folders(folder)
+    for i, rgb in enumerate(astronaut_crops(frames, height, width)):
         luma = rgb @ np.array([0.2126, 0.7152, 0.0722], np.float32)
         hard = (luma > np.median(luma)).astype(np.float32)
         pad = np.pad(hard, 1, mode="edge")
