@@ -3,8 +3,11 @@
 The advisor's probe imports torch and the GUI never does, so it runs as a separate process of the
 cuetrain environment (:class:`AdvisorRunner`, a ``QProcess`` running ``cuetrain advise --json`` through
 :func:`gui.farm_process.cuetrain_command`: the GUI thread never waits on it). The process prints a table
-and ends with one JSON line holding the recommendation (:func:`parse_output`); an advisor without
-``--json`` is still understood from its ``recommended: N rank(s), sync interval K`` line.
+and ends with one JSON line holding the recommendation (:func:`parse_output`) and every prediction
+(:func:`gui.advisor_chart.parse_advice`); an advisor without ``--json`` is still understood from its
+``recommended: N rank(s), sync interval K`` line. The view shows a chart of time to the same quality and
+farm hours against ranks with one sentence (:class:`gui.advisor_chart.AdvisorChart`); the printed tables
+stay behind "Details".
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from qtpy.QtGui import QFontDatabase
 from qtpy.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                             QToolButton, QVBoxLayout, QWidget)
 
+from gui.advisor_chart import AdvisorChart, parse_advice
 from gui.farm_process import child_environment, cuetrain_command
 
 log = logging.getLogger(__name__)
@@ -106,6 +110,17 @@ def error_line(stderr: str, exit_code: int) -> str:
     return lines[-1] if lines else f"the advisor exited with code {exit_code}"
 
 
+def _fold_button(text: str, toggled: Callable[[bool], None]) -> QToolButton:
+    """A flat checkable button with an arrow that shows or folds a section (``toggled(shown)``)."""
+    button = QToolButton()
+    button.setText(text)
+    button.setCheckable(True)
+    button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+    button.setAutoRaise(True)
+    button.toggled.connect(toggled)
+    return button
+
+
 class AdvisorRunner(QObject):
     """Runs the advisor command in a ``QProcess``, one at a time; no widgets (tested without a view).
 
@@ -115,7 +130,7 @@ class AdvisorRunner(QObject):
     """
 
     probe_started = Signal()
-    probe_finished = Signal(str, object)  # stdout, Recommendation | None
+    probe_finished = Signal(str, object, object)  # tables text, Recommendation | None, --json dict | None
     probe_failed = Signal(str)  # one line for the artist
     probe_cancelled = Signal()
 
@@ -165,7 +180,7 @@ class AdvisorRunner(QObject):
         elif code != 0:
             self.probe_failed.emit(error_line(err, code))
         else:
-            self.probe_finished.emit(*parse_output(out))
+            self.probe_finished.emit(*parse_output(out), parse_advice(out))
 
     def _on_error(self, proc: QProcess, error: QProcess.ProcessError) -> None:
         if proc is not self._process or error != QProcess.ProcessError.FailedToStart:
@@ -176,7 +191,8 @@ class AdvisorRunner(QObject):
 
 
 class AdvisorView(QWidget):
-    """Collapsible "How many machines?": bandwidth, Advise…/Cancel, the table, "Use recommendation".
+    """Collapsible "How many machines?": bandwidth, Advise…/Cancel, the chart and its sentence, "Use
+    recommendation", and the advisor's tables behind "Details" (folded by default).
 
     Args:
         request: the dialog's current values (raises ``ValueError`` with a message when they are
@@ -191,20 +207,17 @@ class AdvisorView(QWidget):
         super().__init__(parent)
         self._request = request
         self.recommendation: Recommendation | None = None
+        self._steps = 0  # the probed request's steps: the chart's times are for them
         self.runner = AdvisorRunner(command, self)
         self.runner.probe_finished.connect(self._on_finished)
         self.runner.probe_failed.connect(self._on_failed)
         self._make_widgets()
         self._build_layout()
+        self.set_details_shown(False)
         self.set_expanded(False)
 
     def _make_widgets(self) -> None:
-        self.header = QToolButton()
-        self.header.setText("How many machines?")
-        self.header.setCheckable(True)
-        self.header.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.header.setAutoRaise(True)
-        self.header.toggled.connect(self.set_expanded)
+        self.header = _fold_button("How many machines?", self.set_expanded)
         self.bandwidth_spin = QDoubleSpinBox()
         self.bandwidth_spin.setRange(0.01, 10_000.0)
         self.bandwidth_spin.setDecimals(2)
@@ -213,8 +226,8 @@ class AdvisorView(QWidget):
         self.bandwidth_spin.setToolTip("network bandwidth between farm hosts ('cuetrain advise link' measures it)")
         self.quality_box = QCheckBox("Time to quality")
         self.quality_box.setToolTip("also train briefly at 1x, 4x and 16x the batch from the same weights and measure "
-                                    "how many updates each needs to one loss (the critical batch): the table then "
-                                    "says which world size and sync interval reach the same quality soonest. One to "
+                                    "how many updates each needs to one loss (the critical batch): the chart then "
+                                    "shows which world size and sync interval reach the same quality soonest. One to "
                                     "three minutes on a CPU, seconds on a GPU. Unticked, an earlier run's noise "
                                     "scale in this run directory is used when there is one.")
         self.advise_button = QPushButton("Advise…")
@@ -226,6 +239,10 @@ class AdvisorView(QWidget):
         self.status.setObjectName("advisor_status")
         self.status.setWordWrap(True)
         self.status.hide()  # shown with text: "probing…", a problem
+        self.chart = AdvisorChart()
+        self.details_button = _fold_button("Details", self.set_details_shown)
+        self.details_button.setToolTip("the advisor's tables: images/s and efficiency per world size and sync "
+                                       "interval, and time to quality")
         self.table = QPlainTextEdit()
         self.table.setReadOnly(True)
         self.table.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
@@ -257,8 +274,10 @@ class AdvisorView(QWidget):
         body.setContentsMargins(16, 0, 0, 0)
         body.addLayout(controls)
         body.addWidget(self.status)
-        body.addWidget(self.table)
+        body.addWidget(self.chart)
         body.addLayout(result)
+        body.addWidget(self.details_button)
+        body.addWidget(self.table)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.header)
@@ -273,6 +292,15 @@ class AdvisorView(QWidget):
         self.body.setVisible(expanded)
         self._fit_window(shrink=not expanded)
 
+    def set_details_shown(self, shown: bool) -> None:
+        """Show or fold the advisor's tables under "Details" (its arrow follows)."""
+        if self.details_button.isChecked() != shown:
+            self.details_button.setChecked(shown)  # toggled calls back here
+            return
+        self.details_button.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.table.setVisible(shown)
+        self._fit_window(shrink=not shown)
+
     # -------------------------------------------------------------- probing
     def advise(self) -> bool:
         """Start the advisor for the dialog's values; False (reason shown) when they are not ready."""
@@ -283,6 +311,7 @@ class AdvisorView(QWidget):
         except ValueError as exc:
             self._show_status(str(exc), error=True)
             return False
+        self._steps = request.steps
         self._show_result("", None)
         self._set_running(True)
         self._show_status("probing… (timing the training step on this host" + (
@@ -306,9 +335,9 @@ class AdvisorView(QWidget):
         if self.recommendation is not None:
             self.recommendation_used.emit(self.recommendation.world_size, self.recommendation.sync_interval)
 
-    def _on_finished(self, out: str, recommendation: Recommendation | None) -> None:
+    def _on_finished(self, out: str, recommendation: Recommendation | None, advice: dict | None) -> None:
         self._set_running(False)
-        self._show_result(out, recommendation)
+        self._show_result(out, recommendation, advice)
         if recommendation is None:
             self._show_status("the advisor printed no 'recommended:' line", error=True)
         else:
@@ -328,8 +357,14 @@ class AdvisorView(QWidget):
         self.status.setText(text)
         self.status.setVisible(bool(text))
 
-    def _show_result(self, out: str, recommendation: Recommendation | None) -> None:
+    def _show_result(self, out: str, recommendation: Recommendation | None, advice: dict | None = None) -> None:
+        """The tables (``out``), the recommendation line and the chart (``advice``: the ``--json`` dict); ``out``
+        empty: all cleared, the chart's placeholder says what Advise… draws."""
         self.recommendation = recommendation
+        if out.strip():
+            self.chart.show_advice(advice, self._steps)
+        else:
+            self.chart.clear()
         self.table.setPlainText(out.rstrip())
         self._fit_table(out.rstrip().count("\n") + 1 if out.strip() else 6)
         self.recommended_label.setText(recommendation.line if recommendation else "")

@@ -17,6 +17,8 @@ import numpy as np
 
 from cue_plugin.submit.spec import JobHandle, JobStatus, TrainingJob
 from gui.poller import METRIC_FIELDS, Columns, empty_columns
+from trainer.core.budget import BudgetError, parse_time_budget
+from trainer.core.budget import format_duration as format_time_left
 from trainer.core.config import TrainConfig
 from trainer.record.runrecord import TERMINAL_STATES, RunRecord
 
@@ -250,6 +252,33 @@ def format_duration(seconds: float) -> str:
     if s >= 60:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s}s"
+
+
+def time_left_text(run: Run, now: float) -> str:
+    """The Runs panel's Time left for ``run`` at ``now`` [s since the epoch].
+
+    A ``--time-budget`` run: the time to its deadline (``run.json`` ``budget.deadline_unix``, fixed when training
+    first starts; before that a deadline in ``config.time_budget``, or ``30 min once started`` for a duration not
+    yet started), as :func:`trainer.core.budget.format_duration` writes it, ``0 s`` once passed. A
+    ``--stop-when-flat`` run without one: ``until flat``. Else, and for a finished run: "".
+    """
+    if run.state in TERMINAL_STATES:
+        return ""
+    deadline = run.record.budget.get("deadline_unix")
+    if isinstance(deadline, (int, float)) and not isinstance(deadline, bool):
+        return format_time_left(deadline - now)
+    config = run.record.config
+    text = config.get("time_budget")
+    if isinstance(text, str) and text:
+        try:
+            budget = parse_time_budget(text)
+        except BudgetError:
+            return ""
+        if budget.deadline_unix is not None:
+            return format_time_left(budget.deadline_unix - now)
+        return f"{format_time_left(budget.seconds or 0.0)} once started"
+    flat = config.get("stop_when_flat")
+    return "until flat" if isinstance(flat, (int, float)) and flat > 0 else ""
 
 
 def format_number(value: float, digits: int = 4) -> str:

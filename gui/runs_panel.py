@@ -1,8 +1,9 @@
 """The Runs panel (CopyCat's Progress tab): runs table, actions, Live Updates, Graph and Contact Sheet | Preview.
 
 The Task column says what each run learns (``colour``, ``matte``, ``colour+alpha``: :func:`gui.task.task_text`),
-the Scale column its upres factor; the Preview tab beside the Contact Sheet shows the model's latest render of
-the run's ``--preview`` frames.
+the Scale column its upres factor, the Time left column a ``--time-budget`` run's time to its deadline or
+``until flat`` for a ``--stop-when-flat`` run (:func:`gui.records.time_left_text`); the Preview tab beside the
+Contact Sheet shows the model's latest render of the run's ``--preview`` frames.
 
 A thin view over :class:`gui.controller.RunsController`: it renders :class:`gui.records.Run` records
 and forwards clicks; it reads no files and calls no farm itself.
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from typing import Callable
 
 from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import (QAbstractItemView, QCheckBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QMenu,
@@ -22,16 +25,17 @@ from gui.contact_sheet import ContactSheetView, PreviewView
 from gui.controller import RunsController
 from gui.graph import GraphView
 from gui.infer_dialog import MODEL_FILES, InferDialog, model_file, model_files
-from gui.records import Run, format_duration, format_number
+from gui.records import Run, format_duration, format_number, time_left_text
 from gui.task import channels_text, record_plan, task_text
 from gui.upres import init_from_record, record_scale, scale_text, started_from_text
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("Run", "Job", "State", "Ranks", "Step", "Loss", "Images/s", "ETA", "Task", "Scale", "Start", "Graph",
-           "Sheet")
+COLUMNS = ("Run", "Job", "State", "Ranks", "Step", "Loss", "Images/s", "ETA", "Time left", "Task", "Scale", "Start",
+           "Graph", "Sheet")
 GRAPH_COL, SHEET_COL = COLUMNS.index("Graph"), COLUMNS.index("Sheet")
 TASK_COL, SCALE_COL, START_COL = COLUMNS.index("Task"), COLUMNS.index("Scale"), COLUMNS.index("Start")
+TIME_LEFT_COL = COLUMNS.index("Time left")
 _RUN_DIR_ROLE = Qt.ItemDataRole.UserRole
 #: The action that applies a finished run's model.pt to a shot (``cuetrain submit-infer``).
 INFER_ACTION = "Apply to Shot on Farm..."
@@ -46,14 +50,16 @@ def model_files_text(files: dict[str, bool]) -> str:
     return "Model files: " + "  ".join(f"{name} {'✓' if there else '✗ (missing)'}" for name, there in files.items())
 
 
-def row_texts(run: Run) -> list[str]:
-    """The text cells of ``run``'s row (every column but the two toggles)."""
+def row_texts(run: Run, now: float | None = None) -> list[str]:
+    """The text cells of ``run``'s row (every column but the two toggles); Time left as of ``now`` [s since the
+    epoch, default this machine's clock]."""
     job = run.handle.job_name or run.handle.job_id if run.handle else "-"
     total = run.total_steps
     step = f"{run.step}/{total}" if total else str(run.step)
     return [run.name, job, run.state, run.ranks_text, step, format_number(run.metrics.last("loss")),
             format_number(run.metrics.last("images_per_s"), 3), format_duration(run.eta_s()),
-            task_text(run.record), scale_text(record_scale(run.record)), started_from_text(run.record)]
+            time_left_text(run, time.time() if now is None else now), task_text(run.record),
+            scale_text(record_scale(run.record)), started_from_text(run.record)]
 
 
 def start_tooltip(run: Run) -> str:
@@ -97,6 +103,7 @@ class RunsPanel(QWidget):
         self._filling = False
         self._shown_once = False
         self._has_cuegui = actions.cuegui_command() is not None  # looked up once, not on every poll
+        self.clock: Callable[[], float] = time.time  # now [s since the epoch] for Time left (tests fix it)
         self._setup_table()
         self._build_layout()
         self._connect()
@@ -152,6 +159,7 @@ class RunsPanel(QWidget):
         c.run_added.connect(self._on_run_added)
         c.run_removed.connect(self._on_run_removed)
         c.run_updated.connect(self._fill_row)
+        c.poll_finished.connect(self.refresh_time_left)  # a deadline draws nearer between changes too
         c.action_finished.connect(lambda _run, msg: self.show_message(msg))
         c.action_failed.connect(lambda _run, msg: self.show_message(msg, error=True))
         c.live_updates_changed.connect(self._on_live_changed)
@@ -206,7 +214,7 @@ class RunsPanel(QWidget):
         if run is None or row < 0:
             return
         self._filling = True
-        for col, text in enumerate(row_texts(run)):
+        for col, text in enumerate(row_texts(run, self.clock())):
             self.table.item(row, col).setText(text)
         self.table.item(row, 0).setToolTip(run.run_dir)
         self.table.item(row, 2).setToolTip(run.farm_error or run.read_error or (run.status.native_state if run.status else ""))
@@ -218,6 +226,14 @@ class RunsPanel(QWidget):
         self._filling = False
         if run_dir == self.selected_run():
             self._update_buttons()
+
+    def refresh_time_left(self) -> None:
+        """Rewrite every row's Time left as of :attr:`clock` (after each poll, whether or not its run changed)."""
+        now = self.clock()
+        for row in range(self.table.rowCount()):
+            run = self.controller.run(self.table.item(row, 0).data(_RUN_DIR_ROLE))
+            if run is not None:
+                self.table.item(row, TIME_LEFT_COL).setText(time_left_text(run, now))
 
     def _on_item_changed(self, item: QTableWidgetItem) -> None:
         if self._filling or item.column() not in (GRAPH_COL, SHEET_COL):

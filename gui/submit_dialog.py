@@ -9,6 +9,8 @@ selection (:meth:`SubmitDialog.apply_prefill`, e.g. Nuke's two Read nodes throug
 "Learn" (``--input-channels`` / ``--target-channels`` of :data:`trainer.core.channels.TASKS`; a host may propose
 Matte from the Ground Truth's alpha), "Augmentation" (``--augment``) and "Preview frames" (``--preview``) are
 :mod:`gui.task_fields`; the defaults (Colour, off, none) add no argument.
+"Train for" (:mod:`gui.train_for`): N steps (the default, ``--steps`` alone), until HH:MM (``--time-budget``, the next
+such local time with its UTC offset) or until it stops improving (``--stop-when-flat``); the steps box is then a cap.
 The "How many machines?" section (:mod:`gui.advisor_view`) runs ``cuetrain advise`` for the
 dialog's values in a separate process and can copy its recommended world size and sync interval.
 """
@@ -34,6 +36,7 @@ from gui.poller import measured_noise_scale
 from gui.start_from import StartFromField
 from gui.task import task_channels
 from gui.task_fields import PreviewField, augment_spin, learn_box, set_task
+from gui.train_for import TrainForField
 from gui.upres import Prefill, start_mismatch
 from trainer.core.config import MODEL_SIZES, SCALES, ConfigError, TrainConfig
 from trainer.record.rundir import RunPaths
@@ -105,7 +108,8 @@ class SubmitDialog(QDialog):
         self.model_box.setCurrentText(_DEFAULTS["model_size"])
         self.crop_spin = _spin(_DEFAULTS["crop_size"], 8, 4096)
         self.batch_spin = _spin(_DEFAULTS["batch_size"], 1, 4096)
-        self.steps_spin = _spin(_DEFAULTS["steps"], 1, 10_000_000)
+        self.train_for = TrainForField(_DEFAULTS["steps"])  # N steps, until HH:MM or until flat (gui.train_for)
+        self.steps_spin = self.train_for.steps_spin  # --steps: the length, or the cap in the other two modes
         self.world_spin = _spin(2, 1, 1024)
         self.frame_spin = _spin(1, 1, 64)  # ranks per frame: trainers sharing one host
         self.frame_spin.setToolTip("ranks per frame: each frame (one host) runs this many ranks, one GPU each; "
@@ -182,7 +186,7 @@ class SubmitDialog(QDialog):
                               ("Augmentation [probability]", self.augment_spin),
                               ("Preview frames", self.preview_field), ("", self.preview_note),
                               ("Model size", self.model_box), ("Crop size [px]", self.crop_spin),
-                              ("Batch size [crops]", self.batch_spin), ("Steps", self.steps_spin),
+                              ("Batch size [crops]", self.batch_spin), ("Train for", self.train_for),
                               ("World size [ranks]", self.world_spin), ("Ranks per frame", self.frame_spin),
                               ("Sync interval [steps]", self.sync_spin),
                               ("Farm template", self.template_box), ("Show", self.show_edit), ("Shot", self.shot_edit)):
@@ -287,9 +291,9 @@ class SubmitDialog(QDialog):
         input_channels, target_channels = task_channels(self.learn_box.currentData())
         train = TrainConfig(
             input_dir=_abs(self.input_edit.text()), target_dir=_abs(self.target_edit.text()),
-            run_dir=_abs(self.run_dir_edit.text()), steps=self.steps_spin.value(), batch_size=self.batch_spin.value(),
-            crop_size=self.crop_spin.value(), model_size=self.model_box.currentText(),
-            resume=self.resume_box.isChecked(), scale=self.scale(),
+            run_dir=_abs(self.run_dir_edit.text()), **self.train_for.config_fields(),
+            batch_size=self.batch_spin.value(), crop_size=self.crop_spin.value(),
+            model_size=self.model_box.currentText(), resume=self.resume_box.isChecked(), scale=self.scale(),
             init_from=_abs(self.start_field.path()) if self.start_field.path() else "",
             input_channels=input_channels, target_channels=target_channels,
             augment=round(self.augment_spin.value(), 2),

@@ -2,7 +2,7 @@
 
 Usage (from the repository root, after ``bash scripts/setup.sh``; a few minutes on a 2-core VM)::
 
-    .venv/bin/python scripts/screenshots.py [--out docs] [--steps 400] [--skip-cuegui]
+    .venv/bin/python scripts/screenshots.py [--out docs] [--steps 400] [--skip-cuegui] [--only-advisor]
 
 What it does, each step in its own process where torch is involved (the GUI never imports torch):
 
@@ -13,7 +13,9 @@ What it does, each step in its own process where torch is involved (the GUI neve
    short run selected (labelled contact sheet, the model files line and "Open Model Folder"), offscreen
    (:func:`gui.screenshots.save_panel_screenshot`). Then the main run is waited for.
 3. ``docs/gui_submit_dialog_advisor.png``: the submit dialog filled in with the demo's folders, with the
-   advisor's tables from a real ``cuetrain advise --quality-probe`` ("Time to quality" ticked).
+   advisor's chart (time to the same quality and farm hours against ranks) and its sentence from a real
+   ``cuetrain advise --quality-probe`` ("Time to quality" ticked); the tables stay folded under "Details".
+   ``--only-advisor`` makes this one alone: the demo's frames are extracted (no training), a minute or three.
 4. ``docs/cuegui_job.png``, ``docs/cuegui_frames.png``, ``docs/cuegui_training_runs.png``: real CueGUI
    against the Cuebot double with a real 2-rank job run by two real RQDs, through
    ``tests/gui/test_cuegui_plugin.py`` with ``CUETRAIN_UPDATE_DOCS=1`` (needs ``.venv-cuegui``;
@@ -80,8 +82,15 @@ def runs_panel_while_training(main_run: Path, short_run: Path, steps: int, out: 
         raise subprocess.CalledProcessError(code, cmd)
 
 
+def extract_demo_frames(data_dir: Path) -> None:
+    """The demo's PNG sequences under ``data_dir`` (``trainer.demo.extract``, in its own process), without training."""
+    code = f"from pathlib import Path; from trainer.demo import extract; extract(Path({str(data_dir)!r}))"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
 def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 300.0) -> None:
-    """The submit dialog filled in for the demo data (``data_dir/train/{input,target}``), with the advisor's table from a real probe.
+    """The submit dialog filled in for the demo data (``data_dir/train/{input,target}``), with the advisor's chart
+    from a real probe (its tables folded under "Details").
 
     Raises:
         RuntimeError: the probe did not finish within ``timeout_s`` seconds or failed (its message).
@@ -110,7 +119,7 @@ def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 3
         raise RuntimeError(f"the advisor probe gave no result in {timeout_s:.0f} s")
     if dialog.advisor.recommendation is None:
         log.warning("the advisor made no recommendation: %s", dialog.advisor.status.text())
-    for _ in range(10):  # let the table and the recommendation line take their room before the grab
+    for _ in range(10):  # let the chart and the recommendation line take their room before the grab
         app.processEvents()
         time.sleep(0.05)
     dialog.setMinimumSize(dialog.sizeHint())
@@ -139,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the PNGs (docs)")
     parser.add_argument("--steps", type=int, default=400, help="steps of the main demo run (400)")
     parser.add_argument("--skip-cuegui", action="store_true", help="leave the three CueGUI screenshots as they are")
+    parser.add_argument("--only-advisor", action="store_true",
+                        help="only docs/gui_submit_dialog_advisor.png, on the demo's frames without training")
+    parser.add_argument("--advisor-timeout-s", type=float, default=300.0,
+                        help="longest wait for the advisor's quality probe in seconds (300; raise it on a busy host)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -152,8 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                  ("main training run and the Runs panel while it trains",
                   lambda: runs_panel_while_training(main_run, short_run, args.steps, args.out / "gui_runs_panel.png")),
                  ("submit dialog", lambda: submit_dialog(main_run / "data", work / "runs" / "next",
-                                                         args.out / "gui_submit_dialog_advisor.png"))]
-        if not args.skip_cuegui:
+                                                         args.out / "gui_submit_dialog_advisor.png",
+                                                         args.advisor_timeout_s))]
+        if args.only_advisor:
+            steps = [("demo frames", lambda: extract_demo_frames(work / "data")),
+                     ("submit dialog", lambda: submit_dialog(work / "data", work / "runs" / "next",
+                                                             args.out / "gui_submit_dialog_advisor.png",
+                                                             args.advisor_timeout_s))]
+        elif not args.skip_cuegui:
             steps.append(("CueGUI", lambda: cuegui(args.out)))
         for name, step in steps:
             log.info("%s...", name)

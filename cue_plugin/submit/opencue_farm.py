@@ -181,6 +181,7 @@ class OpenCueFarm:
         """
         self._check_user(job)
         builder.check_init_from(job)  # before the run directory is made (dry_run below checks it again)
+        builder.check_deadline(job)
         paths = RunPaths.of(job.train.run_dir)
         try:
             paths.create()

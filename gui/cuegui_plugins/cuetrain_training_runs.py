@@ -9,7 +9,7 @@ Views/Plugins > Cuetrain > Training Runs.
 Selecting (single or double click) a job in the job monitor emits ``app.single_click`` /
 ``app.view_object``; a cuetrain job (one layer whose command runs ``-m cue_plugin.frame``) is followed:
 its run directory comes from the layer command's ``--run-dir``. The dock's label sums the run up
-(:func:`run_summary`: state, step, ranks, task, upres factor and what its weights started from, as the Runs
+(:func:`run_summary`: state, step, ranks, time left, task, upres factor and what its weights started from, as the Runs
 panel's Task, Scale and Start columns show them) above its live loss graph (:class:`gui.graph.GraphView`), its
 contact sheets and previews in two tabs (:class:`gui.contact_sheet.ContactSheetView`,
 :class:`gui.contact_sheet.PreviewView`: the model's renders of the run's ``--preview`` frames) and one row per
@@ -24,6 +24,7 @@ import logging
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # imported by CueGUI by file name: make the cuetrain checkout importable
@@ -40,7 +41,7 @@ from cue_plugin.submit.spec import JobHandle  # noqa: E402
 from gui.contact_sheet import ContactSheetView, PreviewView  # noqa: E402
 from gui.controller import RunsController  # noqa: E402
 from gui.graph import GraphView  # noqa: E402
-from gui.records import Run  # noqa: E402
+from gui.records import Run, time_left_text  # noqa: E402
 from gui.runs_panel import image_tabs, start_tooltip  # noqa: E402
 from gui.task import task_text  # noqa: E402
 from gui.upres import record_scale, scale_text, started_from_text  # noqa: E402
@@ -75,15 +76,19 @@ def run_dir_of(job) -> str | None:
     return None
 
 
-def run_summary(run: Run) -> str:
-    """The dock's label for ``run``: job, state, step, ranks, task, upres factor and start, run directory.
+def run_summary(run: Run, now: float | None = None) -> str:
+    """The dock's label for ``run``: job, state, step, ranks, time left (as the Runs panel's Time left column, as
+    of ``now`` [s since the epoch, default this machine's clock]; left out when blank), task, upres factor and
+    start, run directory.
 
     The task, factor and start read as the Runs panel's Task, Scale and Start columns (:mod:`gui.task`,
     :mod:`gui.upres`), e.g. ``shot010 - running, step 40/400, ranks 2/2 - matte, upres 2x, start: shot010_v1
     step 100 - /runs/shot010_v2``.
     """
     job = run.handle.job_name if run.handle else run.name
-    return (f"{job}  -  {run.state}, step {run.step}/{run.total_steps or '?'}, ranks {run.ranks_text}  -  "
+    left = time_left_text(run, time.time() if now is None else now)
+    left = f", time left {left}" if left else ""
+    return (f"{job}  -  {run.state}, step {run.step}/{run.total_steps or '?'}, ranks {run.ranks_text}{left}  -  "
             f"{task_text(run.record)}, {scale_text(record_scale(run.record))}, "
             f"start: {started_from_text(run.record)}  -  {run.run_dir}")
 

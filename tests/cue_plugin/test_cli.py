@@ -117,3 +117,12 @@ def test_the_front_door_dispatches_here(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SHOT", "sh010")
     assert main(["submit", "--template", "cpu-test", "--dry-run", *train_args(tmp_path)]) == 0
     assert "<cmd>" in capsys.readouterr().out
+
+
+def test_submit_refuses_a_deadline_already_past_and_passes_a_budget_on(tmp_path, capsys):
+    job = ["submit", "--dry-run", "--world-size", "2", "--show", "s", "--shot", "x", "--user", "u", *train_args(tmp_path)]
+    assert cli.main([*job, "--time-budget", "2020-01-01T18:00+00:00"], farm=FakeFarm()) == 2
+    assert "--time-budget 2020-01-01T18:00+00:00 has already passed; give a later deadline" in capsys.readouterr().err
+    assert cli.main([*job, "--time-budget", "2h", "--stop-when-flat", "0.05"], farm=FakeFarm()) == 0
+    cmd = ElementTree.fromstring(capsys.readouterr().out).find(".//cmd").text
+    assert "--steps 10000000 --time-budget 2h --stop-when-flat 0.05" in cmd

@@ -1,12 +1,13 @@
 """The submit dialog's "How many machines?" section: the advisor runs in its own process (QProcess).
 
-Stub scripts stand in for ``cuetrain advise`` (table, failure, a probe that hangs); one test runs
-the real advisor on a tiny data set.
+Stub scripts stand in for ``cuetrain advise`` (table, table + JSON line, failure, a probe that hangs); one
+test runs the real advisor on a tiny data set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import textwrap
 
@@ -15,6 +16,7 @@ import pytest
 from gui.advisor_view import AdviseRequest, AdvisorView, default_command, error_line, parse_recommendation
 from gui.submit_dialog import SubmitDialog
 from tests.conftest import make_pairs
+from tests.gui.test_advisor_chart import advice
 
 TABLE = """\
 model small (169,843 parameters), crop 64 px, global batch 8, gradient compression none
@@ -92,6 +94,14 @@ def test_advisor_shows_table_and_uses_recommendation(qtbot, controller, tmp_path
         assert view.status.text().startswith("probing") and not view.advise_button.isEnabled()
     assert view.body.isVisibleTo(dialog) and view.advise_button.isEnabled() and not view.cancel_button.isEnabled()
     assert "    4          2 |     270.4   0.84" in view.table.toPlainText() and view.table.isReadOnly()
+    # the tables sit folded under Details; this advisor printed no --json line, so no chart: a placeholder says so
+    assert not view.table.isVisibleTo(dialog) and not view.details_button.isChecked()
+    assert view.chart.placeholder.text().startswith("No chart: the advisor printed no JSON line")
+    assert view.chart.placeholder.isVisibleTo(dialog) and not view.chart.plots.isVisibleTo(dialog)
+    view.details_button.click()
+    assert view.table.isVisibleTo(dialog) and view.table.toPlainText().startswith("model small")
+    view.details_button.click()
+    assert not view.table.isVisibleTo(dialog)
     assert view.recommended_label.text().startswith("recommended: 4 rank(s), sync interval 4: 310.9 images/s")
     assert view.status.text() == ""
     args = (tmp_path / "advise_stub.py.args").read_text()
@@ -107,6 +117,35 @@ def test_advisor_shows_table_and_uses_recommendation(qtbot, controller, tmp_path
     assert (dialog.world_spin.value(), dialog.sync_spin.value()) == (4, 4)
 
 
+def test_advisor_json_is_charted_with_one_sentence(qtbot, tmp_path):
+    """The --json line's predictions become the chart (gui.advisor_chart); the tables stay under Details."""
+    line = json.dumps(advice((4, 1), recommendation_basis="Measured by the quality probe."))
+    command = _stub(tmp_path, f"print({TABLE!r})\nprint({line!r})\n")
+    view = AdvisorView(lambda: AdviseRequest("/in", "/gt", "small", 64, 8, 3600), command)
+    qtbot.addWidget(view)
+    view.show()
+    assert view.chart.placeholder.isVisibleTo(view.chart) and view.chart.placeholder.text().startswith("Advise… charts")
+    with qtbot.waitSignal(view.runner.probe_finished, timeout=10_000):
+        assert view.advise()
+    assert view.chart.plots.isVisible() and not view.chart.placeholder.isVisible()
+    x, hours = view.chart.time_curve.getData()  # 3,600 steps of 1 s on 1 rank / time-to-quality speedup
+    assert list(x) == [1, 2, 4, 8] and list(hours) == pytest.approx([1.0, 1 / 1.8, 0.4, 1 / 2.6])
+    assert list(view.chart.farm_curve.getData()[1]) == pytest.approx([1.0, 2 / 1.8, 1.6, 8 / 2.6])
+    assert view.chart.time_line.value() == 4 == view.recommendation.world_size
+    assert view.chart.sentence.isVisible() and view.chart.sentence.text() == (
+        "4 ranks: a model as good as 3,600 steps on 1 rank, in 0.4 h, for 1.6 farm hours; "
+        "more ranks cost more farm hours for little time saved.")
+    assert view.chart.basis.text() == "Measured by the quality probe." and view.chart.basis.isVisible()
+    assert not view.table.isVisible() and "270.4" in view.table.toPlainText()
+    assert "{" not in view.table.toPlainText()  # the JSON line is read, not shown
+    view.set_details_shown(True)
+    assert view.table.isVisible() and view.details_button.isChecked()
+    with qtbot.waitSignal(view.runner.probe_finished, timeout=10_000):  # a new probe clears the old chart first
+        assert view.advise()
+        assert view.chart.series is None and view.chart.placeholder.isVisible()
+    assert view.chart.series is not None
+
+
 def test_advisor_failure_is_shown_inline(qtbot, controller, tmp_path):
     command = _stub(tmp_path, """
         print("Traceback (most recent call last):", file=sys.stderr)
@@ -119,6 +158,7 @@ def test_advisor_failure_is_shown_inline(qtbot, controller, tmp_path):
         view.advise_button.click()
     assert view.status.text() == "Advisor failed: trainer.data.images.DataError: crop 512 px is larger than the frames (48x40)"
     assert view.table.toPlainText() == "" and not view.use_button.isEnabled() and view.advise_button.isEnabled()
+    assert view.chart.series is None and view.chart.placeholder.isVisibleTo(dialog)
     dialog.world_spin.setValue(3)
     view.use_recommendation()
     assert dialog.world_spin.value() == 3  # nothing to use
@@ -162,3 +202,6 @@ def test_real_advisor_recommends(qtbot, tmp_path):
     assert view.recommendation is not None and view.recommendation.world_size in (1, 2)
     assert view.recommended_label.text().startswith("recommended: ") and view.use_button.isEnabled()
     assert '"predictions"' not in view.table.toPlainText()  # the --json line is read, not shown
+    assert [int(n) for n in view.chart.time_curve.getData()[0]] == [1, 2]  # and charted, one point per world size
+    assert view.chart.time_line.value() == view.recommendation.world_size
+    assert view.chart.sentence.text().startswith(f"{view.recommendation.world_size} rank")

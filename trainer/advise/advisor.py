@@ -38,7 +38,12 @@ from trainer.core.config import add_train_arguments, config_from_args
 from trainer.core.rankmemory import BUFFERS_MB, PROCESS_MB, rank_memory_mb
 
 __all__ = ["Probe", "Prediction", "Link", "predict", "recommend", "format_table", "run_probe", "measure_link",
-           "describe_probe", "describe_link", "memory_line", "main"]
+           "describe_probe", "describe_link", "memory_line", "main", "Basis", "basis_of"]
+
+QUALITY_PROBE = "quality probe"  # --json's noise_scale_source when --quality-probe measured the critical batch
+NOISE_SCALE_FLAG = "--noise-scale"  # --json's noise_scale_source when it is an earlier run's B_simple
+#: How the probe lines name ``Probe.optimizer`` (``TrainConfig.optimizer_name``, as ``build_optimizer`` trains it).
+OPTIMIZER_NAMES = {"adam": "Adam", "muon": "Muon"}
 
 # ----------------------------------------------------------------------------------------------
 # Command line
@@ -79,12 +84,14 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--min-efficiency", type=float, default=0.7,
                    help="lowest scaling efficiency to recommend (default 0.7)")
     g.add_argument("--noise-scale", type=float, default=None,
-                   help="gradient noise scale B_noise in crops (a run's metrics.jsonl 'noise_scale'): adds the "
-                        "time-to-quality speedup S(B) x step time (trainer/advise/quality.py) to the table and --json")
+                   help="B_simple in crops: the simple gradient noise scale an earlier run measured (its "
+                        "metrics.jsonl 'noise_scale'), a noisy lower bound on the critical batch (docs/scaling.md): "
+                        "adds the time-to-quality speedup S(B) x step time (trainer/advise/quality.py) to the table "
+                        "and --json, as lower bounds; --quality-probe measures the critical batch itself")
     g.add_argument("--quality-probe", action="store_true",
                    help="measure the critical batch for the time-to-quality column: short trainings from the same "
-                        "weights at the global batch, 4x and 16x it on the frames (trainer/advise/critical_batch.py; about "
-                        "a minute on a CPU, seconds on a GPU); in place of --noise-scale")
+                        "weights at the global batch, 4x and 16x it on the frames (trainer/advise/critical_batch.py; "
+                        "about a minute on a CPU, seconds on a GPU); in place of --noise-scale")
     g.add_argument("--json", action="store_true", help="end with one JSON line: the recommendation and every "
                    "prediction (the submit dialog reads it)")
     return p
@@ -105,15 +112,17 @@ def _link_parser() -> argparse.ArgumentParser:
 def describe_probe(probe: Probe) -> str:
     """The probe's settings and measurements, as printed above the table."""
     fb = ", ".join(f"{b} crop{'s' if b > 1 else ''} {t * 1e3:.1f} ms" for b, t in probe.fb_s)
+    optimizer = OPTIMIZER_NAMES.get(probe.optimizer, probe.optimizer)
     return "\n".join([
         f"model {probe.model_size} ({probe.parameters:,} parameters), crop {probe.crop_size} px, global batch "
         f"{probe.batch_size}, gradient compression {probe.compression}",
         f"probe on this host: {probe.device}, {probe.threads} thread(s) per rank, {probe.ranks_per_host} rank(s) "
         f"timed at once, {probe.warmup} warm-up + {probe.iters} timed iterations per batch size, medians",
         f"  data + forward + backward per rank: {fb}",
-        f"  Adam step {probe.optimizer_s * 1e3:.1f} ms (once per sync); rank-0 outputs {probe.outputs_s * 1e3:.2f} "
-        f"ms/step (contact sheet {probe.contact_sheet_s * 1e3:.1f} ms every {probe.contact_sheet_interval} steps, "
-        f"checkpoint {probe.checkpoint_s * 1e3:.1f} ms every {probe.checkpoint_interval})",
+        f"  {optimizer} step {probe.optimizer_s * 1e3:.1f} ms (once per sync); rank-0 outputs "
+        f"{probe.outputs_s * 1e3:.2f} ms/step (contact sheet {probe.contact_sheet_s * 1e3:.1f} ms every "
+        f"{probe.contact_sheet_interval} steps, checkpoint {probe.checkpoint_s * 1e3:.1f} ms every "
+        f"{probe.checkpoint_interval})",
         f"  gradient sync: {probe.sync_bytes:,} bytes in {probe.sync_calls} all-reduce call(s)"
         + (" (after PowerSGD's plain warm-up)" if probe.compression == "powersgd" else ""),
     ])
@@ -187,7 +196,7 @@ def main(argv: Sequence[str]) -> int:
     print()
     print(format_table(predictions, chosen))
     print()
-    print(recommendation_line(chosen, ns.min_efficiency))
+    print(_images_per_s_line(ns, chosen))
     print(memory_line(cfg.data_cache_mb, probe.device))
     every = [p for p in predictions if p.sync_interval == 1]
     if chosen.sync_interval != 1 and every:
@@ -198,32 +207,89 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _images_per_s_line(ns: argparse.Namespace, chosen: Prediction) -> str:
+    """The images/s recommendation; where it is the default one (neither ``--quality-probe`` nor ``--noise-scale``),
+    ending with what it rests on (:func:`basis_of`)."""
+    line = recommendation_line(chosen, ns.min_efficiency)
+    return line if ns.quality_probe or ns.noise_scale is not None else f"{line}; {basis_of(None, None).phrase}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Basis:
+    """The figure behind the default recommendation (``--json``'s ``recommended``), and how it is said.
+
+    Attributes:
+        kind: ``critical_batch`` (the quality probe's fit, ``trainer.advise.critical_batch``), ``b_simple`` (an
+            earlier run's simple gradient noise scale, ``--noise-scale``) or ``none`` (images/s alone).
+        crops: the figure [crops], or None for ``none``.
+        phrase: what the printed recommendation line ends with ("from ...").
+        sentence: the same in one plain-English sentence (``--json``'s ``recommendation_basis``).
+    """
+
+    kind: str
+    crops: float | None
+    phrase: str
+    sentence: str
+
+
+def basis_of(noise_scale: float | None, source: str | None) -> Basis:
+    """The :class:`Basis` of a recommendation from ``noise_scale`` [crops] given by ``source``
+    (:data:`QUALITY_PROBE`, :data:`NOISE_SCALE_FLAG` or None). B_simple is never called the critical batch: on two
+    clips it was 1.5x-15x below the critical batch the quality probe fits (docs/scaling.md, "Time to quality")."""
+    if noise_scale is None:
+        return Basis("none", None, "from images/s alone (no critical batch: --quality-probe measures it)",
+                     "Recommended from images/s alone, without a critical batch; run --quality-probe to measure it "
+                     "for time to quality.")
+    if source == QUALITY_PROBE:
+        return Basis("critical_batch", noise_scale, f"from the quality probe's critical batch {noise_scale:.3g} crops",
+                     f"Recommended for time to quality from the quality probe's critical batch of {noise_scale:.3g} "
+                     "crops.")
+    return Basis("b_simple", noise_scale,
+                 f"from B_simple {noise_scale:.3g} crops (an earlier run's simple noise scale: a noisy lower bound on "
+                 "the critical batch, so more ranks may pay off; run --quality-probe for the critical batch)",
+                 f"Recommended for time to quality from B_simple of {noise_scale:.3g} crops, an earlier run's simple "
+                 "noise scale and a noisy lower bound on the critical batch (more ranks may pay off); run "
+                 "--quality-probe to measure the critical batch.")
+
+
+def _quality_heading(basis: Basis) -> str:
+    """The line above the time-to-quality table: which B_noise S(B) uses."""
+    if basis.kind == "critical_batch":
+        used = f"the quality probe's critical batch {basis.crops:.3g} crops"
+    else:
+        used = (f"B_simple {basis.crops:.3g} crops from {NOISE_SCALE_FLAG} in place of the critical batch: a noisy "
+                "lower bound on it, so these speedups are lower bounds")
+    return f"\ntime to the same quality, x 1 rank at sync interval 1 (S(B) with {used}):"
+
+
 def _time_to_quality(ns: argparse.Namespace, cfg: Any, probe: Probe, predictions: list[Prediction],
                      chosen: Prediction) -> None:
-    """The time-to-quality table and recommendation (from ``--noise-scale``, or the ``--quality-probe`` it runs;
-    ``trainer.advise.quality``, ``trainer.advise.critical_batch``) and the ``--json`` line. With a critical batch the
-    JSON's ``recommended`` is the time-to-quality choice (the one the submit dialog applies) and
-    ``recommended_for_images_per_s`` the images/s one; without, both are the images/s choice."""
-    noise_scale, source, measured = ns.noise_scale, "--noise-scale" if ns.noise_scale is not None else None, None
+    """The time-to-quality table and recommendation (from the ``--quality-probe`` it runs, or an earlier run's
+    B_simple, ``--noise-scale``; ``trainer.advise.quality``, ``trainer.advise.critical_batch``) and the ``--json``
+    line. With either figure the JSON's ``recommended`` is the time-to-quality choice (the one the submit dialog
+    applies) and ``recommended_for_images_per_s`` the images/s one; without, both are the images/s choice. The
+    printed default recommendation ends with its :class:`Basis`, which ``--json`` adds as ``basis`` and
+    ``recommendation_basis``."""
+    noise_scale, source, measured = ns.noise_scale, NOISE_SCALE_FLAG if ns.noise_scale is not None else None, None
     if ns.quality_probe:
         from trainer.advise.critical_batch import measure_critical_batch, probe_frames
 
         measured = measure_critical_batch(cfg, probe_frames(cfg))
-        noise_scale, source = measured.critical_batch, "quality probe"
+        noise_scale, source = measured.critical_batch, QUALITY_PROBE
         print(measured.line())
     quality = _quality_speedups(noise_scale, cfg.batch_size, predictions)
+    basis = basis_of(noise_scale if quality else None, source)
     line = recommendation_line(chosen, ns.min_efficiency)
     by_speed = chosen
     if quality:
         from trainer.advise.quality import format_quality_table, quality_recommendation
 
-        print(f"\ntime to the same quality, x 1 rank at sync interval 1 (S(B) with critical batch "
-              f"{noise_scale:.3g} crops, {source}):")
+        print(_quality_heading(basis))
         cells = {(p.world_size, p.sync_interval): q for p, q in zip(predictions, quality)}
         n, k, line = quality_recommendation([(*cell, q) for cell, q in cells.items()])
         print(format_quality_table(cells, (n, k)))
         chosen = next(p for p in predictions if (p.world_size, p.sync_interval) == (n, k))
-        print(line)
+        print(f"{line}; {basis.phrase}")
     if ns.json:
         rows = [{**dataclasses.asdict(p), "time_to_quality_speedup": quality[i] if quality else None}
                 for i, p in enumerate(predictions)]
@@ -234,7 +300,8 @@ def _time_to_quality(ns: argparse.Namespace, cfg: Any, probe: Probe, predictions
                                                            "line": recommendation_line(by_speed, ns.min_efficiency)},
                           "predictions": rows, "noise_scale": noise_scale, "noise_scale_source": source,
                           "quality_probe": _probe_record(measured),
-                          "rank_memory_mb": rank_memory_mb(cfg.data_cache_mb, probe.device == "cuda")}))
+                          "rank_memory_mb": rank_memory_mb(cfg.data_cache_mb, probe.device == "cuda"),
+                          "basis": basis.kind, "recommendation_basis": basis.sentence}))
 
 
 def _probe_record(probe: Any) -> dict[str, Any] | None:

@@ -6,7 +6,7 @@ A step of the trainer (``trainer.learn.train``) on N ranks with sync interval k,
 
 - ``fb(b)``: data + forward + backward of ``b`` crops on one rank (measured by the probe; the
   slowest rank has ``ceil(B/N)`` crops, ``trainer.data.crops.rank_slice``);
-- ``opt``: one Adam step (measured), once per ``k`` steps;
+- ``opt``: one optimizer step (Adam, or Muon with Adam: the run's ``--optimizer``; measured), once per ``k`` steps;
 - ``out``: rank 0's contact sheets and checkpoints, amortised over their intervals (measured);
   the other ranks wait for rank 0 at the next all-reduce;
 - ``allreduce(N)``: ring all-reduce of the gradient payload ``S`` bytes in ``c`` calls over links
@@ -59,7 +59,7 @@ class Probe:
         batch_size: global batch B [crops per step].
         compression: gradient compression (``none``, ``fp16``, ``powersgd``).
         fb_s: ``(per-rank batch, seconds)`` pairs, ascending: median data + forward + backward time.
-        optimizer_s: median Adam step [s].
+        optimizer_s: median optimizer step [s] (of ``optimizer``).
         contact_sheet_s: rank 0's training-thread time for one contact sheet [s] (encoding and
             writing happen on a background thread, ``trainer.learn.run_writer``).
         checkpoint_s: rank 0's training-thread time for one checkpoint (the CPU copy) [s].
@@ -73,6 +73,7 @@ class Probe:
         device: ``cpu`` or ``cuda``.
         warmup: untimed iterations per batch size.
         iters: timed iterations per batch size (the median is kept).
+        optimizer: the optimizer timed, as trained (``TrainConfig.optimizer_name``): ``adam`` or ``muon``.
     """
 
     model_size: str
@@ -94,6 +95,7 @@ class Probe:
     device: str = "cpu"
     warmup: int = 0
     iters: int = 0
+    optimizer: str = "adam"
 
     @property
     def outputs_s(self) -> float:

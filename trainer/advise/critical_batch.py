@@ -17,19 +17,21 @@ two clips of docs/studies/noise_scale.md the simple noise scale ``tr(Sigma) / |G
 to full runs at batches 8, 32 and 128, so no one calibration fits both; this probe measures the batch
 dependence itself.
 
-Each run is the trainer's update: its network (``build_model``, or ``build``), fused Adam with its betas,
-its precision and memory format, the peak learning rate of its effective batch by ``--lr-scaling``
-(``trainer.learn.schedule.effective_lr``, as ``--sync-interval k`` scales it), warmed up linearly from 1/10 over
-:data:`WARMUP_UPDATES` updates in every run and then held (S(B) counts updates, so the schedule's length
-must not decide them). A bigger batch is ``k`` micro-batches of ``B`` crops accumulated into one update, as
-``COPYCAT_SYNC_INTERVAL`` k makes it. Progress is the mean L1 loss on a fixed set of :data:`EVAL_CROPS`
-crops of the training frames (their own crop stream), about :data:`EVALUATIONS` times a run; each curve is
-made monotone by its running minimum (the first crossing). The run at ``B`` trains :data:`SMALL_UPDATES`
-updates and its last loss is the level; each bigger run stops as soon as it reaches that level (at most as
-many updates), and the updates to it are interpolated linearly between evaluations. The level is early in
-a long run, and the critical batch grows as the loss falls (McCandlish et al. 2018 observe it;
-docs/studies/noise_scale.md measured it on the second clip), so for a quality much later in a run the probe's
-figure is likely low.
+Each run is the trainer's update: its network (``build_model``, or ``build``), its optimizer and betas
+(``build_optimizer``), its precision and memory format, the peak learning rate of its effective batch by
+``--lr-scaling`` (``trainer.learn.schedule.effective_lr``, as ``--sync-interval k`` scales it), warmed up linearly
+from 1/10 over :data:`WARMUP_UPDATES` updates in every run and then held (S(B) counts updates, so the schedule's
+length must not decide them; the warm-up adds the same ~8.5 updates to every run that outlasts it, so the fit
+gives the critical batch of this schedule, ``B_noise S_min / (S_min + 8.5)``, the figure that predicts runs with
+this warm-up: tests/trainer/advise/test_critical_batch.py measures a known 16 crops as 16 without it and 13 with
+it). A bigger batch is ``k`` micro-batches of ``B`` crops accumulated into one update, as
+``COPYCAT_SYNC_INTERVAL`` k makes it. Progress is the mean L1 loss on a fixed set of :data:`EVAL_CROPS` crops of
+the training frames (their own crop stream), about :data:`EVALUATIONS` times a run; each curve is made monotone by
+its running minimum (the first crossing). The run at ``B`` trains :data:`SMALL_UPDATES` updates and its last loss
+is the level; each bigger run stops as soon as it reaches that level (at most as many updates), and the updates to
+it are interpolated linearly between evaluations. The level is early in a long run, and the critical batch grows
+as the loss falls (McCandlish et al. 2018 observe it; docs/studies/noise_scale.md measured it on the second clip),
+so for a quality much later in a run the probe's figure is likely low.
 """
 
 from __future__ import annotations

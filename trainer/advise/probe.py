@@ -2,7 +2,7 @@
 
 :func:`run_probe` trains the real model on this host for a few iterations at every per-rank batch
 ``ceil(B/N)`` the table needs, with the trainer's ``--precision`` and ``--memory-format`` and its
-crops cut on the device: data + forward + backward, then the Adam step, timed separately
+crops cut on the device: data + forward + backward, then the optimizer step (the run's Adam or Muon), timed separately
 (warm-up iterations dropped, medians kept), in rounds that visit every batch size in turn. It also
 times rank 0's contact sheet and checkpoint, and takes the bytes all-reduced per sync from the
 parameter shapes (``trainer.dist.compression.sync_payload``). With ``ranks_per_host`` R > 1 it runs R
@@ -171,7 +171,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
                  contact_sheet_interval=cfg.contact_sheet_interval, checkpoint_interval=cfg.checkpoint_interval,
                  sync_bytes=sync_payload(shapes, cfg.grad_compression),
                  sync_calls=sync_calls(shapes, cfg.grad_compression), log_interval=cfg.log_interval,
-                 threads=threads, device=device.type, warmup=warmup, iters=iters)
+                 threads=threads, device=device.type, warmup=warmup, iters=iters, optimizer=cfg.optimizer_name)
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class _Step:
     device: torch.device
 
     def __call__(self, sampler: CropSampler, step: int) -> tuple[float, float]:
-        """(data + forward + backward, Adam step) seconds."""
+        """(data + forward + backward, optimizer step) seconds."""
         t0 = _now(self.device)
         batch = sampler.batch(step)  # cut on the device, as the trainer does
         with self.autocast():

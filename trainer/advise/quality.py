@@ -5,8 +5,10 @@ the optimizer updates needed to reach a given loss with global batch ``B`` are
 
     S(B) = S_min (1 + B_noise / B)
 
-where ``S_min`` is the number of updates with an infinite batch and ``B_noise`` the critical batch,
-estimated while training by the simple noise scale ``B_simple`` (``trainer.learn.noise_scale``). Below
+where ``S_min`` is the number of updates with an infinite batch and ``B_noise`` the critical batch, fitted by
+the advisor's quality probe (``trainer.advise.critical_batch``). The simple noise scale ``B_simple`` a run measures
+while training (``trainer.learn.noise_scale``) is only a noisy lower bound on it (1.5x-15x below on two clips,
+docs/scaling.md), so speedups from it are lower bounds. Below
 ``B_noise`` doubling the batch almost halves the updates; far above it, more crops per update buy
 almost nothing. Combined with the advisor's step-time model (``trainer.advise.costmodel``), the time
 to quality is ``S(B) x step_time(B)``.
@@ -22,7 +24,7 @@ def steps_to_quality(s_min: float, b_noise: float, batch: float) -> float:
 
     Args:
         s_min: updates to the quality with an infinite batch [updates], > 0.
-        b_noise: the critical batch, e.g. the measured gradient noise scale [crops], >= 0.
+        b_noise: the critical batch (the quality probe's; B_simple gives a lower bound) [crops], >= 0.
         batch: global batch per optimizer update [crops], > 0.
 
     Raises:
@@ -91,7 +93,8 @@ def prediction_speedups(noise_scale: float, batch: int, rows: Sequence[tuple[int
     is the first row with ``k == 1`` of world size 1 (``S_min`` cancels in the ratio).
 
     Args:
-        noise_scale: the measured gradient noise scale ``B_noise`` [crops] (``trainer.learn.noise_scale``).
+        noise_scale: ``B_noise`` [crops]: the quality probe's critical batch (``trainer.advise.critical_batch``), or
+            an earlier run's B_simple (``trainer.learn.noise_scale``), a noisy lower bound on it.
         batch: global batch per step [crops].
         rows: ``(sync_interval, step_s)`` per prediction; the first one is the 1-rank, k = 1 baseline [1, s].
 

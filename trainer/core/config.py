@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.channels import ChannelError, ChannelPlan
 from trainer.core.timeouts import GRACE
 
@@ -25,6 +26,13 @@ MODEL_SIZES = ("small", "medium", "large")
 #: wiped out by a spike at 2.5e-4, hence 1e-4 (not yet run on a GPU) (docs/studies/trainer_speed.md,
 #: "Default learning rate per model size").
 DEFAULT_LR = {"small": 1e-3, "medium": 5e-4, "large": 1e-4}
+#: Muon's default lr over the size's Adam lr (:data:`DEFAULT_LR`): small 2e-3, ``cuetrain demo``'s measured lr
+#: (docs/studies/time_to_quality.md); medium and large keep Adam's ratio between sizes
+#: (``benchmarks/bench_default_recipe.py`` measured each against Adam) [1].
+MUON_LR_FACTOR = 2.0
+#: Adam's second-moment decay by optimizer when ``--adam-beta2`` is not given [1]: 0.9 with Muon (NAFNet's, Chen et
+#: al. 2022; the demo's recipe), 0.999 with Adam alone (Kingma & Ba; 0.9 measured 0.2 dB worse at lr 1e-3).
+DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}
 ARCHITECTURES = ("v1", "v2", "v3")  # see trainer.learn.model; v1 is the network cuetrain started with
 #: The network a run trains when ``--architecture`` is not given (trainer.learn.model;
 #: docs/studies/time_to_quality.md).
@@ -33,7 +41,7 @@ GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.learn.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
 LR_SCHEDULES = ("cosine", "onecycle")  # see trainer.learn.schedule.lr_at
-OPTIMIZERS = ("adam", "muon")  # see trainer.learn.schedule.build_optimizer
+OPTIMIZERS = ("auto", "adam", "muon")  # see trainer.learn.schedule.build_optimizer and TrainConfig.optimizer_name
 #: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md,
 #: "Production plates").
 DEFAULT_DATA_CACHE_MB = 512
@@ -150,6 +158,14 @@ class TrainConfig:
         init_from: start from another model's weights ("" = random weights): a run directory (its exported
             ``model.pt``), a checkpoint ``.pt`` or a ``model.pt``; only the weights are loaded, the optimizer and
             the schedule start fresh (``trainer.learn.init_from``). Ignored when ``--resume`` finds a checkpoint.
+        time_budget: train until a wall-clock budget ends instead of for ``steps`` ("" = off): a duration (``90s``,
+            ``30m``, ``2h``) or an ISO 8601 deadline with its UTC offset (``trainer.core.budget``). The lr schedule runs
+            over the budget, rank 0 decides the last step and every rank stops on it; the export fits inside it.
+            ``steps`` stays a cap.
+        stop_when_flat: stop once the held-out gain improved by less than this over ``flat_window`` steps [dB]
+            (0 = off). The held-out frames are every 10th frame of the shot, not trained on
+            (``trainer.learn.plateau``). ``steps`` (and ``time_budget``) stay caps.
+        flat_window: the window ``stop_when_flat`` compares over [steps].
     """
 
     input_dir: str
@@ -166,9 +182,9 @@ class TrainConfig:
     warmup_steps: int = 50
     lr_schedule: str = "cosine"
     ema_decay: float = 0.999
-    optimizer: str = "adam"
+    optimizer: str = "auto"
     adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
+    adam_beta2: float | None = None
     noise_interval: int = 50
     checkpoint_interval: int = 250
     contact_sheet_interval: int = 100
@@ -195,6 +211,9 @@ class TrainConfig:
     augment: float = 0.0
     augment_grade: str = "auto"
     preview: str = ""
+    time_budget: str = ""
+    stop_when_flat: float = 0.0
+    flat_window: int = 500
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -211,7 +230,7 @@ class TrainConfig:
             raise ConfigError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         if not 0.0 <= self.adam_beta1 < 1.0:
             raise ConfigError(f"adam_beta1={self.adam_beta1} must be >= 0 and < 1 (e.g. 0.9 or 0.8)")
-        if not 0.0 < self.adam_beta2 < 1.0:
+        if self.adam_beta2 is not None and not 0.0 < self.adam_beta2 < 1.0:
             raise ConfigError(f"adam_beta2={self.adam_beta2} must be between 0 and 1, exclusive (e.g. 0.9 or 0.999)")
         if self.lr is not None and not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
@@ -242,6 +261,15 @@ class TrainConfig:
         _check_choice("augment_grade", self.augment_grade, AUGMENT_GRADES)
         if isinstance(self.augment, bool) or not 0.0 <= self.augment <= 1.0:
             raise ConfigError(f"augment={self.augment!r} must be a probability from 0 (off) to 1 (e.g. 0.5)")
+        if self.time_budget:
+            try:
+                parse_time_budget(self.time_budget)
+            except BudgetError as exc:
+                raise ConfigError(str(exc)) from None
+        if isinstance(self.stop_when_flat, bool) or not self.stop_when_flat >= 0.0:
+            raise ConfigError(f"stop_when_flat={self.stop_when_flat!r} must be a gain in dB >= 0 (0: off, e.g. 0.05)")
+        if isinstance(self.flat_window, bool) or not isinstance(self.flat_window, int) or self.flat_window < 1:
+            raise ConfigError(f"flat_window={self.flat_window!r} must be a positive whole number of steps (e.g. 500)")
         if self.crop_size < 8:
             raise ConfigError(f"crop_size={self.crop_size} is too small; use at least 8 pixels (e.g. 64)")
 
@@ -251,9 +279,26 @@ class TrainConfig:
         return ChannelPlan.parse(self.input_channels, self.target_channels)
 
     @property
+    def optimizer_name(self) -> str:
+        """The optimizer trained: ``optimizer``, or for ``auto`` the default recipe's choice by task: ``muon`` when
+        every target channel corrects an Input channel (repair, upres), ``adam`` when the targets hold a matte
+        (``benchmarks/bench_matte.py``: Adam reached IoU 0.937 where Muon reached 0.930 from 12 keyframes)."""
+        if self.optimizer != "auto":
+            return self.optimizer
+        return "adam" if any(self.channels.matte) else "muon"
+
+    @property
+    def beta2(self) -> float:
+        """``adam_beta2``, or :data:`DEFAULT_BETA2` of :attr:`optimizer_name` when it is None [1]."""
+        return DEFAULT_BETA2[self.optimizer_name] if self.adam_beta2 is None else self.adam_beta2
+
+    @property
     def base_lr(self) -> float:
-        """``lr``, or the model size's :data:`DEFAULT_LR` when it is None [1]."""
-        return DEFAULT_LR[self.model_size] if self.lr is None else self.lr
+        """``lr``, or when it is None the model size's :data:`DEFAULT_LR`, times :data:`MUON_LR_FACTOR` with Muon
+        [1]."""
+        if self.lr is not None:
+            return self.lr
+        return DEFAULT_LR[self.model_size] * (MUON_LR_FACTOR if self.optimizer_name == "muon" else 1.0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for run.json and checkpoints)."""
@@ -274,6 +319,9 @@ class TrainConfig:
                 argv += [flag, str(value)]
         return argv
 
+
+#: ``--steps`` of a ``--time-budget`` run that gives none [steps]: high enough that the budget ends it.
+BUDGET_STEP_CAP = 10_000_000
 
 _PATH_FIELDS = {"input_dir": "--input", "target_dir": "--target", "run_dir": "--run-dir"}
 
@@ -372,6 +420,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --augment, a random grade too: auto (matte tasks only, default), on or off")
     g.add_argument("--preview", metavar="PATH",
                    help="a frame or a folder of a few frames outside the data set, rendered at every contact sheet")
+    g.add_argument("--time-budget", metavar="DURATION|DEADLINE",
+                   help="train until this wall-clock budget ends: 90s, 30m, 2h, or an ISO deadline with UTC offset "
+                        "(2026-11-27T18:00+01:00); the lr schedule runs over it, the export fits inside it, --steps "
+                        "stays a cap (default: off)")
+    g.add_argument("--stop-when-flat", type=float, metavar="DB",
+                   help="stop once the held-out gain (every 10th frame, held out) improved by less than DB over "
+                        f"--flat-window steps (default 0: off; e.g. 0.05)")
+    g.add_argument("--flat-window", type=int, metavar="STEPS",
+                   help=f"steps --stop-when-flat compares over (default {d['flat_window']})")
     g.add_argument("--stop-grace-s", type=float,
                    help="after SIGTERM/SIGINT: checkpoint and exit within this many seconds (default 20)")
 
@@ -411,6 +468,8 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
     missing = [flag for name, flag in _PATH_FIELDS.items() if not values.get(name)]
     if missing:
         raise ConfigError(f"missing required argument(s) {' '.join(missing)} (or set them in --config FILE.toml)")
+    if values.get("time_budget") and "steps" not in values:
+        values["steps"] = BUDGET_STEP_CAP  # the budget ends the run; --steps would cap it
     for name in _PATH_FIELDS:
         values[name] = str(Path(values[name]).expanduser().absolute())
     for name in ("init_from", "preview"):

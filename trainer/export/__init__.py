@@ -4,6 +4,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 
 - :mod:`trainer.export.compat`: Will a host's libtorch run ``model.pt``? An offline operator check against a
   release's operator list.
+- :mod:`trainer.export.deferred`: ``model.onnx`` after the run: written from a finished run's ``model.pt`` by a
+  process of its own.
 - :mod:`trainer.export.formats`: The model files a run leaves for the hosts: ``model.pt`` (TorchScript) and
   ``model.onnx``.
 - :mod:`trainer.export.infer`: ``cuetrain infer``: full-frame inference with an exported model, same file format
@@ -14,6 +16,7 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 
 __all__ = [
     'compat',
+    'deferred',
     'formats',
     'infer',
     'nuke_script',

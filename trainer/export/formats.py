@@ -38,7 +38,8 @@ ONNX Inference nodes".
 
 Exporting to ONNX takes 5-15 s on a 2-core CPU (small model), so it can be turned off
 (``CUETRAIN_EXPORT_ONNX=0``, see ``trainer.core.envvars``); ``model.json`` ``exports`` says which files were
-written.
+written. ``cuetrain local`` and ``cuetrain demo`` write it after the run, in a process of their own
+(:mod:`trainer.export.deferred`); ``model.json`` ``exports_pending`` lists it meanwhile.
 """
 
 from __future__ import annotations

@@ -20,15 +20,16 @@ from trainer.learn.optim import MuonAdam
 
 
 def build_optimizer(cfg: TrainConfig, net: torch.nn.Module, lr: float) -> torch.optim.Adam | MuonAdam:
-    """The trainer's optimizer for ``net`` at ``lr`` [1]: Adam with betas ``(cfg.adam_beta1, cfg.adam_beta2)``,
+    """The trainer's optimizer for ``net`` at ``lr`` [1]: Adam with betas ``(cfg.adam_beta1, cfg.beta2)``,
     fused (one pass over every parameter; CPU since torch 2.4: 2% of a small step,
-    ``benchmarks/studies/bench_adam.py``), or with ``--optimizer muon`` Muon for the hidden convolutions and that
+    ``benchmarks/studies/bench_adam.py``), or with ``cfg.optimizer_name`` ``muon`` (``--optimizer muon``, or ``auto``
+    on a colour task) Muon for the hidden convolutions and that
     Adam for the rest
     (``trainer.learn.optim.MuonAdam``). Build it after ``net`` is on its device and memory format. The trainer, the
     advisor's timing probe and its quality probe all build this one, so they train the same update."""
-    if cfg.optimizer == "muon":
-        return MuonAdam(net, lr, (cfg.adam_beta1, cfg.adam_beta2))
-    return torch.optim.Adam(net.parameters(), lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True)
+    if cfg.optimizer_name == "muon":
+        return MuonAdam(net, lr, (cfg.adam_beta1, cfg.beta2))
+    return torch.optim.Adam(net.parameters(), lr=lr, betas=(cfg.adam_beta1, cfg.beta2), fused=True)
 
 
 def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:

@@ -37,7 +37,7 @@ from trainer.data.shot_loading import open_data
 from trainer.learn.divergence import DivergenceWatch, reference_output
 from trainer.learn.loss import per_crop_loss
 from trainer.learn.ema import WeightEMA
-from trainer.core.envvars import DistEnv, read_dist_env
+from trainer.core.envvars import DistEnv, read_dist_env, read_export_onnx
 from trainer.dist.gang import GangError, explain_failure
 from trainer.dist.stopvote import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
 from trainer.learn.model import build_model, count_parameters, model_config
@@ -47,6 +47,8 @@ from trainer.learn.precision import (configure_backends, float32_contiguous, may
                                resolve_precision)
 from trainer.learn.run_writer import RunWriter, check_resumable, cpu_copy, export_model, load_latest_checkpoint, wall_clock
 from trainer.record.rundir import RunPaths
+from trainer.learn.budget import BudgetClock
+from trainer.learn.plateau import FrameSubset, Plateau, split_frames
 from trainer.learn.schedule import build_optimizer, effective_lr, lr_at
 from trainer.record import runrecord
 
@@ -125,7 +127,8 @@ class _Loop:
         rank_slice(cfg.batch_size, self.env.rank, self.env.world_size)  # too few crops: fail before the data phase
         self.data = open_data(cfg, rt, self.colour, self.paths)  # the shot, decoded once per host (trainer.data.shot_loading)
         self.plan = cfg.channels  # which channels in, which out (trainer.core.channels)
-        self.sampler = CropSampler(self.data.source, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size,
+        self.plateau, source = self._held_out(self.data.source)  # --stop-when-flat: frames no rank trains on
+        self.sampler = CropSampler(source, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size,
                                    cfg.seed, rt.device, fmt, check=self.data.watch, channels=self.plan,
                                    augment=cfg.augment, grade_sides=grade_sides_for(cfg.augment_grade, self.plan))
         self.previews = Previews(cfg, self.colour, self.master)  # --preview frames, read before training
@@ -137,7 +140,10 @@ class _Loop:
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
         self.opt = build_optimizer(cfg, self.net, self.peak_lr)
-        self.total_updates = math.ceil(cfg.steps / self.env.sync_interval)
+        record = runrecord.read_record_or_empty(self.paths).budget if self.master else {}
+        self.budget = BudgetClock(cfg.time_budget, cfg.steps, record, sync_interval=self.env.sync_interval,
+                                  onnx_in_run=read_export_onnx())  # --time-budget (trainer.learn.budget)
+        self._budget_written = 0.0
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
@@ -147,6 +153,30 @@ class _Loop:
         self.ema = WeightEMA(self.net, cfg.ema_decay) if self.master and cfg.ema_decay > 0 else None  # trainer.learn.ema
         self._micro, self._logged_updates = 0, 0  # steps accumulated into the pending update; updates at the last log
         self.divergence = DivergenceWatch(self.peak_lr, cfg.base_lr)  # a blown-up loss stops the run
+
+    def _held_out(self, source: Any) -> tuple[Plateau | None, Any]:
+        """``--stop-when-flat``: rank 0's :class:`Plateau` over the held-out frames and the training frames' source
+        (every rank trains on the same subset); (None, ``source``) without it."""
+        if self.cfg.stop_when_flat <= 0:
+            return None, source
+        train_idx, held = split_frames(source.count)
+        plateau = Plateau(source, held, self.cfg.stop_when_flat, self.cfg.flat_window) if self.master else None
+        return plateau, FrameSubset(source, train_idx)
+
+    def _plan(self, step: int) -> float:
+        """Rank 0's last step at ``step`` (0: no change): the time budget's plan, or the next update when the
+        held-out gain is flat (``trainer.learn.plateau``)."""
+        plan = self.budget.propose(step)
+        if self.plateau is not None and self.plateau.flat(step):
+            sync = self.env.sync_interval
+            flat_stop = math.ceil(step / sync) * sync
+            plan = min(plan, flat_stop) if plan else flat_stop
+        return float(plan)
+
+    @property
+    def total_updates(self) -> int:
+        """Optimizer updates of the whole run: ``--steps``, or the last step the gang agreed under a budget."""
+        return math.ceil(self.budget.last_step / self.env.sync_interval)
 
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
@@ -159,6 +189,8 @@ class _Loop:
             runrecord.update_record(self.paths, precision=self.precision.to_dict())
             if started_from is not None:
                 runrecord.update_record(self.paths, init_from=started_from)
+            if self.budget.active:
+                runrecord.update_record(self.paths, budget=self.budget.record())
         log.info("precision %s (%s), memory format %s", self.precision.name, self.precision.reason,
                  self.cfg.memory_format)
         log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g",
@@ -169,7 +201,10 @@ class _Loop:
             self.stop.close()
             if self.master:
                 self.writer.flush()
+                t_export = wall_clock()
                 export_model(self.paths, float32_contiguous(self._shipped()), self._model_meta())
+                if self.budget.active:
+                    runrecord.update_record(self.paths, budget=self.budget.record(self.step, wall_clock() - t_export))
         except StopTraining:
             raise
         except BaseException as exc:
@@ -202,7 +237,9 @@ class _Loop:
         n_acc, t_last, loss = 0, wall_clock(), float("nan")
         t0 = t_last
         for step in self._progress(range(self.step + 1, cfg.steps + 1)):
-            update = step % sync == 0 or step == cfg.steps
+            if step > self.budget.last_step:  # --time-budget: the gang agreed to stop before --steps
+                break
+            update = step % sync == 0 or step == self.budget.last_step
             batch = self.sampler.batch(step)  # on the device already
             no_sync = getattr(model, "no_sync", None)
             with no_sync() if (no_sync is not None and not update) else contextlib.nullcontext():
@@ -213,16 +250,17 @@ class _Loop:
             self.step = step
             if update:
                 self._update()
-            if step % cfg.log_interval == 0 or step == cfg.steps:
+            self.budget.mark(step)
+            if step % cfg.log_interval == 0 or step == self.budget.last_step:
                 loss = self._log(step, (loss_acc, identity_acc), n_acc, wall_clock() - t_last, wall_clock() - t0)
                 loss_acc.zero_()
                 identity_acc.zero_()
                 n_acc, t_last = 0, wall_clock()
             checkpointed = self._outputs(step, update)
             level = self.stop.poll()  # every rank votes every step (trainer.dist.stopvote)
-            if level == Vote.STOP and update and step < cfg.steps:
+            if level == Vote.STOP and update and step < self.budget.last_step:
                 self._stop_at(step)
-            if level == Vote.REGROUP and checkpointed and step < cfg.steps:
+            if level == Vote.REGROUP and checkpointed and step < self.budget.last_step:
                 self._regroup_at(step)
         return loss
 
@@ -303,19 +341,33 @@ class _Loop:
 
     def _log(self, step: int, sums: tuple[torch.Tensor, torch.Tensor], n_local: int, dt: float, wall: float) -> float:
         # one all-reduce: the loss and identity-loss sums and the noise-scale sums of the window (trainer.learn.noise_scale)
-        total, identity, count, *noise = distributed.all_reduce_sum(
-            [float(sums[0]), float(sums[1]), float(n_local), *self.noise.window()], self.rt)
+        plan = self._plan(step) if self.master else 0.0  # --time-budget / --stop-when-flat: rank 0's last step
+        total, identity, count, plan, *noise = distributed.all_reduce_sum(
+            [float(sums[0]), float(sums[1]), float(n_local), plan, *self.noise.window()], self.rt)
+        self._agree_budget(plan, step)
         noise_scale = self.noise.smooth(*noise, updates=self.updates - self._logged_updates)
         if noise[2] > 0:  # samples in this window: the next one's weight counts the updates from here
             self._logged_updates = self.updates
         loss = total / max(count, 1.0)
         images_per_s = count / dt if dt > 0 else 0.0
         lr = self.opt.param_groups[0]["lr"]
-        _print_progress(progress_line(step, self.cfg.steps, loss, lr, images_per_s))
+        _print_progress(progress_line(step, self.budget.last_step, loss, lr, images_per_s))
         row = {"step": step, "loss": loss, "lr": lr, "images_per_s": images_per_s, "wall_s": wall}
         self.writer.metrics(row if noise_scale is None else {**row, "noise_scale": noise_scale})
         self.divergence.check(step, loss, identity / max(count, 1.0))  # every rank: the same all-reduced sums
         return loss
+
+    def _agree_budget(self, plan: float, step: int) -> None:
+        """Every rank takes rank 0's all-reduced last step (``trainer.learn.budget``); rank 0 records it in
+        ``run.json`` at most every 15 s."""
+        if not self.budget.agree(plan, step) or not self.master:
+            return
+        if not self.budget.active:
+            log.info("last step %d (--stop-when-flat)", self.budget.last_step)
+        elif wall_clock() - self._budget_written >= 15.0 or self.budget.last_step <= step + self.cfg.log_interval:
+            runrecord.update_record(self.paths, budget=self.budget.record())
+            self._budget_written = wall_clock()
+            log.info("time budget: last step %d (%.0f s left)", self.budget.last_step, self.budget.seconds_left())
 
     def _outputs(self, step: int, update: bool) -> bool:
         """Contact sheet and periodic checkpoint of ``step`` (rank 0 writes them).
@@ -324,18 +376,21 @@ class _Loop:
         (and tracks ``_last_ckpt``), so a regroup (:meth:`_regroup_at`) stops every rank at that step.
         """
         cfg = self.cfg
-        due = step // cfg.checkpoint_interval > self._last_ckpt // cfg.checkpoint_interval or step == cfg.steps
+        last = self.budget.last_step
+        due = step // cfg.checkpoint_interval > self._last_ckpt // cfg.checkpoint_interval or step == last
         due = due and update  # only at update boundaries: no gradients are pending
         if due:
             self._last_ckpt = step
         if not self.master:
             return due
-        if step % cfg.contact_sheet_interval == 0 or step == cfg.steps:
+        if step % cfg.contact_sheet_interval == 0 or step == last:
             prev = self.sampler.preview(step)
             with torch.no_grad(), self.precision.autocast():
                 out = self._shipped()(prev.input)  # (n, 3, c, c) -> (n, 3, sc, sc) with --scale s
             self.writer.contact_sheet(step, prev.input, out, prev.target, self.plan)
             self.previews.render(step, self._shipped(), self.rt.device, self.precision, self.writer)
+            if self.plateau is not None:
+                self.plateau.evaluate(step, self._shipped(), self.rt.device, self.precision.autocast())
         if due:
             self.writer.checkpoint(step, self._state())
         return due
@@ -362,7 +417,7 @@ class _Loop:
                 log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
         check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture,
-                        self.cfg.optimizer, self.cfg.scale)
+                        self.cfg.optimizer_name, self.cfg.scale)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
         if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far
@@ -402,8 +457,10 @@ class _Loop:
                                                channels=self.plan))
 
     def _config_record(self) -> dict[str, Any]:
-        """The config as run.json and model.pt record it, with ``base_lr``: the lr used when ``lr`` is None."""
-        return {**self.cfg.to_dict(), "base_lr": self.cfg.base_lr}
+        """The config as run.json and model.pt record it, with what the defaults resolved to: ``base_lr`` (the lr
+        when ``lr`` is None), ``optimizer_name`` (``optimizer`` ``auto``'s choice) and ``beta2``."""
+        return {**self.cfg.to_dict(), "base_lr": self.cfg.base_lr, "optimizer_name": self.cfg.optimizer_name,
+                "beta2": self.cfg.beta2}
 
     def _model_meta(self) -> dict[str, Any]:
         return {"model_size": self.cfg.model_size, "architecture": self.cfg.architecture,

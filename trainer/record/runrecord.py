@@ -127,6 +127,10 @@ class RunRecord:
             given), kind (``run``, ``checkpoint`` or ``model``), weights (the file loaded), step [steps], run (the
             source run's name), and the source's architecture, model_size, scale and channels
             (``trainer.learn.init_from.apply_init_from``).
+        budget: a ``--time-budget`` run's clock, fixed by its first attempt and kept by restarts and resizes
+            (``trainer.learn.budget``; {} without a budget): text (as given), deadline (ISO time), deadline_unix
+            [s since the epoch], export_s (the export time reserved [s]), stop_step (rank 0's latest planned last
+            step [steps]) and planned_at (ISO time of that plan).
         extra: keys this version does not know, kept as they are.
     """
 
@@ -153,6 +157,7 @@ class RunRecord:
     precision: Mapping[str, Any] = field(default_factory=dict)
     data: Mapping[str, Any] = field(default_factory=dict)
     init_from: Mapping[str, Any] = field(default_factory=dict)
+    budget: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -191,7 +196,11 @@ class RunRecord:
 
     @property
     def total_steps(self) -> int:
-        """``config.steps`` (0 when unknown)."""
+        """The run's last step: a ``--time-budget`` run's planned ``budget.stop_step`` once rank 0 has planned it,
+        else ``config.steps`` (0 when unknown) [steps]."""
+        planned = self.budget.get("stop_step")
+        if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
+            return planned
         steps = self.config.get("steps", 0)
         return int(steps) if isinstance(steps, (int, float)) else 0
 
@@ -209,7 +218,8 @@ _TYPES: dict[str, Any] = {"state": str, "config": dict, "world_size": int, "vers
                           "pid": int, "finished_at": str, "final_step": int, "final_loss": float, "error": str,
                           "failure_kind": str, "failed_rank": int, "failed_at": str, "exit_code": int,
                           "stopped_step": int, "farm": dict, "gang_failure": dict, "precision": dict,
-                          "gang": dict, "data": dict, "init_from": dict}
+                          "gang": dict, "data": dict, "init_from": dict,
+                          "budget": dict}
 
 
 def _coerce(name: str, value: Any) -> Any:

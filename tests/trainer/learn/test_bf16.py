@@ -28,7 +28,8 @@ from trainer.record.runrecord import read_record
 
 STEPS, EVERY = 16, 10  # [steps], checkpoint interval [steps]: the regroup is at step 10, 6 steps on 1 rank
 ARGS = ("--precision", "bf16", "--checkpoint-interval", str(EVERY), "--log-interval", "10",
-        "--contact-sheet-interval", "1000", "--gang-timeout-s", "60")
+        "--contact-sheet-interval", "1000", "--gang-timeout-s", "60",
+        "--optimizer", "adam")  # Adam's 2% tolerance of 16-bit rounding (Muon's Newton-Schulz runs in bf16: 5%)
 
 
 def _gang(pairs, run: RunPaths, world: int, *extra: str) -> list[tuple[int, str]]:
@@ -59,5 +60,5 @@ def test_bf16_gang_that_shrinks_from_2_to_1_rank_matches_an_uninterrupted_run(pa
     assert [a["start_step"] for a in record.attempts] == [0, stopped] and record.final_step == STEPS
     assert record.precision["precision"] == "bf16"
     c = TrainConfig(str(pairs[0]), str(pairs[1]), str(run.root), steps=STEPS, batch_size=2, crop_size=16,
-                    precision="bf16")  # start_rank's settings: for the tolerance's learning rates
+                    precision="bf16", optimizer="adam")  # start_rank's settings: for the tolerance's learning rates
     assert_mixed_precision_match(final_weights(reference.root), final_weights(run.root), c)

@@ -84,7 +84,7 @@ def test_a_run_ended_by_an_exception_frees_its_loop_before_train_returns(pairs, 
     monkeypatch.setattr(train_mod._Loop, "run", run)
     cfg = TrainConfig(input_dir=str(pairs[0]), target_dir=str(pairs[1]), run_dir=str(tmp_path / "run"), steps=60,
                       batch_size=4, crop_size=16, lr=1.0, warmup_steps=0, log_interval=2, checkpoint_interval=1000,
-                      contact_sheet_interval=1000)
+                      contact_sheet_interval=1000, optimizer="adam")  # Adam at lr 1 diverges within 60 steps
     with pytest.raises(Diverged) as caught:
         train_mod.train(cfg, DistEnv(distributed=False, missing=("COPYCAT_MAIN_ADDR",)))
     gc.collect()  # here, in this thread

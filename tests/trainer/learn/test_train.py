@@ -233,16 +233,29 @@ def test_a_truncated_latest_checkpoint_is_skipped(pairs, tmp_path):
     assert load_latest_checkpoint(run)["step"] == 4
 
 
-def test_the_default_lr_follows_the_model_size():
+def test_the_default_lr_follows_the_model_size_and_the_optimizer():
     """Without --lr, wider networks take smaller steps (trainer.core.config.DEFAULT_LR: medium and large diverged at
-    1e-3 on a GPU, docs/scaling.md); --lr overrides it and travels in the frames' command lines."""
+    1e-3 with Adam on a GPU, docs/scaling.md), Muon (the default on colour tasks) twice Adam's; --lr overrides it
+    and travels in the frames' command lines."""
     for size, lr in (("small", 1e-3), ("medium", 5e-4), ("large", 1e-4)):
         c = TrainConfig("i", "t", "r", model_size=size, batch_size=32)
-        assert c.lr is None and c.base_lr == lr
-        assert train_mod.effective_lr(c, 1) == pytest.approx(2 * lr)  # sqrt(32 / 8) x the size's lr
-        assert "--lr" not in c.to_argv()
+        assert c.lr is None and c.optimizer_name == "muon" and c.base_lr == pytest.approx(2 * lr)
+        assert train_mod.effective_lr(c, 1) == pytest.approx(4 * lr)  # sqrt(32 / 8) x the size's lr
+        assert "--lr" not in c.to_argv() and "--optimizer" not in c.to_argv()
+        assert TrainConfig("i", "t", "r", model_size=size, optimizer="adam").base_lr == lr
     c = TrainConfig("i", "t", "r", model_size="large", lr=3e-4)
     assert c.base_lr == 3e-4 and c.to_argv()[-2:] == ["--lr", "0.0003"]
+
+
+def test_auto_picks_muon_for_colour_and_adam_for_mattes_each_with_its_beta2():
+    colour, matte = TrainConfig("i", "t", "r"), TrainConfig("i", "t", "r", target_channels="A")
+    both = TrainConfig("i", "t", "r", target_channels="R,G,B,A")
+    assert [(c.optimizer_name, c.beta2, c.base_lr) for c in (colour, matte, both)] == [
+        ("muon", 0.9, 2e-3), ("adam", 0.999, 1e-3), ("adam", 0.999, 1e-3)]
+    assert TrainConfig("i", "t", "r", scale=2).optimizer_name == "muon"
+    pinned = TrainConfig("i", "t", "r", optimizer="adam", adam_beta2=0.9)
+    assert (pinned.optimizer_name, pinned.beta2, pinned.to_argv()) == ("adam", 0.9, [
+        "--input", "i", "--target", "t", "--run-dir", "r", "--optimizer", "adam", "--adam-beta2", "0.9"])
 
 
 def test_lr_schedule_is_sqrt_scaled_warmed_up_and_decayed():

@@ -32,7 +32,7 @@ from trainer.record.rundir import RunPaths
 def _cfg(pairs, run_dir, **kw) -> TrainConfig:
     base = dict(input_dir=str(pairs[0]), target_dir=str(pairs[1]), run_dir=str(run_dir), steps=8, batch_size=4,
                 crop_size=16, checkpoint_interval=8, contact_sheet_interval=8, log_interval=4, warmup_steps=1,
-                precision="fp32")  # the hand-written references below run plain float32
+                precision="fp32", optimizer="adam")  # the hand-written references below run plain float32 Adam
     base.update(kw)
     return TrainConfig(**base)
 

@@ -1,0 +1,133 @@
+"""``--time-budget`` and ``--stop-when-flat`` through real training runs (trainer.learn.train with
+trainer.learn.budget and trainer.learn.plateau)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+from tests.trainer.learn.test_train import NON_DIST, cfg
+from trainer.learn import budget as budget_mod
+from trainer.learn import train as train_mod
+from trainer.learn.plateau import HOLDOUT_EVERY, FrameSubset, Plateau, split_frames
+from trainer.record.rundir import RunPaths, read_metrics
+from trainer.record.runrecord import read_record
+
+CAP = 100_000
+
+
+def _deadline_in(seconds: float) -> str:
+    return datetime.fromtimestamp(time.time() + seconds, timezone.utc).isoformat()
+
+
+class _StepClock(budget_mod.BudgetClock):
+    """A BudgetClock whose clock reads 0.05 s a step from T0: the plan is exact, whatever this machine's load."""
+
+    T0 = 0.0
+
+    def mark(self, step, now=None):
+        super().mark(step, self.T0 + 0.05 * step)
+
+    def propose(self, step, now=None):
+        return super().propose(step, self.T0 + 0.05 * step)
+
+
+def test_a_budget_run_ends_on_the_planned_step_with_the_cosine_run_over_it(pairs, tmp_path, monkeypatch):
+    """10 s at 0.05 s a step: 200 steps, whose last update is the schedule's last (lr at its floor)."""
+    monkeypatch.setattr(budget_mod, "DEFAULT_EXPORT_S", 0.0)
+    monkeypatch.setattr(budget_mod, "SHUTDOWN_S", 0.0)
+    monkeypatch.setattr(budget_mod, "ONNX_EXPORT_S", 0.0)
+    _StepClock.T0 = time.time()
+    monkeypatch.setattr(train_mod, "BudgetClock", _StepClock)
+    text = datetime.fromtimestamp(_StepClock.T0 + 10.0, timezone.utc).isoformat()
+    c = cfg(pairs, tmp_path / "run", steps=CAP, time_budget=text, log_interval=5, checkpoint_interval=10_000,
+            contact_sheet_interval=10_000, warmup_steps=5, ema_decay=0.0)
+    result = train_mod.train(c, NON_DIST)
+    record = read_record(RunPaths.of(c.run_dir))
+    assert record.state == "succeeded" and result.step == 200 == record.final_step == record.budget["stop_step"]
+    assert record.budget["text"] == text and record.budget["export_s"] >= 0.0
+    rows = read_metrics(RunPaths.of(c.run_dir))
+    peak = train_mod.effective_lr(c, 1)
+    assert rows[-1]["step"] == 200 and rows[-1]["lr"] == pytest.approx(train_mod.lr_at(199, 200, peak, 5))
+    assert rows[-1]["lr"] < 0.11 * peak and max(r["lr"] for r in rows) > 0.95 * peak  # the whole cosine, in 10 s
+
+
+def test_a_budget_run_stops_by_its_deadline_on_the_real_clock(pairs, tmp_path, monkeypatch):
+    monkeypatch.setattr(budget_mod, "DEFAULT_EXPORT_S", 0.0)
+    monkeypatch.setattr(budget_mod, "SHUTDOWN_S", 0.0)
+    monkeypatch.setattr(budget_mod, "ONNX_EXPORT_S", 0.0)
+    c = cfg(pairs, tmp_path / "run", steps=CAP, time_budget=_deadline_in(12.0), log_interval=5,
+            checkpoint_interval=10_000, contact_sheet_interval=10_000)
+    result = train_mod.train(c, NON_DIST)
+    record = read_record(RunPaths.of(c.run_dir))
+    # stopped at the deadline, not at --steps (hours away); the slack is for a CI machine whose steps slow down
+    assert time.time() < record.budget["deadline_unix"] + 10.0 and result.step == record.budget["stop_step"] < CAP
+
+
+def test_two_ranks_stop_on_the_step_rank_0_plans(pairs, tmp_path):
+    run = tmp_path / "run"
+    out = run_cli("local", "--world-size", "2", "--input", str(pairs[0]), "--target", str(pairs[1]),
+                  "--run-dir", str(run), "--batch-size", "4", "--crop-size", "16", "--log-interval", "5",
+                  "--contact-sheet-interval", "100000", "--checkpoint-interval", "100000",
+                  "--time-budget", _deadline_in(25.0), timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    record = json.loads((run / "run.json").read_text())
+    assert record["state"] == "succeeded" and 0 < record["final_step"] == record["budget"]["stop_step"] < 10_000_000
+    assert (run / "model.pt").is_file()
+
+
+def test_stop_when_flat_stops_once_the_window_shows_too_little_gain(pairs, tmp_path):
+    """Every gain is under 100 dB: the first evaluation a whole window after another stops the run there."""
+    c = cfg(pairs, tmp_path / "run", steps=40, stop_when_flat=100.0, flat_window=4, contact_sheet_interval=2,
+            log_interval=2)
+    assert train_mod.train(c, NON_DIST).step == 6  # evaluations at 2, 4, 6: at 6 the one at 2 is a window back
+    assert read_record(RunPaths.of(c.run_dir)).final_step == 6
+    never = cfg(pairs, tmp_path / "never", steps=12, stop_when_flat=100.0, flat_window=40, contact_sheet_interval=2,
+                log_interval=2)
+    assert train_mod.train(never, NON_DIST).step == 12  # a window longer than the run: never flat
+
+
+class _Recorder:
+    """A FrameSource of n pairs that records which images were read."""
+
+    def __init__(self, n: int) -> None:
+        self.count, self.size, self.scale, self.read = n, (8, 8), 1, set()
+
+    def crop(self, image, y, x, c):
+        self.read.add(image)
+        return np.full((c, c, 3), image / 100, np.float16)
+
+    def image(self, image):
+        self.read.add(image)
+        return np.full((8, 8, 3), image / 100, np.float16)
+
+
+def test_held_out_frames_are_every_tenth_and_never_cropped_for_training():
+    assert split_frames(25) == ([i for i in range(25) if i not in (9, 19)], [9, 19])
+    assert split_frames(3) == ([0, 1], [2])  # fewer than 10: the last frame
+    with pytest.raises(Exception, match="needs at least 2 frame pairs; the shot has 1"):
+        split_frames(1)
+    from trainer.data.crops import CropSampler
+
+    source = _Recorder(30)
+    train_idx, held = split_frames(source.count)
+    sampler = CropSampler(FrameSubset(source, train_idx), 4, 64)
+    source.read.clear()
+    for step in range(1, 20):
+        sampler.batch(step)
+    pairs_read = {image // 2 for image in source.read}
+    assert pairs_read and not pairs_read & set(held) and len(held) == 30 // HOLDOUT_EVERY
+
+
+def test_plateau_compares_the_best_score_a_window_apart():
+    p = Plateau(_Recorder(20), [9, 19], min_gain_db=0.5, window=100)
+    p.history = [(100, 20.0), (200, 21.0), (300, 21.2)]
+    assert not p.flat(250)  # nothing a whole window before 250 but step 100: 21.0 - 20.0 >= 0.5
+    assert p.flat(300)  # best 21.2 against 21.0 at step <= 200: +0.2 dB
+    p.history.append((400, 21.8))
+    assert not p.flat(400)

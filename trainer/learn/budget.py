@@ -1,0 +1,139 @@
+"""``--time-budget``: train until a wall-clock deadline, every rank stopping on the same step.
+
+The deadline (``trainer.core.budget``) is fixed when a run first starts: rank 0 reads ``run.json``'s ``budget`` record
+and keeps its ``deadline_unix`` on a restart or an elastic resize (so they spend the same budget), or writes one: the
+deadline given, or rank 0's process start plus the duration. Training is planned to end :attr:`BudgetClock.reserve_s`
+before the deadline, the time the export and the shutdown take (measured by the previous attempt, else
+:data:`DEFAULT_EXPORT_S`), so the export happens inside the budget.
+
+Plan: at every ``--log-interval`` step rank 0 measures its seconds per step, the slower of two rates: over the steps
+trained so far in this attempt (the first step's start-up excluded; contact sheets and checkpoints included, as they
+recur) and over the last :data:`RECENT_PLANS` plans (a host that slows down, e.g. a neighbour's job, is seen within
+a few intervals), and proposes the last step: ``step + (deadline - reserve - now) / seconds_per_step``, rounded up to an
+optimizer update (a multiple of ``--sync-interval``, so no gradients are left pending), at least ``step`` (stop now)
+and at most ``--steps``. The proposal rides on the progress all-reduce every rank makes at that step (the other ranks add
+0), so every rank learns the same last step at the same step without another collective. The lr schedule's length
+is that last step (``trainer.learn.schedule.lr_at``'s ``total_updates``): the cosine runs over the budget's time, the
+warmup (50 updates) running before the first plans settle.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from trainer.core.budget import TimeBudget, parse_time_budget
+
+log = logging.getLogger(__name__)
+
+#: Seconds the export takes when no earlier attempt measured it [s]: ``model.pt``, ``model_nuke.nk`` and
+#: ``model.json`` (0.2-0.3 s for the small network on a 2-core EPYC, ``benchmarks/bench_fixed_cost.py``), and
+#: :data:`ONNX_EXPORT_S` more where rank 0 also writes ``model.onnx`` (a farm frame; ``cuetrain local`` writes it after
+#: the run, ``trainer.export.deferred``).
+DEFAULT_EXPORT_S = 2.0
+#: Seconds ``model.onnx`` adds to the export in the run [s]: 5-15 s on 2 CPU cores (docs/hosts.md).
+ONNX_EXPORT_S = 10.0
+#: Seconds added to the export for the teardown after it (the gang's exit, the final ``run.json``) [s].
+SHUTDOWN_S = 1.0
+#: Plans the recent rate spans [plans, one per ``--log-interval``].
+RECENT_PLANS = 5
+
+
+def process_start_unix() -> float:
+    """This process's start time [s since the epoch] from ``/proc/self/stat`` (field 22, clock ticks since boot,
+    proc(5)) and ``/proc/stat``'s ``btime``; the current time where ``/proc`` is missing."""
+    try:
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+class BudgetClock:
+    """Rank 0's plan of the last step under a ``--time-budget``, and every rank's copy of it (module doc).
+
+    Args:
+        text: the ``--time-budget`` text ("" = no budget: :attr:`active` is False and nothing is planned).
+        cap: ``--steps``, the last step at most [steps].
+        sync_interval: steps per optimizer update: the last step planned is a multiple of it (or ``cap``) [steps].
+        onnx_in_run: rank 0 writes ``model.onnx`` before the run ends (``CUETRAIN_EXPORT_ONNX``, default on).
+        record: ``run.json``'s ``budget`` record ({} on a first attempt).
+        now: the current time [s since the epoch] (tests pass a clock).
+    """
+
+    def __init__(self, text: str, cap: int, record: Mapping[str, Any] | None = None, now: float | None = None,
+                 sync_interval: int = 1, onnx_in_run: bool = False) -> None:
+        self.cap, self.last_step, self.sync = cap, cap, max(1, sync_interval)
+        self.active = bool(text)
+        self.budget: TimeBudget | None = parse_time_budget(text) if text else None
+        record = record or {}
+        now = time.time() if now is None else now
+        if self.budget is None:
+            self.deadline_unix = math.inf
+        elif record.get("text") == text and isinstance(record.get("deadline_unix"), (int, float)):
+            self.deadline_unix = float(record["deadline_unix"])  # a restart or resize: the same budget
+        else:
+            self.deadline_unix = self.budget.deadline_from(min(now, process_start_unix()))
+        measured = record.get("export_s") if record.get("text") == text else None
+        guess = DEFAULT_EXPORT_S + (ONNX_EXPORT_S if onnx_in_run else 0.0)
+        export_s = float(measured) if isinstance(measured, (int, float)) else guess
+        self.reserve_s = export_s + SHUTDOWN_S
+        self._first: tuple[int, float] | None = None  # (step, time) after this attempt's first step
+        self._recent: list[tuple[int, float]] = []  # (step, time) of the latest plans
+
+    def record(self, stop_step: int | None = None, export_s: float | None = None) -> dict[str, Any]:
+        """The ``run.json`` ``budget`` record ({} without a budget)."""
+        if self.budget is None:
+            return {}
+        rec: dict[str, Any] = {"text": self.budget.text, "deadline_unix": self.deadline_unix,
+                               "deadline": datetime.fromtimestamp(self.deadline_unix, timezone.utc).isoformat(),
+                               "reserve_s": self.reserve_s, "stop_step": stop_step if stop_step is not None else
+                               (self.last_step if self.last_step < self.cap else None),
+                               "planned_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        if export_s is not None:
+            rec["export_s"] = export_s
+        return rec
+
+    def seconds_left(self, now: float | None = None) -> float:
+        """Seconds until training must end (the deadline less the reserve) [s]; inf without a budget."""
+        return self.deadline_unix - self.reserve_s - (time.time() if now is None else now)
+
+    def mark(self, step: int, now: float | None = None) -> None:
+        """Note the end of ``step``: the first call of an attempt starts the per-step clock."""
+        if self._first is None:
+            self._first = (step, time.time() if now is None else now)
+
+    def propose(self, step: int, now: float | None = None) -> int:
+        """Rank 0's last step, seen at the end of ``step`` (0 without a budget or before two steps are timed: the
+        all-reduce then keeps the plan as it is).
+
+        The rate is this attempt's seconds per step since its first step; the last step is at least ``step`` (the
+        budget is spent: stop after this step), rounded up to a multiple of the sync interval, and at most
+        :attr:`cap`.
+        """
+        now = time.time() if now is None else now
+        if self.budget is None or self._first is None or step <= self._first[0]:
+            return 0
+        self._recent = [*self._recent[-RECENT_PLANS:], (step, now)]
+        since = self._recent[0] if len(self._recent) > 1 else self._first
+        per_step = max((now - self._first[1]) / (step - self._first[0]), (now - since[1]) / max(1, step - since[0]))
+        left = self.seconds_left(now)
+        more = int(left / per_step + 1e-6) if per_step > 0 and left > 0 else 0  # whole steps that fit
+        planned = math.ceil((step + more) / self.sync) * self.sync
+        return max(step, min(self.cap, planned))
+
+    def agree(self, summed: float, step: int) -> bool:
+        """Take the all-reduced proposal made at the end of ``step`` (rank 0's; the others add 0, and 0 keeps the
+        plan); True when the last step changed. A plan of ``step`` ends the run after it."""
+        planned = int(round(summed))
+        if planned < step or min(planned, self.cap) == self.last_step:
+            return False
+        self.last_step = min(planned, self.cap)
+        return True
