@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 #: ``python -u -m trainer TRAIN_ARGS`` (trainer/__main__.py, which is ``cuetrain train``).
 TRAINER_COMMAND = (sys.executable, "-u", "-m", "trainer")
 EXIT_NO_TRAINER = 127  # the shell's "command not found": a rank process could not be started
-POLL_S = 0.2  # seconds between looks at the rank processes (the lowest running rank is waited on meanwhile)
+POLL_S = 0.2  # seconds between looks at the rank processes
 
 
 @dataclass(frozen=True)
@@ -260,19 +260,7 @@ def _wait(group: _Group, watch: Callable[[], str | int | None] | None, watch_s: 
             elif reason:
                 log.warning("stopping the trainer(s): %s", reason)
                 return None, reason
-        _pause(group)
-
-
-def _pause(group: _Group) -> None:
-    """Wait :data:`POLL_S` seconds, or less: until the lowest running rank exits (a gang that finished is
-    noticed at once, not up to a poll later; the other ranks are looked at every poll, as before)."""
-    running = [proc for proc in group.procs.values() if proc.poll() is None]
-    if not running:
-        return
-    try:
-        running[0].wait(POLL_S)
-    except subprocess.TimeoutExpired:
-        pass
+        time.sleep(POLL_S)
 
 
 def run_ranks(command: Sequence[str], envs: Sequence[tuple[int, Mapping[str, str]]], logs: RankLogs, *,
