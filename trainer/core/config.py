@@ -78,7 +78,8 @@ class TrainConfig:
             first level), ``v1`` (the first network; checkpoints without an architecture are v1) or ``v2``
             (space-to-depth stem, capacity at low resolution) (see ``trainer.learn.model``).
         lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update; None = the model
-            size's default, :data:`DEFAULT_LR` (small 1e-3, medium 5e-4, large 1e-4); see :attr:`base_lr` [1].
+            size's Adam lr, :data:`DEFAULT_LR` (small 1e-3, medium 5e-4, large 1e-4), times :data:`MUON_LR_FACTOR`
+            with Muon; see :attr:`base_lr` [1].
         lr_reference_batch: batch the ``lr`` is tuned for [crops]; the effective batch of an update is
             ``batch_size x sync_interval`` (see ``lr_scaling``).
         lr_scaling: ``sqrt`` (default: lr x sqrt(effective batch / lr_reference_batch), the square-root rule
@@ -94,22 +95,19 @@ class TrainConfig:
             this decay per update (default 0.999, warmed up so it averages about the last 1/19 of the updates
             until ~19,000 updates); 0 = the last weights (see ``trainer.learn.ema``; chosen with the v3 network by
             the time-to-quality benchmark, docs/studies/time_to_quality.md) [1].
-        optimizer: ``adam`` (the default) or ``muon``: ``torch.optim.Muon`` for every convolution but the first and
-            last, Adam (these betas) for the rest, one lr (``trainer.learn.optim``). ``cuetrain demo`` passes it:
-            the time-to-quality benchmark measured v1's final gain far sooner on both clips and every seed
-            (docs/studies/time_to_quality.md, "Muon for the hidden convolutions"); a step costs more (a CPU's
-            small step ~1.3x). A checkpoint resumes with the optimizer it was written with.
+        optimizer: ``auto`` (the default: :attr:`optimizer_name` picks ``muon`` for colour and upres, ``adam`` for a
+            matte; ``benchmarks/bench_default_recipe.py``, docs/studies/default_recipe.md), ``adam`` or ``muon``:
+            ``torch.optim.Muon`` for every convolution but the first and last, Adam (these betas) for the rest, one lr
+            (``trainer.learn.optim``). A checkpoint resumes with the optimizer it was written with.
         adam_beta1: decay of Adam's first-moment (gradient) average, its momentum [1]: 0.9 (Kingma & Ba, the
             default) or e.g. 0.8: with Adam, ``--adam-beta2 0.9`` and ``--lr 2e-3`` the time-to-quality benchmark
             measured it sooner to the same held-out quality on both clips and every seed
             (docs/studies/time_to_quality.md, "Muon for the hidden convolutions"; not measured with
             ``--optimizer muon``, whose demo keeps 0.9). A resumed checkpoint keeps the value it was written with.
-        adam_beta2: decay of Adam's second-moment (squared-gradient) average [1]: 0.999 (Kingma & Ba, the
-            default) or e.g. 0.9 (NAFNet's, Chen et al. 2022; ``cuetrain demo`` passes it). The
-            time-to-quality benchmark measured 0.9 better at the demo's ``--lr 2e-3`` on blur + noise (six seeds;
-            carphone within a seed's spread) and 0.2 dB worse at the small size's default 1e-3 on carphone
-            (docs/studies/time_to_quality.md, "SkipInit and Adam's beta2 0.9"). A resumed checkpoint keeps the
-            value it was written with (its optimizer state carries it).
+        adam_beta2: decay of Adam's second-moment (squared-gradient) average [1]; None = :data:`DEFAULT_BETA2` of the
+            optimizer (:attr:`beta2`): 0.9 with Muon (NAFNet's, Chen et al. 2022), 0.999 with Adam alone (Kingma &
+            Ba; at lr 1e-3 0.9 measured 0.2 dB worse on carphone, docs/studies/time_to_quality.md, "SkipInit and
+            Adam's beta2 0.9"). A resumed checkpoint keeps the value it was written with.
         noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer
             update only, because a measured step runs its batch as two halves (two forward and backward
             passes: about twice a step's kernel launches, which on a GPU doubled the step of the small model,
@@ -370,7 +368,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="export an exponential moving average of the weights with this decay per update "
                         f"(default {d['ema_decay']}; 0: the last weights)")
     g.add_argument("--optimizer", choices=OPTIMIZERS,
-                   help="adam (default) or muon: Muon for the hidden convolutions, Adam for the rest (the demo's)")
+                   help="auto (default: muon for colour and upres, adam for a matte), adam, or muon: Muon for the "
+                        "hidden convolutions, Adam for the rest")
     g.add_argument("--adam-beta1", type=float,
                    help=f"decay of Adam's gradient average (default {d['adam_beta1']}; 0.8 measured better with "
                         "Adam, --adam-beta2 0.9 and --lr 2e-3)")
