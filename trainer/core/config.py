@@ -278,12 +278,14 @@ class TrainConfig:
 
     @property
     def optimizer_name(self) -> str:
-        """The optimizer trained: ``optimizer``, or for ``auto`` the default recipe's choice by task: ``muon`` when
-        every target channel corrects an Input channel (repair, upres), ``adam`` when the targets hold a matte
-        (``benchmarks/bench_matte.py``: Adam reached IoU 0.937 where Muon reached 0.930 from 12 keyframes)."""
+        """The optimizer trained: ``optimizer``, or for ``auto`` the default recipe's choice by case: ``muon`` when
+        every target channel corrects an Input channel (repair, upres) at the small and medium sizes, ``adam`` when
+        the targets hold a matte (``benchmarks/bench_matte.py``: Adam reached IoU 0.937 where Muon reached 0.930 from
+        12 keyframes) and at the large size (``benchmarks/bench_default_recipe.py``: Adam +0.76 dB, Muon +0.67 dB
+        at 400 steps; docs/studies/default_recipe.md)."""
         if self.optimizer != "auto":
             return self.optimizer
-        return "adam" if any(self.channels.matte) else "muon"
+        return "adam" if any(self.channels.matte) or self.model_size == "large" else "muon"
 
     @property
     def beta2(self) -> float:
