@@ -91,3 +91,14 @@ def controller(qapp, farm, settings):
     yield ctl
     ctl.shutdown()
     ctl.deleteLater()
+
+
+def fill_dialog(dialog, tmp_path) -> None:
+    """Fill a SubmitDialog's required fields: new Input and Ground Truth folders ``in``/``gt`` under ``tmp_path``, the
+    run directory ``tmp_path/new_run``, show ``demo`` and shot ``sh010``."""
+    for name, edit in (("in", dialog.input_edit), ("gt", dialog.target_edit)):
+        (tmp_path / name).mkdir(exist_ok=True)
+        edit.setText(str(tmp_path / name))
+    dialog.run_dir_edit.setText(str(tmp_path / "new_run"))
+    dialog.show_edit.setText("demo")
+    dialog.shot_edit.setText("sh010")

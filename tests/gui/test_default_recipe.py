@@ -7,6 +7,7 @@ import pytest
 
 from cue_plugin.submit.builder import frame_argv
 from gui.submit_dialog import SubmitDialog
+from tests.gui.conftest import fill_dialog
 from tests.recipe_args import config_of, recipe, trainer_argv
 from trainer.demo import DEMO_STEPS, task_train_args
 
@@ -15,17 +16,12 @@ from trainer.demo import DEMO_STEPS, task_train_args
 def dialog(qtbot, controller, tmp_path):
     widget = SubmitDialog(controller, template_folders=[])
     qtbot.addWidget(widget)
-    for name, edit in (("in", widget.input_edit), ("gt", widget.target_edit)):
-        (tmp_path / name).mkdir()
-        edit.setText(str(tmp_path / name))
-    widget.run_dir_edit.setText(str(tmp_path / "run"))
-    widget.show_edit.setText("demo")
-    widget.shot_edit.setText("sh010")
+    fill_dialog(widget, tmp_path)
     return widget
 
 
 def _demo(tmp_path, task: str):
-    paths = ["--input", str(tmp_path / "in"), "--target", str(tmp_path / "gt"), "--run-dir", str(tmp_path / "run")]
+    paths = ["--input", str(tmp_path / "in"), "--target", str(tmp_path / "gt"), "--run-dir", str(tmp_path / "new_run")]
     return config_of([*paths, "--steps", str(DEMO_STEPS), *task_train_args(task)])
 
 

@@ -19,6 +19,7 @@ from qtpy.QtWidgets import QMainWindow, QMenu, QVBoxLayout, QWidget
 
 from cue_plugin.submit.builder import frame_argv
 from gui import menu
+from tests.gui.conftest import fill_dialog
 from gui.menu import ACTION_TEXT, handler_of
 from gui.poller import RunPoller
 from gui.records import Run
@@ -36,15 +37,6 @@ RGBA = ("rgba.red", "rgba.green", "rgba.blue", "rgba.alpha")
 ROTO = tuple([0.0] * 12 + [1.0] * 8 + [0.5] * 5)  # a 5x5 grid across a roto's edge
 
 
-def _fill(dialog: SubmitDialog, tmp_path: Path) -> None:
-    for name, edit in (("in", dialog.input_edit), ("gt", dialog.target_edit)):
-        (tmp_path / name).mkdir(exist_ok=True)
-        edit.setText(str(tmp_path / name))
-    dialog.run_dir_edit.setText(str(tmp_path / "new_run"))
-    dialog.show_edit.setText("demo")
-    dialog.shot_edit.setText("sh010")
-
-
 def _arg(argv: list[str], flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv else None
 
@@ -58,7 +50,7 @@ def dialog(qtbot, controller):
 
 # ------------------------------------------------------------------------------- submit dialog
 def test_colour_default_adds_no_channel_augment_or_preview_args(dialog, tmp_path):
-    _fill(dialog, tmp_path)
+    fill_dialog(dialog, tmp_path)
     assert dialog.learn_box.currentText() == "Colour (RGB)" and dialog.augment_spin.value() == 0.0
     job = dialog.build_job()
     argv = frame_argv(job)
@@ -70,7 +62,7 @@ def test_colour_default_adds_no_channel_augment_or_preview_args(dialog, tmp_path
 @pytest.mark.parametrize("text, task, targets", [("Matte (alpha)", "matte", "A"),
                                                  ("Colour + alpha", "colour+alpha", "R,G,B,A")])
 def test_matte_and_colour_alpha_carry_their_channels(qtbot, dialog, farm, tmp_path, text, task, targets):
-    _fill(dialog, tmp_path)
+    fill_dialog(dialog, tmp_path)
     dialog.learn_box.setCurrentText(text)
     argv = frame_argv(dialog.build_job())
     # R,G,B in is the trainer's default, so TrainConfig.to_argv leaves --input-channels out
@@ -89,7 +81,7 @@ def test_task_channels_follow_trainer_tasks():
 
 
 def test_augment_and_preview_flow_into_the_job(qtbot, dialog, farm, tmp_path):
-    _fill(dialog, tmp_path)
+    fill_dialog(dialog, tmp_path)
     frame = tmp_path / "preview" / "p.0001.exr"
     frame.parent.mkdir()
     frame.write_bytes(b"exr")
@@ -106,7 +98,7 @@ def test_augment_and_preview_flow_into_the_job(qtbot, dialog, farm, tmp_path):
 
 
 def test_missing_preview_warns_inline_and_blocks_submit(dialog, farm, tmp_path):
-    _fill(dialog, tmp_path)
+    fill_dialog(dialog, tmp_path)
     missing = tmp_path / "nowhere" / "p.0001.exr"
     dialog.preview_field.set_path(str(missing))
     assert f"Preview frames {missing} does not exist" in dialog.preview_note.text()

@@ -16,6 +16,7 @@ from qtpy.QtCore import QTime
 from qtpy.QtWidgets import QWidget
 
 from cue_plugin.submit.builder import frame_argv
+from tests.gui.conftest import fill_dialog
 from gui.records import Run, time_left_text
 from gui.runs_panel import TIME_LEFT_COL, RunsPanel
 from gui.submit_dialog import SubmitDialog
@@ -30,15 +31,6 @@ NOW = datetime(2026, 11, 27, 10, 0, tzinfo=CET)  # a Friday morning in Paris
 NEW_FLAGS = ("--time-budget", "--stop-when-flat", "--flat-window")
 
 
-def _fill(dialog: SubmitDialog, tmp_path: Path) -> None:
-    for name, edit in (("in", dialog.input_edit), ("gt", dialog.target_edit)):
-        (tmp_path / name).mkdir(exist_ok=True)
-        edit.setText(str(tmp_path / name))
-    dialog.run_dir_edit.setText(str(tmp_path / "new_run"))
-    dialog.show_edit.setText("demo")
-    dialog.shot_edit.setText("sh010")
-
-
 def _train_argv(dialog: SubmitDialog) -> list[str]:
     """The trainer's part of the frame argv (after ``--``), without the three folders."""
     argv = frame_argv(dialog.build_job())
@@ -50,7 +42,7 @@ def _train_argv(dialog: SubmitDialog) -> list[str]:
 def dialog(qtbot, controller, tmp_path):
     widget = SubmitDialog(controller, template_folders=[])
     qtbot.addWidget(widget)
-    _fill(widget, tmp_path)
+    fill_dialog(widget, tmp_path)
     return widget
 
 

@@ -15,6 +15,7 @@ from qtpy.QtWidgets import QMainWindow, QMenu
 
 from cue_plugin.submit.builder import frame_argv
 from gui import menu
+from tests.gui.conftest import fill_dialog
 from gui.menu import ACTION_TEXT, handler_of
 from gui.runs_panel import SCALE_COL, START_COL, RunsPanel
 from gui.start_from import RANDOM_TEXT
@@ -41,15 +42,6 @@ def fake_run(root: Path, scale: int = 1, state: str = "succeeded", model: bool =
         if mtime is not None:
             os.utime(paths.model, (mtime, mtime))
     return str(paths.root)
-
-
-def _fill(dialog: SubmitDialog, tmp_path: Path) -> None:
-    for name, edit in (("in", dialog.input_edit), ("gt", dialog.target_edit)):
-        (tmp_path / name).mkdir(exist_ok=True)
-        edit.setText(str(tmp_path / name))
-    dialog.run_dir_edit.setText(str(tmp_path / "new_run"))
-    dialog.show_edit.setText("demo")
-    dialog.shot_edit.setText("sh010")
 
 
 @pytest.fixture
@@ -92,7 +84,7 @@ def test_prefill_from_reads_picks_the_ground_truth_and_the_factor():
 
 # ------------------------------------------------------------------------------ submit dialog
 def test_dialog_defaults_add_neither_scale_nor_init_from(dialog, tmp_path):
-    _fill(dialog, tmp_path)
+    fill_dialog(dialog, tmp_path)
     assert dialog.scale_box.currentText() == "1x (same size)" and dialog.start_field.box.currentText() == RANDOM_TEXT
     argv = frame_argv(dialog.build_job())
     assert "--scale" not in argv and "--init-from" not in argv
@@ -102,7 +94,7 @@ def test_dialog_job_args_carry_scale_and_init_from(qtbot, dialog, controller, fa
     base = fake_run(tmp_path / "runs" / "base_2x", scale=2)
     controller.add_run(base)
     dialog.show()  # showing relists the runs
-    _fill(dialog, tmp_path)
+    fill_dialog(dialog, tmp_path)
     dialog.set_scale(2)
     dialog.start_field.set_path(base)
     assert dialog.validate() == [] and dialog.start_note.text() == ""
@@ -132,7 +124,7 @@ def test_start_from_of_another_scale_warns_inline_and_blocks_submit(dialog, cont
     base = fake_run(tmp_path / "runs" / "base_2x", scale=2)
     controller.add_run(base)
     dialog.start_field.refresh()
-    _fill(dialog, tmp_path)
+    fill_dialog(dialog, tmp_path)
     dialog.start_field.set_path(base)  # the factor is still 1x
     assert "was trained at upres 2x, but this run is 1x" in dialog.start_note.text()
     assert not dialog.try_submit() and "its weights do not fit" in dialog.errors.text() and farm.submitted == []
