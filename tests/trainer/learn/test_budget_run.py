@@ -26,34 +26,37 @@ def _deadline_in(seconds: float) -> str:
 
 
 class _StepClock(budget_mod.BudgetClock):
-    """A BudgetClock whose clock reads 0.05 s a step from T0: the plan is exact, whatever this machine's load."""
+    """A BudgetClock whose clock reads :data:`STEP_S` a step from a whole second T0: the plan is exact, whatever this
+    machine's load. Both are binary fractions, so T0 + STEP_S * step and the ISO deadline T0 + 10 s are exact floats
+    (0.05 s steps at 1.8e9 s rounded the 200th step's plan down to 199 on a CI run)."""
 
     T0 = 0.0
+    STEP_S = 0.0625  # 1/16 s
 
     def mark(self, step, now=None):
-        super().mark(step, self.T0 + 0.05 * step)
+        super().mark(step, self.T0 + self.STEP_S * step)
 
     def propose(self, step, now=None):
-        return super().propose(step, self.T0 + 0.05 * step)
+        return super().propose(step, self.T0 + self.STEP_S * step)
 
 
 def test_a_budget_run_ends_on_the_planned_step_with_the_cosine_run_over_it(pairs, tmp_path, monkeypatch):
-    """10 s at 0.05 s a step: 200 steps, whose last update is the schedule's last (lr at its floor)."""
+    """10 s at 1/16 s a step: 160 steps, whose last update is the schedule's last (lr at its floor)."""
     monkeypatch.setattr(budget_mod, "DEFAULT_EXPORT_S", 0.0)
     monkeypatch.setattr(budget_mod, "SHUTDOWN_S", 0.0)
     monkeypatch.setattr(budget_mod, "ONNX_EXPORT_S", 0.0)
-    _StepClock.T0 = time.time()
+    _StepClock.T0 = float(int(time.time()))
     monkeypatch.setattr(train_mod, "BudgetClock", _StepClock)
     text = datetime.fromtimestamp(_StepClock.T0 + 10.0, timezone.utc).isoformat()
     c = cfg(pairs, tmp_path / "run", steps=CAP, time_budget=text, log_interval=5, checkpoint_interval=10_000,
             contact_sheet_interval=10_000, warmup_steps=5, ema_decay=0.0)
     result = train_mod.train(c, NON_DIST)
     record = read_record(RunPaths.of(c.run_dir))
-    assert record.state == "succeeded" and result.step == 200 == record.final_step == record.budget["stop_step"]
+    assert record.state == "succeeded" and result.step == 160 == record.final_step == record.budget["stop_step"]
     assert record.budget["text"] == text and record.budget["export_s"] >= 0.0
     rows = read_metrics(RunPaths.of(c.run_dir))
     peak = train_mod.effective_lr(c, 1)
-    assert rows[-1]["step"] == 200 and rows[-1]["lr"] == pytest.approx(train_mod.lr_at(199, 200, peak, 5))
+    assert rows[-1]["step"] == 160 and rows[-1]["lr"] == pytest.approx(train_mod.lr_at(159, 160, peak, 5))
     assert rows[-1]["lr"] < 0.11 * peak and max(r["lr"] for r in rows) > 0.95 * peak  # the whole cosine, in 10 s
 
 
