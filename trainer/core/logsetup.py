@@ -84,3 +84,14 @@ def is_detail(line: str) -> bool:
     """True for a line that only the log files need: an INFO/DEBUG record or a progress line of
     :func:`rank_format` / :func:`progress_line`, with or without the supervisor's ``[rank N]`` prefix."""
     return _DETAIL.match(line) is not None
+
+
+def print_progress(line: str) -> None:
+    """Print a :func:`progress_line` on stdout (render-farm adaptors parse it), above a tqdm progress bar when
+    stderr is a terminal."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        tqdm.write(line, file=sys.stdout)
+    else:
+        print(line, flush=True)

@@ -9,6 +9,7 @@ the previous checkpoint loadable.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -22,8 +23,9 @@ import numpy as np
 import torch
 
 from trainer.core.channels import ChannelPlan
-from trainer.core.config import ConfigError
+from trainer.core.config import ConfigError, TrainConfig
 from trainer.data.images import write_image
+from trainer.learn.model import count_parameters, model_config
 from trainer.learn.optim import optimizer_of
 from trainer.learn.preview import cell, columns, header_band, label_width
 from trainer.record import runrecord
@@ -280,6 +282,32 @@ def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: s
     if trained != optimizer:
         raise ConfigError(f"checkpoint {path} was trained with --optimizer {trained}, but --optimizer is {optimizer}; "
                           f"resume with --optimizer {trained} or start another --run-dir")
+
+
+def config_record(cfg: TrainConfig) -> dict[str, Any]:
+    """The config as run.json and model.pt record it, with what the defaults resolved to: ``base_lr`` (the lr when
+    ``lr`` is None), ``optimizer_name`` (``optimizer`` ``auto``'s choice) and ``beta2``."""
+    return {**cfg.to_dict(), "base_lr": cfg.base_lr, "optimizer_name": cfg.optimizer_name, "beta2": cfg.beta2}
+
+
+def model_config_record(cfg: TrainConfig, plan: ChannelPlan) -> dict[str, Any]:
+    """The network's config as checkpoints and ``model.json`` record it (``trainer.learn.model.model_config``)."""
+    return dataclasses.asdict(model_config(cfg.model_size, cfg.architecture, scale=cfg.scale, channels=plan))
+
+
+def model_meta(cfg: TrainConfig, plan: ChannelPlan, net: torch.nn.Module, step: int, world_size: int,
+               colour: Any, precision_name: str) -> dict[str, Any]:
+    """What :func:`export_model` records of the model (``model.json``, ``trainer.export.metadata``): its size,
+    architecture and network config, channels, input and output shapes, the training config, world size, colour
+    (a ``trainer.data.colour.ColourSpec``) and the precision it trained in."""
+    size = (lambda side: side) if cfg.scale == 1 else (lambda side: f"{cfg.scale}{side}")
+    return {"model_size": cfg.model_size, "architecture": cfg.architecture,
+            "model_config": model_config_record(cfg, plan),
+            "scale": cfg.scale, "parameters": count_parameters(net), "step": step, "channels": plan.to_dict(),
+            "input": f"(B, {len(plan.inputs)}, H, W) float32, any H and W",
+            "output": f"(B, {len(plan.targets)}, {size('H')}, {size('W')}) float32",
+            "config": config_record(cfg), "world_size": world_size, "colour": colour.to_dict(),
+            "trained_precision": precision_name}
 
 
 def wall_clock() -> float:

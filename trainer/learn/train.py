@@ -15,9 +15,7 @@ Learning rate: :mod:`trainer.learn.schedule` (``effective_lr``, ``lr_at``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-import math
 import sys
 import traceback
 from dataclasses import dataclass
@@ -30,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from trainer.dist import distributed
 from trainer.data.colour import ColourSpec
 from trainer.core.config import TrainConfig
-from trainer.core.logsetup import progress_line
+from trainer.core.logsetup import print_progress, progress_line
 from trainer.data.crops import (CropBatch, CropSampler, grade_sides_for, rank_loss_weight, rank_slice,
                                 warn_identity)
 from trainer.data.shot_loading import open_data
@@ -40,16 +38,17 @@ from trainer.learn.ema import WeightEMA
 from trainer.core.envvars import DistEnv, read_dist_env, read_export_onnx
 from trainer.dist.gang import GangError, explain_failure
 from trainer.dist.stopvote import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
-from trainer.learn.model import build_model, count_parameters, model_config
+from trainer.learn.model import build_model, count_parameters
 from trainer.learn.preview import Previews
 from trainer.learn.noise_scale import GradNoise, NoiseSampling, parameter_grads, squared_norm
 from trainer.learn.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
-from trainer.learn.run_writer import RunWriter, check_resumable, cpu_copy, export_model, load_latest_checkpoint, wall_clock
+from trainer.learn.run_writer import (RunWriter, check_resumable, config_record, cpu_copy, export_model,
+                                      load_latest_checkpoint, model_config_record, model_meta,
+                                      wall_clock)
 from trainer.record.rundir import RunPaths
-from trainer.learn.budget import BudgetClock
-from trainer.learn.plateau import FrameSubset, Plateau, split_frames
 from trainer.learn.schedule import build_optimizer, effective_lr, lr_at
+from trainer.learn.stopping import StopPlan
 from trainer.record import runrecord
 
 log = logging.getLogger(__name__)
@@ -127,7 +126,9 @@ class _Loop:
         rank_slice(cfg.batch_size, self.env.rank, self.env.world_size)  # too few crops: fail before the data phase
         self.data = open_data(cfg, rt, self.colour, self.paths)  # the shot, decoded once per host (trainer.data.shot_loading)
         self.plan = cfg.channels  # which channels in, which out (trainer.core.channels)
-        self.plateau, source = self._held_out(self.data.source)  # --stop-when-flat: frames no rank trains on
+        self.stop_plan = StopPlan(cfg, self.paths, self.master, self.env.sync_interval, read_export_onnx(),
+                                  self.data.source)  # --time-budget, --stop-when-flat (trainer.learn.stopping)
+        source = self.stop_plan.source  # with --stop-when-flat, every 10th frame is held out
         self.sampler = CropSampler(source, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size,
                                    cfg.seed, rt.device, fmt, check=self.data.watch, channels=self.plan,
                                    augment=cfg.augment, grade_sides=grade_sides_for(cfg.augment_grade, self.plan))
@@ -140,10 +141,6 @@ class _Loop:
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
         self.opt = build_optimizer(cfg, self.net, self.peak_lr)
-        record = runrecord.read_record_or_empty(self.paths).budget if self.master else {}
-        self.budget = BudgetClock(cfg.time_budget, cfg.steps, record, sync_interval=self.env.sync_interval,
-                                  onnx_in_run=read_export_onnx())  # --time-budget (trainer.learn.budget)
-        self._budget_written = 0.0
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
@@ -154,29 +151,10 @@ class _Loop:
         self._micro, self._logged_updates = 0, 0  # steps accumulated into the pending update; updates at the last log
         self.divergence = DivergenceWatch(self.peak_lr, cfg.base_lr)  # a blown-up loss stops the run
 
-    def _held_out(self, source: Any) -> tuple[Plateau | None, Any]:
-        """``--stop-when-flat``: rank 0's :class:`Plateau` over the held-out frames and the training frames' source
-        (every rank trains on the same subset); (None, ``source``) without it."""
-        if self.cfg.stop_when_flat <= 0:
-            return None, source
-        train_idx, held = split_frames(source.count)
-        plateau = Plateau(source, held, self.cfg.stop_when_flat, self.cfg.flat_window) if self.master else None
-        return plateau, FrameSubset(source, train_idx)
-
-    def _plan(self, step: int) -> float:
-        """Rank 0's last step at ``step`` (0: no change): the time budget's plan, or the next update when the
-        held-out gain is flat (``trainer.learn.plateau``)."""
-        plan = self.budget.propose(step)
-        if self.plateau is not None and self.plateau.flat(step):
-            sync = self.env.sync_interval
-            flat_stop = math.ceil(step / sync) * sync
-            plan = min(plan, flat_stop) if plan else flat_stop
-        return float(plan)
-
     @property
     def total_updates(self) -> int:
         """Optimizer updates of the whole run: ``--steps``, or the last step the gang agreed under a budget."""
-        return math.ceil(self.budget.last_step / self.env.sync_interval)
+        return self.stop_plan.total_updates(self.env.sync_interval)
 
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
@@ -184,13 +162,12 @@ class _Loop:
         started_from = self._init_from() if self.step == 0 and self.cfg.init_from else None
         start = self.step
         model = self._wrap()
-        self.writer.start(self._config_record(), self.env.world_size, start, self.rt.backend)
+        self.writer.start(config_record(self.cfg), self.env.world_size, start, self.rt.backend)
+        self.stop_plan.start()
         if self.master:
             runrecord.update_record(self.paths, precision=self.precision.to_dict())
             if started_from is not None:
                 runrecord.update_record(self.paths, init_from=started_from)
-            if self.budget.active:
-                runrecord.update_record(self.paths, budget=self.budget.record())
         log.info("precision %s (%s), memory format %s", self.precision.name, self.precision.reason,
                  self.cfg.memory_format)
         log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g",
@@ -202,9 +179,9 @@ class _Loop:
             if self.master:
                 self.writer.flush()
                 t_export = wall_clock()
-                export_model(self.paths, float32_contiguous(self._shipped()), self._model_meta())
-                if self.budget.active:
-                    runrecord.update_record(self.paths, budget=self.budget.record(self.step, wall_clock() - t_export))
+                export_model(self.paths, float32_contiguous(self._shipped()), model_meta(
+                    self.cfg, self.plan, self.net, self.step, self.env.world_size, self.colour, self.precision.name))
+                self.stop_plan.finish(self.step, wall_clock() - t_export)
         except StopTraining:
             raise
         except BaseException as exc:
@@ -237,9 +214,9 @@ class _Loop:
         n_acc, t_last, loss = 0, wall_clock(), float("nan")
         t0 = t_last
         for step in self._progress(range(self.step + 1, cfg.steps + 1)):
-            if step > self.budget.last_step:  # --time-budget: the gang agreed to stop before --steps
+            if step > self.stop_plan.last_step:  # --time-budget: the gang agreed to stop before --steps
                 break
-            update = step % sync == 0 or step == self.budget.last_step
+            update = step % sync == 0 or step == self.stop_plan.last_step
             batch = self.sampler.batch(step)  # on the device already
             no_sync = getattr(model, "no_sync", None)
             with no_sync() if (no_sync is not None and not update) else contextlib.nullcontext():
@@ -250,17 +227,17 @@ class _Loop:
             self.step = step
             if update:
                 self._update()
-            self.budget.mark(step)
-            if step % cfg.log_interval == 0 or step == self.budget.last_step:
+            self.stop_plan.mark(step)
+            if step % cfg.log_interval == 0 or step == self.stop_plan.last_step:
                 loss = self._log(step, (loss_acc, identity_acc), n_acc, wall_clock() - t_last, wall_clock() - t0)
                 loss_acc.zero_()
                 identity_acc.zero_()
                 n_acc, t_last = 0, wall_clock()
             checkpointed = self._outputs(step, update)
             level = self.stop.poll()  # every rank votes every step (trainer.dist.stopvote)
-            if level == Vote.STOP and update and step < self.budget.last_step:
+            if level == Vote.STOP and update and step < self.stop_plan.last_step:
                 self._stop_at(step)
-            if level == Vote.REGROUP and checkpointed and step < self.budget.last_step:
+            if level == Vote.REGROUP and checkpointed and step < self.stop_plan.last_step:
                 self._regroup_at(step)
         return loss
 
@@ -341,33 +318,21 @@ class _Loop:
 
     def _log(self, step: int, sums: tuple[torch.Tensor, torch.Tensor], n_local: int, dt: float, wall: float) -> float:
         # one all-reduce: the loss and identity-loss sums and the noise-scale sums of the window (trainer.learn.noise_scale)
-        plan = self._plan(step) if self.master else 0.0  # --time-budget / --stop-when-flat: rank 0's last step
+        plan = self.stop_plan.propose(step)  # --time-budget / --stop-when-flat: rank 0's last step
         total, identity, count, plan, *noise = distributed.all_reduce_sum(
             [float(sums[0]), float(sums[1]), float(n_local), plan, *self.noise.window()], self.rt)
-        self._agree_budget(plan, step)
+        self.stop_plan.agree(plan, step)
         noise_scale = self.noise.smooth(*noise, updates=self.updates - self._logged_updates)
         if noise[2] > 0:  # samples in this window: the next one's weight counts the updates from here
             self._logged_updates = self.updates
         loss = total / max(count, 1.0)
         images_per_s = count / dt if dt > 0 else 0.0
         lr = self.opt.param_groups[0]["lr"]
-        _print_progress(progress_line(step, self.budget.last_step, loss, lr, images_per_s))
+        print_progress(progress_line(step, self.stop_plan.last_step, loss, lr, images_per_s))
         row = {"step": step, "loss": loss, "lr": lr, "images_per_s": images_per_s, "wall_s": wall}
         self.writer.metrics(row if noise_scale is None else {**row, "noise_scale": noise_scale})
         self.divergence.check(step, loss, identity / max(count, 1.0))  # every rank: the same all-reduced sums
         return loss
-
-    def _agree_budget(self, plan: float, step: int) -> None:
-        """Every rank takes rank 0's all-reduced last step (``trainer.learn.budget``); rank 0 records it in
-        ``run.json`` at most every 15 s."""
-        if not self.budget.agree(plan, step) or not self.master:
-            return
-        if not self.budget.active:
-            log.info("last step %d (--stop-when-flat)", self.budget.last_step)
-        elif wall_clock() - self._budget_written >= 15.0 or self.budget.last_step <= step + self.cfg.log_interval:
-            runrecord.update_record(self.paths, budget=self.budget.record())
-            self._budget_written = wall_clock()
-            log.info("time budget: last step %d (%.0f s left)", self.budget.last_step, self.budget.seconds_left())
 
     def _outputs(self, step: int, update: bool) -> bool:
         """Contact sheet and periodic checkpoint of ``step`` (rank 0 writes them).
@@ -376,7 +341,7 @@ class _Loop:
         (and tracks ``_last_ckpt``), so a regroup (:meth:`_regroup_at`) stops every rank at that step.
         """
         cfg = self.cfg
-        last = self.budget.last_step
+        last = self.stop_plan.last_step
         due = step // cfg.checkpoint_interval > self._last_ckpt // cfg.checkpoint_interval or step == last
         due = due and update  # only at update boundaries: no gradients are pending
         if due:
@@ -389,8 +354,7 @@ class _Loop:
                 out = self._shipped()(prev.input)  # (n, 3, c, c) -> (n, 3, sc, sc) with --scale s
             self.writer.contact_sheet(step, prev.input, out, prev.target, self.plan)
             self.previews.render(step, self._shipped(), self.rt.device, self.precision, self.writer)
-            if self.plateau is not None:
-                self.plateau.evaluate(step, self._shipped(), self.rt.device, self.precision.autocast())
+            self.stop_plan.evaluate(step, self._shipped(), self.rt.device, self.precision.autocast)
         if due:
             self.writer.checkpoint(step, self._state())
         return due
@@ -401,7 +365,7 @@ class _Loop:
                          "world_size": self.env.world_size, "sync_interval": self.env.sync_interval,
                          "torch_rng": torch.get_rng_state(), "grad_scaler": self.scaler.state_dict(),
                          "precision": self.precision.name, "architecture": self.cfg.architecture,
-                         "model_config": self._model_config(), "scale": self.cfg.scale,
+                         "model_config": model_config_record(self.cfg, self.plan), "scale": self.cfg.scale,
                          "noise_scale": self.noise.state_dict(),
                          "ema": self.ema.state_dict() if self.ema is not None else None})
 
@@ -452,29 +416,6 @@ class _Loop:
                  record.get("step"))
         return record
 
-    def _model_config(self) -> dict[str, Any]:
-        return dataclasses.asdict(model_config(self.cfg.model_size, self.cfg.architecture, scale=self.cfg.scale,
-                                               channels=self.plan))
-
-    def _config_record(self) -> dict[str, Any]:
-        """The config as run.json and model.pt record it, with what the defaults resolved to: ``base_lr`` (the lr
-        when ``lr`` is None), ``optimizer_name`` (``optimizer`` ``auto``'s choice) and ``beta2``."""
-        return {**self.cfg.to_dict(), "base_lr": self.cfg.base_lr, "optimizer_name": self.cfg.optimizer_name,
-                "beta2": self.cfg.beta2}
-
-    def _model_meta(self) -> dict[str, Any]:
-        return {"model_size": self.cfg.model_size, "architecture": self.cfg.architecture,
-                "model_config": self._model_config(), "scale": self.cfg.scale,
-                "parameters": count_parameters(self.net), "step": self.step, "channels": self.plan.to_dict(),
-                "input": f"(B, {len(self.plan.inputs)}, H, W) float32, any H and W",
-                "output": f"(B, {len(self.plan.targets)}, {self._size('H')}, {self._size('W')}) float32",
-                "config": self._config_record(),
-                "world_size": self.env.world_size, "colour": self.colour.to_dict(),
-                "trained_precision": self.precision.name}
-
-    def _size(self, side: str) -> str:
-        return side if self.cfg.scale == 1 else f"{self.cfg.scale}{side}"
-
     def _progress(self, steps: range) -> Iterator[int]:
         if self.master and sys.stderr.isatty():
             from tqdm import tqdm
@@ -490,13 +431,3 @@ def _broadcast_int(value: int, rt: distributed.Runtime) -> int:
     t = torch.tensor([value], dtype=torch.int64, device=rt.device)
     dist.broadcast(t, src=0)
     return int(t.item())
-
-
-def _print_progress(line: str) -> None:
-    """``[Step:N/M]`` lines on stdout (render-farm adaptors parse them), above a progress bar if any."""
-    if sys.stderr.isatty():
-        from tqdm import tqdm
-
-        tqdm.write(line, file=sys.stdout)
-    else:
-        print(line, flush=True)

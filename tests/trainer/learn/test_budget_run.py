@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.trainer.learn.test_train import NON_DIST, cfg
 from trainer.learn import budget as budget_mod
+from trainer.learn import stopping as stopping_mod
 from trainer.learn import train as train_mod
 from trainer.learn.plateau import HOLDOUT_EVERY, FrameSubset, Plateau, split_frames
 from trainer.record.rundir import RunPaths, read_metrics
@@ -46,7 +47,7 @@ def test_a_budget_run_ends_on_the_planned_step_with_the_cosine_run_over_it(pairs
     monkeypatch.setattr(budget_mod, "SHUTDOWN_S", 0.0)
     monkeypatch.setattr(budget_mod, "ONNX_EXPORT_S", 0.0)
     _StepClock.T0 = float(int(time.time()))
-    monkeypatch.setattr(train_mod, "BudgetClock", _StepClock)
+    monkeypatch.setattr(stopping_mod, "BudgetClock", _StepClock)
     text = datetime.fromtimestamp(_StepClock.T0 + 10.0, timezone.utc).isoformat()
     c = cfg(pairs, tmp_path / "run", steps=CAP, time_budget=text, log_interval=5, checkpoint_interval=10_000,
             contact_sheet_interval=10_000, warmup_steps=5, ema_decay=0.0)
