@@ -31,7 +31,7 @@ import pytest
 import torch
 
 from tests.conftest import CHILD_PYTHONPATH, make_pairs
-from trainer.core.config import DEFAULT_ARCHITECTURE
+from trainer.core.config import TrainConfig
 from trainer.learn.model import build_model
 from trainer.record.rundir import RunPaths, read_metrics
 from trainer.record.runrecord import read_record_or_empty
@@ -176,7 +176,7 @@ def test_a_gang_of_3_shrinks_to_2_and_grows_back_matching_an_uninterrupted_run(t
     assert got.keys() == want.keys()
     worst = max(float((got[k] - want[k]).abs().max()) for k in want)
     torch.manual_seed(11)  # the trainer's initial weights: seed, then build the model
-    initial = build_model("small", DEFAULT_ARCHITECTURE).state_dict()
+    initial = build_model("small", TrainConfig("i", "t", "r").architecture_name).state_dict()
     moved = max(float((want[f"model.{k}"] - v).abs().max()) for k, v in initial.items())
     print(f"elastic 3->2->3: starts {starts}, fault at step {reached} ({lost} steps lost), shrunk {t_shrunk - t_fault:.1f} s after the fault, grew back "
           f"{t_grown - t_shrunk:.1f} s after frame 2 returned; max |diff| vs uninterrupted at step {COMPARE_AT} "

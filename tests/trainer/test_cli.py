@@ -110,7 +110,7 @@ def test_the_demo_trains_the_recipe_the_time_to_quality_benchmark_chose(tmp_path
     add_train_arguments(p)
     paths = ["--input", str(pairs[0]), "--target", str(pairs[1]), "--run-dir", str(tmp_path)]
     cfg = config_from_args(p.parse_args([*paths, *DEMO_TRAIN_ARGS]))
-    got = (cfg.architecture, cfg.model_size, cfg.batch_size, cfg.crop_size, cfg.base_lr, cfg.optimizer_name,
+    got = (cfg.architecture_name, cfg.model_size, cfg.batch_size, cfg.crop_size, cfg.base_lr, cfg.optimizer_name,
            cfg.adam_beta1, cfg.beta2, cfg.ema_decay, cfg.lr_schedule, cfg.warmup_steps)
     assert got == ("v3", "small", 8, 64, 2e-3, "muon", 0.9, 0.9, 0.999, "cosine", 50)
 

@@ -157,7 +157,7 @@ def measure_critical_batch(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, 
         frames: training pairs ``[(input, target)]``, each (H, W, 3) float16/float32 in 0..1.
         device: where to train (default: CUDA when available, else the CPU).
         build: makes the initial network (default ``trainer.learn.model.build_model(cfg.model_size,
-            cfg.architecture)`` after ``torch.manual_seed(cfg.seed)``); called once per run, it must return the
+            cfg.architecture_name)`` after ``torch.manual_seed(cfg.seed)``); called once per run, it must return the
             same weights each time.
         factors: the bigger runs' batch multiples (each > 1).
         small_updates: updates of the run at ``cfg.batch_size``; its last (running-minimum) loss is the level.
@@ -211,7 +211,7 @@ def _train_curve(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray
 
     precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
     torch.manual_seed(cfg.seed)
-    net = build() if build else build_model(cfg.model_size, cfg.architecture, scale=cfg.scale,
+    net = build() if build else build_model(cfg.model_size, cfg.architecture_name, scale=cfg.scale,
                                             channels=cfg.channels)
     net = net.to(device, memory_format=fmt)
     peak = effective_lr(cfg, k)

@@ -138,7 +138,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
         torch.manual_seed(cfg.seed)
         precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
         configure_backends(device)
-        net = build_model(cfg.model_size, cfg.architecture, scale=cfg.scale, channels=cfg.channels)  # the trainer's
+        net = build_model(cfg.model_size, cfg.architecture_name, scale=cfg.scale, channels=cfg.channels)  # the trainer's
         net = net.to(device, memory_format=fmt)
         opt = build_optimizer(cfg, net, cfg.base_lr)  # as trained
         step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)

@@ -33,10 +33,12 @@ MUON_LR_FACTOR = 2.0
 #: Adam's second-moment decay by optimizer when ``--adam-beta2`` is not given [1]: 0.9 with Muon (NAFNet's, Chen et
 #: al. 2022; the demo's recipe), 0.999 with Adam alone (Kingma & Ba; 0.9 measured 0.2 dB worse at lr 1e-3).
 DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}
-ARCHITECTURES = ("v1", "v2", "v3")  # see trainer.learn.model; v1 is the network cuetrain started with
-#: The network a run trains when ``--architecture`` is not given (trainer.learn.model;
-#: docs/studies/time_to_quality.md).
-DEFAULT_ARCHITECTURE = "v3"
+#: ``--architecture`` (see trainer.learn.model; v1 is the network cuetrain started with); ``auto`` picks one by case
+#: (:attr:`TrainConfig.architecture_name`).
+ARCHITECTURES = ("auto", "v1", "v2", "v3", "unet")
+#: ``--architecture`` when not given: ``auto``, v3 for colour and upres (docs/studies/time_to_quality.md), unet for a
+#: matte (docs/studies/matte_network.md).
+DEFAULT_ARCHITECTURE = "auto"
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.learn.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
@@ -49,7 +51,7 @@ DEFAULT_DATA_CACHE_MB = 512
 #: upres, see ``trainer.learn.model``) [1].
 SCALES = (1, 2, 4)
 #: ``--matte-loss``: the loss of matte channels (``trainer.learn.loss``); the first is the default.
-MATTE_LOSSES = ("bce+l1", "l1")
+MATTE_LOSSES = ("bce+l1+iou", "bce+l1", "l1")
 #: ``--augment-grade``: auto = a random grade on matte tasks only (``trainer.data.augment``).
 AUGMENT_GRADES = ("auto", "on", "off")
 
@@ -74,9 +76,10 @@ class TrainConfig:
         batch_size: global batch [crops per step], split across ranks.
         crop_size: side of the square random crops [pixels].
         model_size: ``small``, ``medium`` or ``large`` (see ``trainer.learn.model``).
-        architecture: ``v3`` (the default, :data:`DEFAULT_ARCHITECTURE`: v2's blocks with a full-resolution
-            first level), ``v1`` (the first network; checkpoints without an architecture are v1) or ``v2``
-            (space-to-depth stem, capacity at low resolution) (see ``trainer.learn.model``).
+        architecture: ``auto`` (the default, :data:`DEFAULT_ARCHITECTURE`: :attr:`architecture_name` picks ``v3``
+            for colour and upres, ``unet`` for a matte), ``v3`` (v2's blocks with a full-resolution first level),
+            ``v1`` (the first network; checkpoints without an architecture are v1), ``v2`` (space-to-depth stem,
+            capacity at low resolution) or ``unet`` (a plain U-Net trunk) (see ``trainer.learn.model``).
         lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update; None = the model
             size's Adam lr, :data:`DEFAULT_LR` (small 1e-3, medium 5e-4, large 1e-4), times :data:`MUON_LR_FACTOR`
             with Muon; see :attr:`base_lr` [1].
@@ -145,7 +148,8 @@ class TrainConfig:
             ``R,G,B,A``, an EXR layer's ``beauty.R,beauty.G,beauty.B``; ``trainer.core.channels``).
         target_channels: the Ground Truth channels it learns to output (``R,G,B``; ``A`` or ``matte.A`` for a matte;
             ``R,G,B,A``); a channel the Input also has is learnt as a correction of it, a new alpha as a matte.
-        matte_loss: loss of matte channels: ``bce+l1`` (binary cross-entropy plus L1) or ``l1``
+        matte_loss: loss of matte channels: ``bce+l1+iou`` (the default: binary cross-entropy plus L1 plus a soft
+            Jaccard term, the differentiable IoU; docs/studies/matte_network.md), ``bce+l1`` or ``l1``
             (``trainer.learn.loss``).
         augment: probability per crop of a random rotation, scale and flip, applied alike to the Input and the
             Ground Truth crop (BigCat's "Automatic Data Augmentation"; ``trainer.data.augment``); 0 = off [1].
@@ -205,7 +209,7 @@ class TrainConfig:
     init_from: str = ""
     input_channels: str = "R,G,B"
     target_channels: str = "R,G,B"
-    matte_loss: str = "bce+l1"
+    matte_loss: str = MATTE_LOSSES[0]
     augment: float = 0.0
     augment_grade: str = "auto"
     preview: str = ""
@@ -275,6 +279,16 @@ class TrainConfig:
     def channels(self) -> ChannelPlan:
         """The run's :class:`trainer.core.channels.ChannelPlan` (``input_channels`` -> ``target_channels``)."""
         return ChannelPlan.parse(self.input_channels, self.target_channels)
+
+    @property
+    def architecture_name(self) -> str:
+        """The network trained: ``architecture``, or for ``auto`` the default recipe's choice by case: ``unet`` when
+        the targets hold a matte (a segmentation trunk: IoU 0.9XX against v3's 0.9XX from 12 keyframes, mean of 3
+        seeds, ``benchmarks/bench_matte.py``, docs/studies/matte_network.md), else ``v3`` (time-to-quality on colour
+        repair, docs/studies/time_to_quality.md)."""
+        if self.architecture != "auto":
+            return self.architecture
+        return "unet" if any(self.channels.matte) else "v3"
 
     @property
     def optimizer_name(self) -> str:
@@ -355,8 +369,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--crop-size", type=int, help=f"crop side in pixels (default {d['crop_size']})")
     g.add_argument("--model-size", choices=MODEL_SIZES, help=f"model size (default {d['model_size']})")
     g.add_argument("--architecture", choices=ARCHITECTURES,
-                   help=f"network (default {DEFAULT_ARCHITECTURE}): v3 (v2's blocks, full-resolution first level), v1 "
-                        "(the first one) or v2 (space-to-depth stem); see trainer.learn.model")
+                   help=f"network (default {DEFAULT_ARCHITECTURE}: v3 for colour and upres, unet for a matte): v3 (v2's "
+                        "blocks, full-resolution first level), v1 (the first one), v2 (space-to-depth stem) or unet "
+                        "(a plain U-Net trunk); see trainer.learn.model")
     g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size: "
                    + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + ")")
     g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
@@ -414,7 +429,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="Input channels the network reads, as the files name them (default R,G,B; e.g. R,G,B,A)")
     g.add_argument("--target-channels", metavar="NAMES",
                    help="Ground Truth channels to learn (default R,G,B; A or matte.A: a matte; R,G,B,A: colour + alpha)")
-    g.add_argument("--matte-loss", choices=MATTE_LOSSES, help="loss of matte channels (default bce+l1)")
+    g.add_argument("--matte-loss", choices=MATTE_LOSSES, help="loss of matte channels (default bce+l1+iou)")
     g.add_argument("--augment", type=float, metavar="P",
                    help="probability per crop of a random rotation, scale and flip of both sides (default 0: off)")
     g.add_argument("--augment-grade", choices=AUGMENT_GRADES,

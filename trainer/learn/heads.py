@@ -51,6 +51,29 @@ def bilinear(x: torch.Tensor, scale: int) -> torch.Tensor:
     return F.interpolate(x, scale_factor=float(scale), mode="bilinear", align_corners=False)
 
 
+def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
+    """Replicate-pad the bottom and right of ``x`` up to a multiple of ``multiple`` pixels.
+
+    (B, C, H, W) -> (B, C, H', W') with H' = ceil(H / multiple) * multiple (likewise W'); ``x`` itself when
+    both are multiples already. The one place every model pads (the exported files' operators depend on it).
+
+    Written as slice copies into one new tensor rather than ``F.pad(mode="replicate")``, so the exported
+    TorchScript has no ``aten::pad``: libtorch 1.10 lacks it ("Unknown builtin op: aten::pad",
+    pytorch/pytorch#90301). One pass over the frame, like F.pad (benchmarks/studies/bench_pad.py); the output equals
+    ``F.pad(x, [0, pw, 0, ph], mode="replicate")`` exactly, gradients to float rounding (tests/trainer/learn/test_model.py).
+    """
+    h, w = x.shape[-2], x.shape[-1]
+    ph = (multiple - h % multiple) % multiple
+    pw = (multiple - w % multiple) % multiple
+    if ph + pw == 0:
+        return x
+    out = x.new_empty([x.shape[0], x.shape[1], h + ph, w + pw])
+    out[:, :, :h, :w] = x
+    out[:, :, :h, w:] = x[:, :, :, w - 1:w]  # repeat the last column (broadcast over pw columns)
+    out[:, :, h:, :] = out[:, :, h - 1:h, :]  # repeat the last (already widened) row, corner included
+    return out
+
+
 def check_scale(scale: int) -> None:
     """Raises ValueError: ``scale`` is not an int >= 1."""
     if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:

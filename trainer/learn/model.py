@@ -5,7 +5,7 @@ identity and training learns the correction (denoise, de-artifact, beauty work),
 Fully convolutional: any frame size works; inputs are padded (replicate) to a multiple of the
 network's total downsampling and the output is cropped back, so inference runs on full frames.
 
-Three architectures, each in three sizes (:data:`ARCHITECTURES`):
+Four architectures, each in three sizes (:data:`ARCHITECTURES`):
 
 - ``v3`` (:class:`CopyCatUNetV2` with ``stem=1``, the default): v2's cheaper blocks with
   v1's full-resolution first level. The first level keeps one residual block each way at full
@@ -25,6 +25,10 @@ Three architectures, each in three sizes (:data:`ARCHITECTURES`):
   low-resolution levels, where capacity is cheapest. Down: 2x2 stride-2 convolutions; up: 1x1
   convolution + ``pixel_shuffle``; skips are added (NAFNet), not concatenated. The best of the three on
   compression artefacts, the worst on blur and noise (docs/studies/time_to_quality.md, "Exploration").
+- ``unet`` (:class:`trainer.learn.unet.PlainUNet`): a plain U-Net trunk (two 3x3 convolutions with ReLU per level,
+  max pooling down, bilinear upsampling and concatenated skips up; Ronneberger et al. 2015) under the same tail
+  and heads; small is the plain small U-Net's 16/32/64 channels. What ``--architecture auto`` trains for a matte
+  (``trainer.core.config.TrainConfig.architecture_name``; measured in docs/studies/matte_network.md).
 
 **Upres** (``scale`` s of 2 or 4, ``TrainConfig.scale``): (B, 3, H, W) -> (B, 3, sH, sW). Every architecture
 becomes ``output = bilinear(input, s) + pixel_shuffle(tail(features), s)`` (:class:`SubPixelUpscale`, the sub-pixel
@@ -41,7 +45,8 @@ or ``raw``. No plan or the RGB default builds exactly the networks above (same p
 
 Every operator is one torch 1.12's TorchScript has and that exports to standard ONNX (opset <= 18):
 conv2d, relu, add, slicing, pixel_shuffle/pixel_unshuffle, bilinear upsampling (``upsample_bilinear2d``, ONNX
-``Resize``; upres only), and for named channels sigmoid and cat; padding goes through :func:`pad_to_multiple`.
+``Resize``; upres and ``unet`` only), max_pool2d and cat (``unet``), and for named channels sigmoid and cat;
+padding goes through :func:`pad_to_multiple`.
 """
 
 from __future__ import annotations
@@ -55,9 +60,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.core.channels import ChannelPlan
-# SubPixelUpscale, bilinear and check_scale live in heads; callers import them from here too.
+# SubPixelUpscale, bilinear, check_scale and pad_to_multiple live in heads; callers import them from here too.
 from trainer.learn.heads import (SubPixelUpscale, bilinear, channel_fields, check_channels,  # noqa: F401
-                                 check_scale, output_head, upscale_head)
+                                 check_scale, output_head, pad_to_multiple, upscale_head)
+from trainer.learn.unet import MODEL_SIZES_UNET, PlainUNet, UNetConfig
 
 
 @dataclass(frozen=True)
@@ -93,29 +99,6 @@ MODEL_SIZES_V1: dict[str, ModelConfig] = {
     "medium": ModelConfig(base_channels=32, depth=3, blocks=2),
     "large": ModelConfig(base_channels=48, depth=4, blocks=2),
 }
-
-
-def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
-    """Replicate-pad the bottom and right of ``x`` up to a multiple of ``multiple`` pixels.
-
-    (B, C, H, W) -> (B, C, H', W') with H' = ceil(H / multiple) * multiple (likewise W'); ``x`` itself when
-    both are multiples already. The one place every model pads (the exported files' operators depend on it).
-
-    Written as slice copies into one new tensor rather than ``F.pad(mode="replicate")``, so the exported
-    TorchScript has no ``aten::pad``: libtorch 1.10 lacks it ("Unknown builtin op: aten::pad",
-    pytorch/pytorch#90301). One pass over the frame, like F.pad (benchmarks/studies/bench_pad.py); the output equals
-    ``F.pad(x, [0, pw, 0, ph], mode="replicate")`` exactly, gradients to float rounding (tests/trainer/learn/test_model.py).
-    """
-    h, w = x.shape[-2], x.shape[-1]
-    ph = (multiple - h % multiple) % multiple
-    pw = (multiple - w % multiple) % multiple
-    if ph + pw == 0:
-        return x
-    out = x.new_empty([x.shape[0], x.shape[1], h + ph, w + pw])
-    out[:, :, :h, :w] = x
-    out[:, :, :h, w:] = x[:, :, :, w - 1:w]  # repeat the last column (broadcast over pw columns)
-    out[:, :, h:, :] = out[:, :, h - 1:h, :]  # repeat the last (already widened) row, corner included
-    return out
 
 
 class ResBlock(nn.Module):
@@ -318,14 +301,16 @@ MODEL_SIZES_V3: dict[str, ModelConfigV2] = {
 }
 
 #: Architecture name -> its sizes (every architecture offers the same three size names).
-ARCHITECTURES: dict[str, dict[str, ModelConfig] | dict[str, ModelConfigV2]] = {
-    "v1": MODEL_SIZES_V1, "v2": MODEL_SIZES_V2, "v3": MODEL_SIZES_V3}
+ARCHITECTURES: dict[str, dict[str, ModelConfig] | dict[str, ModelConfigV2] | dict[str, UNetConfig]] = {
+    "v1": MODEL_SIZES_V1, "v2": MODEL_SIZES_V2, "v3": MODEL_SIZES_V3, "unet": MODEL_SIZES_UNET}
+#: Any network's constructor arguments.
+AnyConfig = ModelConfig | ModelConfigV2 | UNetConfig
 #: The size names artists pick from.
 MODEL_SIZES = tuple(MODEL_SIZES_V2)
 
 
 def model_config(size: str, architecture: str, scale: int = 1,
-                 channels: ChannelPlan | None = None) -> ModelConfig | ModelConfigV2:
+                 channels: ChannelPlan | None = None) -> AnyConfig:
     """The constructor arguments of a network (what checkpoints and model.json record), at upres ``scale``, for
     the channel plan ``channels`` (None or the RGB default: RGB in and out, today's network exactly; module doc,
     "Named channels").
@@ -342,15 +327,15 @@ def model_config(size: str, architecture: str, scale: int = 1,
     return replace(sizes[size], scale=scale, **channel_fields(channels))
 
 
-def model_config_from_dict(data: Mapping[str, Any]) -> ModelConfig | ModelConfigV2:
+def model_config_from_dict(data: Mapping[str, Any]) -> AnyConfig:
     """A ModelConfig back from its ``dataclasses.asdict`` (a checkpoint's or model.json's ``model_config``; JSON
-    lists become tuples); :class:`ModelConfigV2` when it has ``width``. Keys written before channels were named
-    take their defaults (RGB).
+    lists become tuples); :class:`ModelConfigV2` when it has ``width``, :class:`UNetConfig` when it has ``widths``.
+    Keys written before channels were named take their defaults (RGB).
 
     Raises:
-        ValueError: a key neither config has, or a missing required one (both named, with the valid keys).
+        ValueError: a key the config has not, or a missing required one (both named, with the valid keys).
     """
-    cls = ModelConfigV2 if "width" in data else ModelConfig
+    cls = UNetConfig if "widths" in data else ModelConfigV2 if "width" in data else ModelConfig
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
@@ -363,8 +348,11 @@ def model_config_from_dict(data: Mapping[str, Any]) -> ModelConfig | ModelConfig
         raise ValueError(f"model_config {dict(data)} is incomplete for {cls.__name__}: {exc}") from None
 
 
-def network(cfg: ModelConfig | ModelConfigV2) -> nn.Module:
-    """The network a config describes, with torch's init (:class:`CopyCatUNet` or :class:`CopyCatUNetV2`)."""
+def network(cfg: AnyConfig) -> nn.Module:
+    """The network a config describes, with torch's init (:class:`CopyCatUNet`, :class:`CopyCatUNetV2` or
+    :class:`PlainUNet`)."""
+    if isinstance(cfg, UNetConfig):
+        return PlainUNet(cfg)
     return CopyCatUNet(cfg) if isinstance(cfg, ModelConfig) else CopyCatUNetV2(cfg)
 
 

@@ -286,13 +286,15 @@ def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: s
 
 def config_record(cfg: TrainConfig) -> dict[str, Any]:
     """The config as run.json and model.pt record it, with what the defaults resolved to: ``base_lr`` (the lr when
-    ``lr`` is None), ``optimizer_name`` (``optimizer`` ``auto``'s choice) and ``beta2``."""
-    return {**cfg.to_dict(), "base_lr": cfg.base_lr, "optimizer_name": cfg.optimizer_name, "beta2": cfg.beta2}
+    ``lr`` is None), ``optimizer_name`` (``optimizer`` ``auto``'s choice), ``beta2`` and ``architecture_name``
+    (``architecture`` ``auto``'s choice)."""
+    return {**cfg.to_dict(), "base_lr": cfg.base_lr, "optimizer_name": cfg.optimizer_name, "beta2": cfg.beta2,
+            "architecture_name": cfg.architecture_name}
 
 
 def model_config_record(cfg: TrainConfig, plan: ChannelPlan) -> dict[str, Any]:
     """The network's config as checkpoints and ``model.json`` record it (``trainer.learn.model.model_config``)."""
-    return dataclasses.asdict(model_config(cfg.model_size, cfg.architecture, scale=cfg.scale, channels=plan))
+    return dataclasses.asdict(model_config(cfg.model_size, cfg.architecture_name, scale=cfg.scale, channels=plan))
 
 
 def model_meta(cfg: TrainConfig, plan: ChannelPlan, net: torch.nn.Module, step: int, world_size: int,
@@ -301,7 +303,7 @@ def model_meta(cfg: TrainConfig, plan: ChannelPlan, net: torch.nn.Module, step: 
     architecture and network config, channels, input and output shapes, the training config, world size, colour
     (a ``trainer.data.colour.ColourSpec``) and the precision it trained in."""
     size = (lambda side: side) if cfg.scale == 1 else (lambda side: f"{cfg.scale}{side}")
-    return {"model_size": cfg.model_size, "architecture": cfg.architecture,
+    return {"model_size": cfg.model_size, "architecture": cfg.architecture_name,
             "model_config": model_config_record(cfg, plan),
             "scale": cfg.scale, "parameters": count_parameters(net), "step": step, "channels": plan.to_dict(),
             "input": f"(B, {len(plan.inputs)}, H, W) float32, any H and W",

@@ -136,7 +136,7 @@ class _Loop:
         if self.master:
             warn_identity(cfg.input_dir, cfg.target_dir, self.plan)
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        self.net = build_model(cfg.model_size, cfg.architecture, scale=cfg.scale, channels=self.plan).to(
+        self.net = build_model(cfg.model_size, cfg.architecture_name, scale=cfg.scale, channels=self.plan).to(
             rt.device, memory_format=fmt)  # float32 master weights
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
@@ -364,7 +364,7 @@ class _Loop:
                          "updates": self.updates, "config": self.cfg.to_dict(), "model_size": self.cfg.model_size,
                          "world_size": self.env.world_size, "sync_interval": self.env.sync_interval,
                          "torch_rng": torch.get_rng_state(), "grad_scaler": self.scaler.state_dict(),
-                         "precision": self.precision.name, "architecture": self.cfg.architecture,
+                         "precision": self.precision.name, "architecture": self.cfg.architecture_name,
                          "model_config": model_config_record(self.cfg, self.plan), "scale": self.cfg.scale,
                          "noise_scale": self.noise.state_dict(),
                          "ema": self.ema.state_dict() if self.ema is not None else None})
@@ -380,7 +380,7 @@ class _Loop:
             if self.cfg.resume and self.master:
                 log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
-        check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture,
+        check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture_name,
                         self.cfg.optimizer_name, self.cfg.scale)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
@@ -408,7 +408,7 @@ class _Loop:
         """
         from trainer.learn.init_from import apply_init_from
 
-        record = apply_init_from(self.net, self.cfg.init_from, architecture=self.cfg.architecture,
+        record = apply_init_from(self.net, self.cfg.init_from, architecture=self.cfg.architecture_name,
                                  model_size=self.cfg.model_size, scale=self.cfg.scale)
         if self.ema is not None:
             self.ema = WeightEMA(self.net, self.cfg.ema_decay)

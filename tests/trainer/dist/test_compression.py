@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tests.conftest import run_cli
 from trainer.dist import compression
 from trainer.dist.compression import POWERSGD_START_ITER, CommCounter, bucket_count, sync_calls, sync_payload
-from trainer.core.config import DEFAULT_ARCHITECTURE
+from trainer.core.config import TrainConfig
 from trainer.learn.model import MODEL_SIZES, build_model
 from trainer.record.rundir import RunPaths
 
@@ -31,7 +31,7 @@ def one_process_group(tmp_path):
 
 def shapes_of(size: str) -> list[tuple[int, ...]]:
     with torch.device("meta"):
-        return [tuple(p.shape) for p in build_model(size, DEFAULT_ARCHITECTURE).parameters()]
+        return [tuple(p.shape) for p in build_model(size, TrainConfig("i", "t", "r").architecture_name).parameters()]
 
 
 def test_sync_payload_follows_the_hooks_rules_by_hand():
@@ -48,7 +48,7 @@ def test_sync_payload_follows_the_hooks_rules_by_hand():
 @pytest.mark.parametrize("size", list(MODEL_SIZES))
 def test_bucket_count_matches_ddp_assignment(size):
     with torch.device("meta"):
-        params = list(build_model(size, DEFAULT_ARCHITECTURE).parameters())[::-1]
+        params = list(build_model(size, TrainConfig("i", "t", "r").architecture_name).parameters())[::-1]
     buckets, _ = dist._compute_bucket_assignment_by_size(  # what DDP calls in its constructor
         params, [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024], [False] * len(params))
     assert bucket_count(shapes_of(size)) == len(buckets)

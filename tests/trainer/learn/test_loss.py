@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from trainer.core.channels import ChannelPlan
 from trainer.data.crops import per_crop_l1
-from trainer.learn.loss import EPS, per_crop_loss
+from trainer.learn.loss import EPS, per_crop_loss, soft_jaccard
 
 MATTE = ChannelPlan(("R", "G", "B"), ("A",))
 RGBA_OUT = ChannelPlan(("R", "G", "B"), ("R", "G", "B", "A"))
@@ -37,6 +37,23 @@ def test_matte_bce_plus_l1_is_the_binary_cross_entropy_plus_l1():
     expected = F.binary_cross_entropy(p, t, reduction="none").mean(dim=(1, 2, 3)) + (p - t).abs().mean(dim=(1, 2, 3))
     torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(per_crop_loss(out, target, MATTE, "l1"), (out - target).abs().mean(dim=(1, 2, 3)))
+
+
+def test_matte_iou_term_is_the_soft_jaccard_loss_of_each_crop():
+    out, target = pair(1, seed=3)
+    base = per_crop_loss(out, target, MATTE)
+    got = per_crop_loss(out, target, MATTE, "bce+l1+iou")
+    p, t = out.double(), target.double()
+    inter = (p * t).sum(dim=(1, 2, 3))
+    expected = 1 - (inter + 1) / (p.sum(dim=(1, 2, 3)) + t.sum(dim=(1, 2, 3)) - inter + 1)
+    torch.testing.assert_close((got - base).double(), expected, rtol=1e-5, atol=1e-6)
+    full = torch.ones(1, 1, 4, 4)
+    assert float(soft_jaccard(full, full)) == 0.0  # a perfect matte: no IoU loss
+    assert float(soft_jaccard(torch.zeros_like(full), full)) == pytest.approx(1 - 1 / 17)  # missed all 16 pixels
+    assert float(soft_jaccard(torch.zeros_like(full), torch.zeros_like(full))) == 0.0  # an empty crop, kept empty
+    assert float(soft_jaccard(full, torch.zeros_like(full))) == pytest.approx(1 - 1 / 17)  # 16 false pixels
+    rgba = per_crop_loss(torch.cat([out] * 4, 1), torch.cat([target] * 4, 1), RGBA_OUT, "bce+l1+iou")
+    torch.testing.assert_close(rgba, (3 * (out - target).abs().mean(dim=(1, 2, 3)) + got) / 4)  # alpha only
 
 
 def test_matte_probabilities_and_ground_truth_are_clamped():
@@ -79,7 +96,7 @@ def test_loss_is_float32_under_bf16_autocast_and_has_gradients():
 
 def test_bad_arguments_are_refused():
     out, target = pair(1)
-    with pytest.raises(ValueError, match=r"matte_loss='l2' is not one of bce\+l1, l1"):
+    with pytest.raises(ValueError, match=r"matte_loss='l2' is not one of bce\+l1\+iou, bce\+l1, l1"):
         per_crop_loss(out, target, MATTE, "l2")
     with pytest.raises(ValueError, match=r"must both be \(b, 4, h, w\) for target channels R, G, B, A"):
         per_crop_loss(out, target, RGBA_OUT)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trainer.core.config import DEFAULT_ARCHITECTURE
+from trainer.core.config import DEFAULT_ARCHITECTURE, TrainConfig
 from trainer.learn.model import ARCHITECTURES, MODEL_SIZES, build_model, count_parameters
 
 
@@ -80,7 +80,7 @@ def test_v3_parameter_counts_and_full_resolution_first_level(size, params):
     net = build_model(size, "v3")
     assert count_parameters(net) == params
     assert net.head.in_channels == 3 and net.tail.out_channels == 3  # no space-to-depth stem: full resolution
-    assert DEFAULT_ARCHITECTURE == "v3"  # the default network (docs/studies/time_to_quality.md)
+    assert DEFAULT_ARCHITECTURE == "auto" and TrainConfig("i", "t", "r").architecture_name == "v3"  # colour: v3
 
 
 def test_unknown_architecture_is_named():

@@ -75,7 +75,7 @@ def test_rgb_default_is_the_network_of_before_channels(old_model, architecture, 
     assert new_cfg == {**old_cfg, "out_channels": 0, "residual": (), "bounded": ()}
 
 
-@pytest.mark.parametrize("architecture", ["v1", "v2", "v3"])
+@pytest.mark.parametrize("architecture", ["v1", "v2", "v3", "unet"])
 @pytest.mark.parametrize("scale", [1, 2])
 def test_untrained_matte_network_returns_one_channel_of_one_half(architecture, scale):
     net = build_model("small", architecture, scale=scale, channels=MATTE).eval()
@@ -86,7 +86,7 @@ def test_untrained_matte_network_returns_one_channel_of_one_half(architecture, s
     assert torch.equal(y, torch.full_like(y, 0.5))  # sigmoid(0): the zero tail, no prior (trainer.learn.heads)
 
 
-@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v2", 2), ("v3", 2)])
+@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v2", 2), ("v3", 2), ("unet", 1)])
 def test_untrained_colour_alpha_network_returns_its_input_and_one_half(architecture, scale):
     net = build_model("small", architecture, scale=scale, channels=RGBA_OUT).eval()
     x = torch.rand(1, 3, 10, 7)
@@ -107,7 +107,8 @@ def test_a_correction_adds_to_the_input_channel_of_the_same_name():
     assert torch.equal(y[:, 1], torch.full_like(y[:, 1], 0.5))
 
 
-@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v1", 2), ("v2", 1), ("v2", 2), ("v3", 2)])
+@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v1", 2), ("v2", 1), ("v2", 2), ("v3", 2), ("unet", 1),
+                                                ("unet", 2)])
 def test_trained_output_is_input_plus_raw_sigmoid_and_raw(architecture, scale):
     """Output j = base[residual j] + raw_j, sigmoid(raw_j) for a matte, raw_j for a plain new channel."""
     plan = ChannelPlan(("R", "G", "B"), ("G", "A", "Z"))  # a correction, a matte, a plain channel
@@ -138,7 +139,7 @@ def test_a_plan_whose_targets_are_its_inputs_keeps_the_identity_path():
         assert torch.equal(net(x), x)
 
 
-@pytest.mark.parametrize("architecture", ["v1", "v3"])
+@pytest.mark.parametrize("architecture", ["v1", "v3", "unet"])
 @pytest.mark.parametrize("plan", [None, MATTE, RGBA_OUT, LAYER_MATTE], ids=["rgb", "matte", "rgba", "layer"])
 def test_model_config_round_trips_through_json(architecture, plan):
     cfg = model_config("small", architecture, 2, plan)

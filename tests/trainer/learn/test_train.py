@@ -56,7 +56,7 @@ def assert_mixed_precision_match(w1, w2, c: TrainConfig, rel: float = 0.02) -> N
     peak = train_mod.effective_lr(c, 1)
     bound = 2 * sum(train_mod.lr_at(u, c.steps, peak, c.warmup_steps) for u in range(c.steps))
     torch.manual_seed(c.seed)
-    w0 = build_model(c.model_size, c.architecture).state_dict()
+    w0 = build_model(c.model_size, c.architecture_name).state_dict()
     assert_same_weights(w1, w2, atol=bound)
     flat = lambda w: torch.cat([w[k].flatten() for k in sorted(w)])  # noqa: E731
     moved, diff = (flat(w1) - flat(w0)).norm(), (flat(w2) - flat(w1)).norm()

@@ -43,7 +43,7 @@ def _reference_run(cfg: TrainConfig, sync: int) -> tuple[list[list[torch.Tensor]
     frames = load_pairs(pair_frames(cfg.input_dir, cfg.target_dir))
     sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, 0, 1, cfg.seed)
     torch.manual_seed(cfg.seed)
-    net = build_model(cfg.model_size, cfg.architecture)
+    net = build_model(cfg.model_size, cfg.architecture_name)
     params = list(net.parameters())
     ratio = cfg.batch_size * sync / cfg.lr_reference_batch  # the default square-root scaling rule, by hand
     peak = cfg.base_lr * (ratio if cfg.lr_scaling == "linear" else ratio ** 0.5)
