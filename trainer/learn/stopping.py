@@ -65,9 +65,10 @@ class StopPlan:
         """The step the run ends after [steps]: ``--steps`` until a plan brings it forward."""
         return self.budget.last_step
 
-    def total_updates(self, sync_interval: int) -> int:
-        """Optimizer updates of the whole run at ``sync_interval`` steps each [updates]."""
-        return math.ceil(self.budget.last_step / sync_interval)
+    @property
+    def total_updates(self) -> int:
+        """Optimizer updates of the whole run, at ``sync_interval`` steps each [updates]."""
+        return math.ceil(self.budget.last_step / self.sync)
 
     def start(self) -> None:
         """Rank 0 writes the ``budget`` record as the run starts (with ``--time-budget``)."""

@@ -154,7 +154,7 @@ class _Loop:
     @property
     def total_updates(self) -> int:
         """Optimizer updates of the whole run: ``--steps``, or the last step the gang agreed under a budget."""
-        return self.stop_plan.total_updates(self.env.sync_interval)
+        return self.stop_plan.total_updates
 
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
