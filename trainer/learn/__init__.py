@@ -33,6 +33,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.learn.stopping`: When a run ends: ``--steps``, ``--time-budget`` and ``--stop-when-flat``, planned by
   rank 0 and agreed by every rank.
 - :mod:`trainer.learn.train`: The training loop every rank (farm frame) runs.
+- :mod:`trainer.learn.unet`: The ``unet`` network: a plain U-Net trunk (Ronneberger et al. 2015) under cuetrain's
+  output heads.
 """
 
 __all__ = [
@@ -53,4 +55,5 @@ __all__ = [
     'schedule',
     'stopping',
     'train',
+    'unet',
 ]
