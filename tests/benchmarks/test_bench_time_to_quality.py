@@ -60,7 +60,7 @@ def test_the_demo_trains_the_default_recipe(tmp_path):
     paths = ["--input", str(tmp_path), "--target", str(tmp_path), "--run-dir", str(tmp_path)]
     c = config_from_args(p.parse_args([*paths, "--steps", str(DEMO_STEPS), *DEMO_TRAIN_ARGS]))
     r = ttq.RECIPES["v3z-ema-mu"]
-    assert (c.architecture, c.model_size, c.batch_size, c.crop_size, c.base_lr, c.optimizer_name, c.adam_beta1,
+    assert (c.architecture_name, c.model_size, c.batch_size, c.crop_size, c.base_lr, c.optimizer_name, c.adam_beta1,
             c.beta2, c.ema_decay, c.lr_schedule, c.warmup_steps, c.steps) == (
         r.architecture, r.size, r.batch, r.crop, r.lr, r.optimizer, r.beta1, r.beta2, r.ema, r.schedule, r.warmup,
         r.steps)
