@@ -139,13 +139,34 @@ RECIPES: dict[str, Recipe] = {
 CLIPS = ("carphone", "bikes-blur-noise")
 
 
-def load_clip(name: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
-    """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 (input, target); frames 6, 12, ... held out."""
+#: The videos :func:`load_clip` decodes, by the stem that :func:`save_decoded` stores each under.
+VIDEOS = ("carphone_distorted", "carphone_pristine", "bikes")
+
+
+def save_decoded(path: Path) -> None:
+    """Decode every clip's videos once into one compressed ``.npz`` (uint8 (T, H, W, 3) per stem of
+    :data:`VIDEOS`; bikes' first 120 frames, ~34 MB): what a GPU host without PyAV reads with ``decoded=``."""
+    frames = {stem: _decode(clip_path(stem + ".mp4")) for stem in VIDEOS}
+    frames["bikes"] = frames["bikes"][:120]
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, **frames)
+    tmp.replace(path)
+
+
+def load_clip(name: str, decoded: Path | None = None
+              ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
+    """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 (input, target); frames 6, 12, ... held out.
+    ``decoded``: an ``.npz`` from :func:`save_decoded` to read the frames from instead of decoding the videos."""
+    store = np.load(decoded) if decoded else None
+
+    def video(stem: str) -> np.ndarray:  # (T, H, W, 3) uint8
+        return store[stem] if store is not None else _decode(clip_path(stem + ".mp4"))
+
     if name == "carphone":
-        inputs = _decode(clip_path("carphone_distorted.mp4")).astype(np.float32) / 255.0
-        targets = _decode(clip_path("carphone_pristine.mp4")).astype(np.float32) / 255.0
+        inputs = video("carphone_distorted").astype(np.float32) / 255.0
+        targets = video("carphone_pristine").astype(np.float32) / 255.0
     elif name == "bikes-blur-noise":
-        frames = _decode(clip_path("bikes.mp4"))[:120].astype(np.float32) / 255.0  # (T, H, W, 3)
+        frames = video("bikes")[:120].astype(np.float32) / 255.0  # (T, H, W, 3)
         t, h, w, _ = frames.shape
         targets = frames[:, :h // 2 * 2, :w // 2 * 2].reshape(t, h // 2, 2, w // 2, 2, 3).mean(axis=(2, 4))
         inputs = _degrade(targets)
