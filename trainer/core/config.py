@@ -26,10 +26,12 @@ MODEL_SIZES = ("small", "medium", "large")
 #: wiped out by a spike at 2.5e-4, hence 1e-4 (not yet run on a GPU) (docs/studies/trainer_speed.md,
 #: "Default learning rate per model size").
 DEFAULT_LR = {"small": 1e-3, "medium": 5e-4, "large": 1e-4}
-#: Muon's default lr over the size's Adam lr (:data:`DEFAULT_LR`): small 2e-3, ``cuetrain demo``'s measured lr
-#: (docs/studies/time_to_quality.md); medium and large keep Adam's ratio between sizes
-#: (``benchmarks/bench_default_recipe.py`` measured each against Adam) [1].
-MUON_LR_FACTOR = 2.0
+#: Muon's default lr by model size [1], for ``lr_reference_batch`` crops: about one lr for every size, since
+#: ``match_rms_adamw`` scales Muon's step to Adam's update size whatever the width. Searched on an H100 at batch 8,
+#: 1,000 steps (``benchmarks/bench_default_recipe.py``, docs/studies/default_recipe.md, "On a GPU"): medium best at
+#: 2e-3 of 5e-4 to 8e-3 (+4.24 dB; 8e-3 diverged), large best at 1.6e-3 of 1e-4 to 3.2e-3 (+4.55 dB, +3.51 at
+#: 3.2e-3); small 2e-3 is ``cuetrain demo``'s (4e-3 gained +0.08 dB more at 3,000 steps: within noise).
+DEFAULT_MUON_LR = {"small": 2e-3, "medium": 2e-3, "large": 1.6e-3}
 #: Adam's second-moment decay by optimizer when ``--adam-beta2`` is not given [1]: 0.9 with Muon (NAFNet's, Chen et
 #: al. 2022; the demo's recipe), 0.999 with Adam alone (Kingma & Ba; 0.9 measured 0.2 dB worse at lr 1e-3).
 DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}
@@ -81,8 +83,8 @@ class TrainConfig:
             ``v1`` (the first network; checkpoints without an architecture are v1), ``v2`` (space-to-depth stem,
             capacity at low resolution) or ``unet`` (a plain U-Net trunk) (see ``trainer.learn.model``).
         lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update; None = the model
-            size's Adam lr, :data:`DEFAULT_LR` (small 1e-3, medium 5e-4, large 1e-4), times :data:`MUON_LR_FACTOR`
-            with Muon; see :attr:`base_lr` [1].
+            size's Adam lr, :data:`DEFAULT_LR` (small 1e-3, medium 5e-4, large 1e-4), or with Muon its
+            :data:`DEFAULT_MUON_LR` (small 2e-3, medium 2e-3, large 1.6e-3); see :attr:`base_lr` [1].
         lr_reference_batch: batch the ``lr`` is tuned for [crops]; the effective batch of an update is
             ``batch_size x sync_interval`` (see ``lr_scaling``).
         lr_scaling: ``sqrt`` (default: lr x sqrt(effective batch / lr_reference_batch), the square-root rule
@@ -293,13 +295,13 @@ class TrainConfig:
     @property
     def optimizer_name(self) -> str:
         """The optimizer trained: ``optimizer``, or for ``auto`` the default recipe's choice by case: ``muon`` when
-        every target channel corrects an Input channel (repair, upres) at the small and medium sizes, ``adam`` when
-        the targets hold a matte (``benchmarks/bench_matte.py``: Adam reached IoU 0.937 where Muon reached 0.930 from
-        12 keyframes) and at the large size (``benchmarks/bench_default_recipe.py``: Adam +0.76 dB, Muon +0.67 dB
-        at 400 steps; docs/studies/default_recipe.md)."""
+        every target channel corrects an Input channel (repair, upres), at every size (``benchmarks/
+        bench_default_recipe.py``, each optimizer at its size's lr: ahead in every cell, from +0.5 to +2.9 dB,
+        docs/studies/default_recipe.md); ``adam`` when the targets hold a matte (``benchmarks/bench_matte.py``: Adam
+        reached IoU 0.937 where Muon reached 0.930 from 12 keyframes)."""
         if self.optimizer != "auto":
             return self.optimizer
-        return "adam" if any(self.channels.matte) or self.model_size == "large" else "muon"
+        return "adam" if any(self.channels.matte) else "muon"
 
     @property
     def beta2(self) -> float:
@@ -308,11 +310,11 @@ class TrainConfig:
 
     @property
     def base_lr(self) -> float:
-        """``lr``, or when it is None the model size's :data:`DEFAULT_LR`, times :data:`MUON_LR_FACTOR` with Muon
+        """``lr``, or when it is None the model size's :data:`DEFAULT_LR` (Adam) or :data:`DEFAULT_MUON_LR` (Muon)
         [1]."""
         if self.lr is not None:
             return self.lr
-        return DEFAULT_LR[self.model_size] * (MUON_LR_FACTOR if self.optimizer_name == "muon" else 1.0)
+        return (DEFAULT_MUON_LR if self.optimizer_name == "muon" else DEFAULT_LR)[self.model_size]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for run.json and checkpoints)."""
@@ -372,8 +374,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"network (default {DEFAULT_ARCHITECTURE}: v3 for colour and upres, unet for a matte): v3 (v2's "
                         "blocks, full-resolution first level), v1 (the first one), v2 (space-to-depth stem) or unet "
                         "(a plain U-Net trunk); see trainer.learn.model")
-    g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size: "
-                   + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + ")")
+    g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size, Adam: "
+                   + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + "; Muon: "
+                   + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_MUON_LR.items()) + ")")
     g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
     g.add_argument("--lr-scaling", choices=LR_SCALINGS,
                    help="LR scaling with the effective batch: sqrt (default, for Adam), linear or none")
