@@ -16,7 +16,8 @@ The networks of :mod:`trainer.learn.model` end in a convolution (the *tail*) who
 
   The tail still starts at zero, so an untrained network returns its Input in corrected channels, 0 in plain
   new ones and **sigmoid(0) = 0.5 everywhere in a matte** (maximum uncertainty: the first binary cross-entropy is
-  log 2 per pixel and its gradient points each pixel towards its Ground Truth). The tail's bias is not set to
+  log 2 per pixel and its gradient points each pixel towards its Ground Truth); the ``unet`` trunk's matte rows
+  keep a random draw instead (near 0.5: :func:`tail_and_output`). The tail's bias is not set to
   the logit of a prior coverage: the network is built before any data is read, and a zero tail keeps every
   other weight torch draws the same as the colour network of the same shapes.
 
@@ -175,6 +176,66 @@ def check_channels(channels: int, out_channels: int, residual: Sequence[int], bo
         raise ValueError(f"residual {tuple(residual)} names Input channels {bad} of a {channels}-channel Input; "
                          "each entry is an Input channel index 0..channels-1, or -1 for a new channel")
     return cout
+
+
+def zero_tail(width: int, channels: int, drawn: Sequence[int] = ()) -> nn.Conv2d:
+    """A network's tail: a 3x3 convolution ``(B, width, h, w) -> (B, channels, h, w)`` whose weight and bias start at
+    zero, so that an untrained network returns its Input (module doc), except the weight rows (output channels) in
+    ``drawn``, which keep torch's default draw (the draw happens for every row either way, so every other weight
+    of the network is the same)."""
+    conv = nn.Conv2d(width, channels, 3, padding=1)
+    with torch.no_grad():
+        keep = torch.zeros(channels, dtype=torch.bool)
+        keep[list(drawn)] = True
+        conv.weight[~keep] = 0.0
+    nn.init.zeros_(conv.bias)
+    return conv
+
+
+class Output(nn.Module):
+    """A network's output from its tail's raw channels (module doc): named channels (:class:`ChannelOutput`), upres
+    (:class:`SubPixelUpscale`) or the identity mapping's ``x + raw`` at scale 1.
+
+    x (B, Cin, H, W) and raw (B, Cout (stem scale)^2, H'/stem, W'/stem) (H' >= H, W' >= W the padded size; ``stem``
+    the features' downsampling, 1 for full-resolution networks) -> (B, Cout, scale H, scale W). No parameters: a
+    network's state dict is the same with or without it.
+    """
+
+    __constants__ = ["stem"]  # TorchScript folds it: a network without a stem exports no pixel_shuffle for it
+
+    def __init__(self, scale: int, stem: int, residual: Sequence[int], bounded: Sequence[bool]) -> None:
+        super().__init__()
+        self.stem = stem  # the features' downsampling before the tail [1]
+        self.named = output_head(scale, stem * scale, residual, bounded)  # None: identity mapping
+        self.upscale = None if self.named is not None else upscale_head(scale, stem * scale)  # None at scale 1
+
+    def forward(self, x: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+        if self.named is not None:
+            return self.named(x, raw)  # one pixel_shuffle by stem x scale -> (B, Cout, sH, sW)
+        if self.upscale is not None:
+            return self.upscale(x, raw)  # -> (B, C, sH, sW)
+        h, w = x.shape[-2], x.shape[-1]
+        if self.stem > 1:
+            raw = F.pixel_shuffle(raw, self.stem)  # (B, C stem^2, H'/stem, W'/stem) -> (B, C, H', W')
+        return x + raw[..., :h, :w]
+
+
+def tail_and_output(width: int, out_channels: int, scale: int, stem: int, residual: Sequence[int],
+                    bounded: Sequence[bool], drawn_mattes: bool = False) -> tuple[nn.Conv2d, Output]:
+    """The zero-started tail (``width`` -> ``out_channels (stem scale)^2`` sub-pixel channels) and the
+    :class:`Output` that turns its raw channels into the frame: the end every network of
+    :mod:`trainer.learn.model` shares.
+
+    ``drawn_mattes``: a matte channel's tail rows (channel j's ``(stem scale)^2`` sub-pixel rows, j (stem scale)^2
+    onwards, ``pixel_shuffle``'s order) keep torch's default draw instead of zero, so the untrained matte is near 0.5
+    rather than exactly 0.5. For a trunk that ends in a ReLU (``trainer.learn.unet``): a zero row's first Adam steps
+    move every weight by about the lr, all one way (77% of the crops are background), the trunk can then raise the
+    matte's logit only by pushing features to the ReLU's 0, where they pass no gradient back, and 2 of 6 seeds locked
+    the inside of the face at sigmoid(the tail's bias), 0.81 (docs/studies/matte_network.md, "The stuck face").
+    """
+    k = (stem * scale) ** 2
+    drawn = [j * k + i for j, b in enumerate(bounded) if b and drawn_mattes for i in range(k)]
+    return zero_tail(width, out_channels * k, drawn), Output(scale, stem, residual, bounded)
 
 
 def upscale_head(scale: int, shuffle: int) -> SubPixelUpscale | None:

@@ -62,7 +62,7 @@ from torch import nn
 from trainer.core.channels import ChannelPlan
 # SubPixelUpscale, bilinear, check_scale and pad_to_multiple live in heads; callers import them from here too.
 from trainer.learn.heads import (SubPixelUpscale, bilinear, channel_fields, check_channels,  # noqa: F401
-                                 check_scale, output_head, pad_to_multiple, upscale_head)
+                                 check_scale, pad_to_multiple, tail_and_output)
 from trainer.learn.unet import MODEL_SIZES_UNET, PlainUNet, UNetConfig
 
 
@@ -162,14 +162,10 @@ class CopyCatUNet(nn.Module):
         self.downs = nn.ModuleList([Down(c * 2 ** i, cfg.blocks) for i in range(cfg.depth)])
         self.middle = nn.Sequential(*[ResBlock(c * 2 ** cfg.depth) for _ in range(cfg.blocks)])
         self.ups = nn.ModuleList([Up(c * 2 ** i, cfg.blocks) for i in reversed(range(cfg.depth))])
-        self.tail = nn.Conv2d(c, self.out_channels * cfg.scale ** 2, 3, padding=1)  # Cout s^2 sub-pixel channels
-        nn.init.zeros_(self.tail.weight)  # start as the identity (upres: the bilinear input; mattes: 0.5)
-        nn.init.zeros_(self.tail.bias)
-        self.output = output_head(cfg.scale, cfg.scale, cfg.residual, cfg.bounded)  # None: identity mapping
-        self.upscale = None if self.output is not None else upscale_head(cfg.scale, cfg.scale)  # None at scale 1
+        # Cout s^2 sub-pixel channels, starting at zero (the identity; upres: the bilinear input; mattes: 0.5)
+        self.tail, self.output = tail_and_output(c, self.out_channels, cfg.scale, 1, cfg.residual, cfg.bounded)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2], x.shape[-1]
         y = pad_to_multiple(x, self.multiple)  # (B, 3, H, W) -> (B, 3, H', W'), H' and W' multiples of 2**depth
         y = F.relu(self.head(y))  # (B, 3, H', W') -> (B, c, H', W')
         skips: list[torch.Tensor] = []
@@ -179,12 +175,7 @@ class CopyCatUNet(nn.Module):
         y = self.middle(y)
         for i, up in enumerate(self.ups):  # each level: (B, 2C, H/2, W/2) -> (B, C, H, W)
             y = up(y, skips[len(skips) - 1 - i])
-        y = self.tail(y)  # (B, c, H', W') -> (B, Cout s^2, H', W')
-        if self.output is not None:
-            return self.output(x, y)  # named channels -> (B, Cout, sH, sW)
-        if self.upscale is None:
-            return x + y[..., :h, :w]
-        return self.upscale(x, y)  # -> (B, 3, sH, sW)
+        return self.output(x, self.tail(y))  # (B, c, H', W') -> (B, Cout s^2, H', W') -> (B, Cout, sH, sW)
 
 
 @dataclass(frozen=True)
@@ -247,14 +238,11 @@ class CopyCatUNetV2(nn.Module):
         levels = list(reversed(range(len(cfg.dec_blocks))))  # the way up runs from the lowest level
         self.ups = nn.ModuleList([nn.Conv2d(widths[i + 1], widths[i] * 4, 1) for i in levels])
         self.decoders = nn.ModuleList([_blocks(widths[i], cfg.dec_blocks[i]) for i in levels])
-        self.tail = nn.Conv2d(cfg.width, self.out_channels * cfg.stem ** 2 * cfg.scale ** 2, 3, padding=1)
-        nn.init.zeros_(self.tail.weight)  # Cout (stem s)^2 channels; start as the identity (mattes: 0.5)
-        nn.init.zeros_(self.tail.bias)
-        self.output = output_head(cfg.scale, cfg.stem * cfg.scale, cfg.residual, cfg.bounded)  # None: identity
-        self.upscale = None if self.output is not None else upscale_head(cfg.scale, cfg.stem * cfg.scale)  # None at 1
+        # Cout (stem s)^2 channels, starting at zero (the identity; mattes: 0.5)
+        self.tail, self.output = tail_and_output(cfg.width, self.out_channels, cfg.scale, cfg.stem, cfg.residual,
+                                                 cfg.bounded)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2], x.shape[-1]
         y = pad_to_multiple(x, self.multiple)  # (B, 3, H, W) -> (B, 3, H', W'), H' and W' multiples of stem*2**levels
         if self.stem > 1:
             y = F.pixel_unshuffle(y, self.stem)  # (B, 3, H', W') -> (B, 3 s^2, H'/s, W'/s)
@@ -268,14 +256,7 @@ class CopyCatUNetV2(nn.Module):
         for i, (up, decoder) in enumerate(zip(self.ups, self.decoders)):  # (B, 2C, h/2, w/2) -> (B, C, h, w)
             y = F.pixel_shuffle(up(y), 2) + skips[len(skips) - 1 - i]  # (B, 4C, h/2, w/2) -> (B, C, h, w)
             y = decoder(y)
-        y = self.tail(y)  # (B, c, h, w) -> (B, Cout stem^2 scale^2, h, w)
-        if self.output is not None:
-            return self.output(x, y)  # named channels: one pixel_shuffle by stem*scale -> (B, Cout, sH, sW)
-        if self.upscale is not None:
-            return self.upscale(x, y)  # -> (B, 3, scale H, scale W)
-        if self.stem > 1:
-            y = F.pixel_shuffle(y, self.stem)  # (B, 3 stem^2, h, w) -> (B, 3, H', W')
-        return x + y[..., :h, :w]
+        return self.output(x, self.tail(y))  # (B, c, h, w) -> (B, Cout stem^2 scale^2, h, w) -> (B, Cout, sH, sW)
 
 
 def _blocks(ch: int, count: int) -> nn.Sequential:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.learn.heads import check_channels, check_scale, output_head, pad_to_multiple, upscale_head
+from trainer.learn.heads import check_channels, check_scale, pad_to_multiple, tail_and_output
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,10 @@ class PlainUNet(nn.Module):
         w = cfg.widths
         self.downs = nn.ModuleList([_double_conv(cfg.channels if i == 0 else w[i - 1], w[i]) for i in range(len(w))])
         self.ups = nn.ModuleList([_Up(w[i + 1], w[i], w[i]) for i in reversed(range(len(w) - 1))])
-        self.tail = nn.Conv2d(w[0], self.out_channels * cfg.scale ** 2, 3, padding=1)  # Cout s^2 sub-pixel channels
-        nn.init.zeros_(self.tail.weight)  # start as the identity (upres: the bilinear input; mattes: 0.5)
-        nn.init.zeros_(self.tail.bias)
-        self.output = output_head(cfg.scale, cfg.scale, cfg.residual, cfg.bounded)  # None: identity mapping
-        self.upscale = None if self.output is not None else upscale_head(cfg.scale, cfg.scale)  # None at scale 1
+        # Cout s^2 sub-pixel channels, starting at zero (the identity; upres: the bilinear input; mattes: 0.5)
+        self.tail, self.output = tail_and_output(w[0], self.out_channels, cfg.scale, 1, cfg.residual, cfg.bounded)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2], x.shape[-1]
         y = pad_to_multiple(x, self.multiple)  # (B, Cin, H, W) -> (B, Cin, H', W'), multiples of 2**(levels-1)
         skips: list[torch.Tensor] = []
         for i, down in enumerate(self.downs):  # level i: (B, C, h, w) -> (B, w_i, h / 2**i, w / 2**i)
@@ -110,12 +106,7 @@ class PlainUNet(nn.Module):
             skips.append(y)
         for i, up in enumerate(self.ups):  # (B, w_{i+1}, h/2, w/2) + skip (B, w_i, h, w) -> (B, w_i, h, w)
             y = up(y, skips[len(skips) - 2 - i])
-        y = self.tail(y)  # (B, w_0, H', W') -> (B, Cout s^2, H', W')
-        if self.output is not None:
-            return self.output(x, y)  # named channels -> (B, Cout, sH, sW)
-        if self.upscale is None:
-            return x + y[..., :h, :w]
-        return self.upscale(x, y)  # -> (B, 3, sH, sW)
+        return self.output(x, self.tail(y))  # (B, w_0, H', W') -> (B, Cout s^2, H', W') -> (B, Cout, sH, sW)
 
 
 #: The ``unet`` sizes. Small is the plain small U-Net's trunk (three levels of 16/32/64 channels): on a matte from

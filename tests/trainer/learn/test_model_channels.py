@@ -133,7 +133,7 @@ def test_a_plan_whose_targets_are_its_inputs_keeps_the_identity_path():
     plan = ChannelPlan(("R", "G", "B", "A"), ("R", "G", "B", "A"))
     assert channel_fields(plan) == {"channels": 4}
     net = build_model("small", "v2", channels=plan).eval()
-    assert net.output is None and (net.in_channels, net.out_channels) == (4, 4)
+    assert net.output.named is None and (net.in_channels, net.out_channels) == (4, 4)
     x = torch.rand(1, 4, 6, 6)
     with torch.no_grad():
         assert torch.equal(net(x), x)

@@ -65,7 +65,7 @@ def test_scale_1_is_the_same_network_draw_for_draw(architecture):
     assert torch.equal(torch.rand(4), after_default)  # the same number of random draws
     a, b = default.state_dict(), explicit.state_dict()
     assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
-    assert getattr(default, "upscale") is None  # scale 1 keeps the residual x + tail path
+    assert default.output.upscale is None  # scale 1 keeps the residual x + tail path
 
 
 def test_config_records_the_scale_and_old_dicts_load_as_scale_1():
