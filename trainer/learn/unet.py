@@ -5,8 +5,10 @@ Ronneberger, Fischer & Brox, "U-Net: Convolutional Networks for Biomedical Image
 bilinear upsampling (``align_corners=False``) goes up, and the level's skip is concatenated before its two
 convolutions. Padded convolutions keep the frame's size (the paper's are unpadded). The tail and the output heads
 are the other networks' (:mod:`trainer.learn.heads`: the identity mapping for RGB repair, sub-pixel upres, and named
-channels: a matte is ``sigmoid(raw)``), and the tail starts at zero, so an untrained ``unet`` returns its input (a
-matte: 0.5), as the others do.
+channels: a matte is ``sigmoid(raw)``), and the tail starts at zero, so an untrained ``unet`` returns its input, as
+the others do; a matte's tail rows alone keep a random draw (an untrained matte is near 0.5, not exactly): under
+the trunk's last ReLU a zero row locked the inside of a face at 0.81 on 2 seeds of 6
+(``trainer.learn.heads.tail_and_output``).
 
 What it is for: mattes. Segmentation is what this trunk was made for; at the small size (16/32/64 channels, half v3
 small's weights) it measured better on a matte from 12 keyframes than v3 small (``benchmarks/bench_matte.py``,
@@ -95,8 +97,10 @@ class PlainUNet(nn.Module):
         w = cfg.widths
         self.downs = nn.ModuleList([_double_conv(cfg.channels if i == 0 else w[i - 1], w[i]) for i in range(len(w))])
         self.ups = nn.ModuleList([_Up(w[i + 1], w[i], w[i]) for i in reversed(range(len(w) - 1))])
-        # Cout s^2 sub-pixel channels, starting at zero (the identity; upres: the bilinear input; mattes: 0.5)
-        self.tail, self.output = tail_and_output(w[0], self.out_channels, cfg.scale, 1, cfg.residual, cfg.bounded)
+        # Cout s^2 sub-pixel channels, starting at zero (the identity; upres: the bilinear input) except a matte's,
+        # drawn at random (near 0.5): the trunk ends in a ReLU, under which a zero matte row can lock a face
+        self.tail, self.output = tail_and_output(w[0], self.out_channels, cfg.scale, 1, cfg.residual, cfg.bounded,
+                                                 drawn_mattes=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = pad_to_multiple(x, self.multiple)  # (B, Cin, H, W) -> (B, Cin, H', W'), multiples of 2**(levels-1)
