@@ -89,7 +89,7 @@ def test_config_file_values_are_used_and_flags_override(tmp_path, pairs):
     add_train_arguments(p)
     cfg = config_from_args(p.parse_args(["--config", str(toml), "--steps", "7"]))
     assert (cfg.steps, cfg.model_size, cfg.input_dir, cfg.adam_beta2) == (7, "medium", str(pairs[0]), None)
-    assert (cfg.optimizer_name, cfg.beta2, cfg.base_lr) == ("muon", 0.9, 1e-3)  # medium: half the small size's lr
+    assert (cfg.optimizer_name, cfg.beta2, cfg.base_lr) == ("muon", 0.9, 2e-3)  # medium: Muon's medium lr (DEFAULT_MUON_LR)
     assert config_from_args(p.parse_args(["--config", str(toml), "--adam-beta2", "0.9"])).adam_beta2 == 0.9
     with pytest.raises(ConfigError, match=r"adam_beta2=1.0 must be between 0 and 1"):
         config_from_args(p.parse_args(["--config", str(toml), "--adam-beta2", "1"]))
