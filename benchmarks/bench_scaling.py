@@ -1,7 +1,7 @@
 """Scaling benchmarks (issue: how many machines), printed as figures and ratios measured in one run.
 
 (c) gradient bytes per step by sync interval and compression, counted through a DDP comm hook
-    (``trainer.dist.compression.counting_hook``) in a real 2-rank ``trainer.learn.train`` gang, next to the
+    (``trainer.gang.compression.counting_hook``) in a real 2-rank ``trainer.learn.train`` gang, next to the
     advisor's formula (``sync_payload``);
 (d) rank-0 output overhead: median step time (per log window) with a contact sheet and a
     checkpoint every 10 steps, at the defaults (100 / 250), and never; 1 rank, interleaved;
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from common import demo_data, interleaved, make_free_ports, run_cuetrain_metrics, window_step_times
 
-from trainer.dist.compression import POWERSGD_START_ITER, sync_payload
+from trainer.gang.compression import POWERSGD_START_ITER, sync_payload
 
 KINDS = ("none", "fp16", "powersgd")
 INTERVALS = (1, 2, 4, 8)
@@ -38,7 +38,7 @@ def _bytes_rank(rank: int, ports: list[int], data: tuple[str, str], tmp: str, qu
     """One rank: train every (compression, interval) with a counting hook; report the counts."""
     import torch
 
-    from trainer.dist import compression
+    from trainer.gang import compression
     from trainer.core.config import TrainConfig
     from trainer.core.envvars import DistEnv
     from trainer.learn.train import train

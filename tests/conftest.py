@@ -139,12 +139,12 @@ XDIST_GROUPS: tuple[tuple[str, str], ...] = (
 HEAVY_FIRST: tuple[str, ...] = (
     "tests/multihost/", "tests/cue_plugin/test_elastic.py", "tests/cue_plugin/test_e2e_recovery.py",
     "tests/trainer/learn/test_bf16.py", "tests/cue_plugin/test_shot_recovery.py", "tests/cue_plugin/test_e2e_memory.py",
-    "tests/trainer/dist/test_gang.py", "tests/trainer/dist/test_stopvote.py", "tests/trainer/learn/test_train.py",
+    "tests/trainer/gang/test_formation.py", "tests/trainer/gang/test_stopvote.py", "tests/trainer/learn/test_train.py",
     "tests/cue_plugin/test_ranks_per_frame.py", "tests/cue_plugin/test_e2e_training.py",
-    "tests/trainer/dist/test_regroup.py", "tests/trainer/record/test_trust.py", "tests/trainer/dist/test_compression.py",
+    "tests/trainer/gang/test_regroup.py", "tests/trainer/record/test_trust.py", "tests/trainer/gang/test_compression.py",
     "tests/cue_plugin/test_frame.py", "tests/gui/test_cuegui_plugin.py", "tests/trainer/export/test_export.py",
     "tests/cue_plugin/test_infer_layer.py", "tests/trainer/learn/test_noise_scale.py", "tests/trainer/advise/test_advisor.py",
-    "tests/trainer/dist/test_phase_guard.py", "tests/trainer/data/test_shot_loading.py", "tests/trainer/learn/test_train_reference.py",
+    "tests/trainer/gang/test_phase_guard.py", "tests/trainer/data/test_shot_loading.py", "tests/trainer/learn/test_train_reference.py",
 )
 
 

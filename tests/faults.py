@@ -3,7 +3,7 @@
 pytest's faulthandler plugin writes a worker's dump (every thread's stack on SIGSEGV, SIGFPE, SIGABRT, SIGBUS,
 SIGILL) to the worker's stderr, in the middle of the run's output, most recent thread first and the main thread
 last, then a 2,000-character list of extension modules. CI keeps the last few thousand characters of a run: of
-stop 33's crash (a worker died in ``tests/trainer/dist/test_compression.py``) it kept only the main thread's
+stop 33's crash (a worker died in ``tests/trainer/gang/test_compression.py``) it kept only the main thread's
 bottom frames, not the error's name nor the thread that crashed.
 
 Here each worker's faulthandler writes to a file of its own in a folder the controller makes

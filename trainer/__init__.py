@@ -8,7 +8,7 @@ room        what it holds
 ==========  ==============================================================================================
 ``core``    configuration, environment variables, exit codes, signals and timeouts, ports, addresses (stdlib)
 ``record``  the run directory and ``run.json``, shared by trainer, farm and GUI (stdlib)
-``dist``    the gang: rendezvous, process group, the stop vote, gradient compression (torch.distributed)
+``gang``    the gang: rendezvous, process group, the stop vote, gradient compression (torch.distributed)
 ``data``    frames in: image I/O, colour, the shot, the host's decoded copy, crops, the data phase
 ``export``  models out: TorchScript, ONNX, the libtorch operator floor, the Nuke script, inference
 ``learn``   the training loop: networks, optimizers, schedule, EMA, precision, noise scale, rank 0's writer
@@ -27,10 +27,10 @@ console script (package ``cuetrain``) dispatches to all three. Importing ``train
 ROOMS: dict[str, tuple[str, ...]] = {
     "core": (),
     "record": ("core",),
-    "dist": ("core", "record"),
-    "data": ("core", "record", "dist"),
+    "gang": ("core", "record"),
+    "data": ("core", "record", "gang"),
     "export": ("core", "record", "data"),
-    "learn": ("core", "record", "dist", "data", "export"),
+    "learn": ("core", "record", "gang", "data", "export"),
     "agent": ("core", "record"),
-    "advise": ("core", "record", "dist", "data", "export", "learn"),
+    "advise": ("core", "record", "gang", "data", "export", "learn"),
 }

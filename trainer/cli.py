@@ -172,8 +172,8 @@ def main(argv: Sequence[str] | None = None, other_commands: Mapping[str, str] = 
         record_failure(code, exc)  # for the node agent (trainer.record.rankfailure), when a supervisor asked for it
         return code
     except Exception as exc:
-        from trainer.dist.gang import GangError
-        from trainer.dist.stopvote import StopTraining
+        from trainer.gang.formation import GangError
+        from trainer.gang.stopvote import StopTraining
 
         if isinstance(exc, StopTraining):  # checkpoint written: SIGTERM/SIGINT 75, SIGUSR1 regroup 79 (exitcodes)
             print(f"cuetrain: {exc}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Cost of the per-step stop vote (trainer.dist.stopvote.GangStop) on 2 gloo ranks over loopback.
+"""Cost of the per-step stop vote (trainer.gang.stopvote.GangStop) on 2 gloo ranks over loopback.
 
     .venv/bin/python benchmarks/studies/bench_stop.py [--steps 2000] [--work-ms 5] [--repeats 3]
 
@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from trainer.core.ports import free_port  # noqa: E402
-from trainer.dist.stopvote import GangStop, StopSignal  # noqa: E402
+from trainer.gang.stopvote import GangStop, StopSignal  # noqa: E402
 
 
 PARAMETERS = 169_843  # --model-size small

@@ -2,7 +2,7 @@
 
 OpenCue starts the frames of a layer one by one, on hosts unknown at submit time, and retries
 them one by one; so frame 0 announces its main address ``host:port`` and the other frames look
-it up. The trainer then forms the gang itself (``trainer.dist.gang``: rank claims, job-token HMAC, gang
+it up. The trainer then forms the gang itself (``trainer.gang.formation``: rank claims, job-token HMAC, gang
 timeout); this module only gets every rank the right ``COPYCAT_MAIN_ADDR``/``COPYCAT_MAIN_PORT``.
 
 The port. Frame 0 reserves it before publishing: a socket bound with ``SO_REUSEADDR`` but not

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pyoutline reads its config at import: import it only when b
     import outline
     import outline.cuerun
 
-#: Environment variable that carries the per-job token (trainer.dist.gang checks it; see cue_plugin.node.frame).
+#: Environment variable that carries the per-job token (trainer.gang.formation checks it; see cue_plugin.node.frame).
 TOKEN_ENV = "CUETRAIN_GANG_TOKEN"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -169,7 +169,7 @@ def test_a_gang_of_3_shrinks_to_2_and_grows_back_matching_an_uninterrupted_run(t
     assert "grows at its next checkpoint" in run.rank_log(0).read_text()
 
     # Same seed and steps: the (seed, step) crops are split over whatever ranks there are, so the weights and
-    # Adam's state match within float32 summation order (tests/trainer/dist/test_regroup.py measured 3e-8).
+    # Adam's state match within float32 summation order (tests/trainer/gang/test_regroup.py measured 3e-8).
     assert run.list_checkpoints()[-1][0] == ref.list_checkpoints()[-1][0] == STEPS
     assert starts[2] < COMPARE_AT, f"the 3-rank gang grew back at step {starts[2]}: after COMPARE_AT"
     got, want = state_at(run, COMPARE_AT), state_at(ref, COMPARE_AT)

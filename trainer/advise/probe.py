@@ -5,7 +5,7 @@
 crops cut on the device: data + forward + backward, then the optimizer step (the run's Adam or Muon), timed separately
 (warm-up iterations dropped, medians kept), in rounds that visit every batch size in turn. It also
 times rank 0's contact sheet and checkpoint, and takes the bytes all-reduced per sync from the
-parameter shapes (``trainer.dist.compression.sync_payload``). With ``ranks_per_host`` R > 1 it runs R
+parameter shapes (``trainer.gang.compression.sync_payload``). With ``ranks_per_host`` R > 1 it runs R
 timing processes at once, as ``cuetrain local --world-size R`` shares one host, and keeps the
 slowest.
 
@@ -123,7 +123,7 @@ def _colocated_rank(cfg: TrainConfig, sizes: list[int], threads: int, warmup: in
 
 
 def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters: int, gang: _Gang) -> Probe:
-    from trainer.dist.compression import sync_calls, sync_payload
+    from trainer.gang.compression import sync_calls, sync_payload
     from trainer.data.images import load_pairs, pair_frames
     from trainer.learn.model import build_model, count_parameters
     from trainer.learn.precision import configure_backends, memory_format, resolve_precision
@@ -284,7 +284,7 @@ def _time_allreduce(env: DistEnv, mb: float, repeats: int, timeout_s: float) -> 
     """Median seconds of a 1-float and an ``mb`` MiB float32 all-reduce in the gang of ``env``."""
     import torch.distributed as dist
 
-    from trainer.dist import distributed
+    from trainer.gang import distributed
 
     torch.set_num_threads(1)
     rt = distributed.setup(env, timeout_s, timeout_s)  # collective and gang timeouts

@@ -56,7 +56,7 @@ def _run_gang(train_argv: list[str], world_size: int, sync_interval: int, logs: 
     """Start every rank once (a freshly reserved port and a new token per start) and wait; returns how the
     gang ended. The port stays reserved until the gang exits (:mod:`trainer.core.ports`): rank 0's store binds
     it, no other program can."""
-    token = secrets.token_hex(16)  # per gang: a stray process cannot join (trainer.dist.gang)
+    token = secrets.token_hex(16)  # per gang: a stray process cannot join (trainer.gang.formation)
     with PortReservation(0) as reservation:
         port = reservation.port
         base = environ_with({**copycat_env("127.0.0.1", port, 0, world_size, sync_interval, token=token),

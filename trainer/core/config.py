@@ -137,7 +137,7 @@ class TrainConfig:
         memory_format: ``channels_last`` (NHWC activations, faster on oneDNN and cuDNN) or ``contiguous``.
         compile: ``torch.compile`` the training model (opt-in; the first steps compile).
         stop_grace_s: after SIGTERM/SIGINT, the gang stops at an agreed step and rank 0 checkpoints; a rank
-            still running this long after the signal exits anyway (code 76) (see trainer.dist.stopvote) [seconds].
+            still running this long after the signal exits anyway (code 76) (see trainer.gang.stopvote) [seconds].
         data_cache_mb: decoded frames a rank keeps in its own memory, taken from the host's decoded copy of
             the shot (see ``trainer.data.hostcache``); crops of the other frames are read from that copy on local
             scratch, whatever the shot's length. 0 = none kept [MiB].

@@ -42,7 +42,7 @@ class ExitCode(IntEnum):
     #: the gang could not form: gang incomplete, main address unreachable, rank 0's port in use,
     #: or the frame's rendezvous timed out / frame 0 failed the gang
     GANG = 3
-    #: a rank died or hung during training (trainer.dist.gang.RankLost): restart the gang from the checkpoint
+    #: a rank died or hung during training (trainer.gang.formation.RankLost): restart the gang from the checkpoint
     RANK_LOST = 4
     #: this process may not join: its rank is claimed already or its job token is wrong
     REJECTED = 5

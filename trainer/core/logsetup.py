@@ -6,7 +6,7 @@ and a frame's log should show only our progress and anyone's warnings.
 
 A rank writes two kinds of lines to its output, both defined here and nowhere else:
 
-- log records, :func:`rank_format` (``2026-01-01 12:00:00,000 INFO [rank 0] trainer.dist.gang: ...``);
+- log records, :func:`rank_format` (``2026-01-01 12:00:00,000 INFO [rank 0] trainer.gang.formation: ...``);
 - progress lines, :func:`progress_line` (``[Step:50/3000] loss=0.031 lr=0.002 images/s=120.5``), which
   render-farm adaptors parse (a frame's log in CueGUI shows one per ``--log-interval``).
 

@@ -29,7 +29,7 @@ local``) keeps loopback.
 
 The pure functions take the interface table and the route lookup as arguments (tests inject
 them); :func:`interfaces` and :func:`kernel_route` are the real ones. ``COPYCAT_LOCAL_ADDR`` and
-``CUETRAIN_MAIN_HOST`` override all of this (trainer.dist.distributed, cue_plugin.node.rendezvous).
+``CUETRAIN_MAIN_HOST`` override all of this (trainer.gang.distributed, cue_plugin.node.rendezvous).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ supervisor  SIGINT    interrupt    Python's ``KeyboardInterrupt``: the ranks are
                                    process ends by SIGINT (exit 130 to a shell)
 ==========  ========  ===========  ==============================================================================
 
-A rank is ``python -m trainer`` (:class:`trainer.dist.stopvote.StopSignal`); a supervisor is ``cuetrain local``
+A rank is ``python -m trainer`` (:class:`trainer.gang.stopvote.StopSignal`); a supervisor is ``cuetrain local``
 or a farm frame's node agent (:func:`trainer.agent.supervise.run_ranks`). SIGKILL cannot be caught: RQD kills
 frames with ``os.killpg(pid, 9)`` (AcademySoftwareFoundation/OpenCue rqd/rqd/rqnetwork.py
 ``RunningFrame.kill``), so a killed frame resumes from its latest periodic checkpoint

@@ -3,13 +3,13 @@
 Order: a supervisor's SIGKILL comes strictly after the trainer's checkpoint grace (docs/failure_handling.md,
 "SIGTERM and SIGINT").
 
-- the trainer (:class:`trainer.dist.stopvote.StopSignal`) has ``checkpoint_s`` seconds (``--stop-grace-s``) from
+- the trainer (:class:`trainer.gang.stopvote.StopSignal`) has ``checkpoint_s`` seconds (``--stop-grace-s``) from
   SIGTERM/SIGINT to agree on a step, write rank 0's checkpoint and exit 75; past it, its watchdog exits 76;
 - every cuetrain supervisor (``cuetrain local``, a farm frame's node agent, :func:`trainer.agent.supervise.run_ranks`)
   passes SIGTERM on and sends SIGKILL only :meth:`Grace.kill_after_s` = the trainer's grace + ``margin_s``
   later, so the watchdog's own exit (and the relay of its last lines) lands first.
 
-Why 20 s and 10 s (sources in :mod:`trainer.dist.stopvote`): under Kubernetes' default 30 s
+Why 20 s and 10 s (sources in :mod:`trainer.gang.stopvote`): under Kubernetes' default 30 s
 ``terminationGracePeriodSeconds`` and systemd's 90 s ``DefaultTimeoutStopSec``; the margin covers the
 watchdog's wake-up and process exit on a loaded host. RQD itself kills with SIGKILL (no grace at all).
 

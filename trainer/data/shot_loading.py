@@ -41,10 +41,10 @@ from trainer.core import procstat
 from trainer.record import runrecord
 from trainer.data.colour import ColourSpec
 from trainer.core.config import TrainConfig
-from trainer.dist.distributed import Runtime
+from trainer.gang.distributed import Runtime
 from trainer.core.envvars import read_scratch
 from trainer.core.exitcodes import ExitCode
-from trainer.dist.gang import RankLost
+from trainer.gang.formation import RankLost
 from trainer.data.hostcache import TILE, HostCache
 from trainer.data.images import DataError
 from trainer.record.rundir import RunPaths

@@ -18,7 +18,7 @@ Where the two norms come from (:class:`GradNoise`):
 
 - **Several ranks** (DDP): ``G_small`` is this rank's gradient before the all-reduce (its
   ``sync_interval x local batch`` crops), read from each gradient bucket by a communication hook
-  (:meth:`GradNoise.observe_bucket`, wired by ``trainer.dist.compression.register_hook``), and ``G_big``
+  (:meth:`GradNoise.observe_bucket`, wired by ``trainer.gang.compression.register_hook``), and ``G_big``
   the all-reduced gradient (``sync_interval x global batch`` crops) that the optimizer gets. Each
   rank adds its own estimates; the sums travel in the loss all-reduce the loop already makes every
   ``log_interval`` steps, so measuring costs two squared norms per sync and no extra collective.

@@ -18,7 +18,7 @@ In every mode the parameters (master weights), their gradients, the Adam state a
 float32: autocast only changes the dtype of the activations inside eligible ops
 (https://pytorch.org/docs/stable/amp.html), and the loop computes the L1 loss on the output cast
 back to float32. DDP therefore all-reduces float32 gradient buckets, so the compression hooks
-(``trainer.dist.compression``) see what they always did.
+(``trainer.gang.compression``) see what they always did.
 
 ``--memory-format channels_last`` stores activations NHWC, which oneDNN (CPU) and cuDNN (tensor
 cores) run without layout conversions (https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html).

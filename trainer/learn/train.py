@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer.dist import distributed
+from trainer.gang import distributed
 from trainer.data.colour import ColourSpec
 from trainer.core.config import TrainConfig
 from trainer.core.logsetup import print_progress, progress_line
@@ -36,8 +36,8 @@ from trainer.learn.divergence import DivergenceWatch, reference_output
 from trainer.learn.loss import per_crop_loss
 from trainer.learn.ema import WeightEMA
 from trainer.core.envvars import DistEnv, read_dist_env, read_export_onnx
-from trainer.dist.gang import GangError, explain_failure
-from trainer.dist.stopvote import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
+from trainer.gang.formation import GangError, explain_failure
+from trainer.gang.stopvote import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
 from trainer.learn.model import build_model, count_parameters
 from trainer.learn.preview import Previews
 from trainer.learn.noise_scale import GradNoise, NoiseSampling, parameter_grads, squared_norm
@@ -201,7 +201,7 @@ class _Loop:
             return maybe_compile(self.net, self.cfg.compile)
         ids = [self.rt.device.index] if self.rt.device.type == "cuda" else None
         model = DDP(self.net, device_ids=ids, gradient_as_bucket_view=True)  # no copy grads <-> buckets
-        from trainer.dist.compression import register_hook
+        from trainer.gang.compression import register_hook
 
         register_hook(model, self.cfg.grad_compression,
                       observe=self.noise.observe_bucket if self.sampling.observes_buckets else None)
@@ -234,7 +234,7 @@ class _Loop:
                 identity_acc.zero_()
                 n_acc, t_last = 0, wall_clock()
             checkpointed = self._outputs(step, update)
-            level = self.stop.poll()  # every rank votes every step (trainer.dist.stopvote)
+            level = self.stop.poll()  # every rank votes every step (trainer.gang.stopvote)
             if level == Vote.STOP and update and step < self.stop_plan.last_step:
                 self._stop_at(step)
             if level == Vote.REGROUP and checkpointed and step < self.stop_plan.last_step:

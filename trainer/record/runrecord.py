@@ -61,7 +61,7 @@ class FailureKind(str, enum.Enum):
     PORT_IN_USE = "port_in_use"  # rank 0 could not listen on the main port
     REJECTED = "rejected"  # rank claimed twice or wrong job token
     RANK_LOST = "rank_lost"  # a rank died or hung during training
-    NETWORK = "network"  # process-group creation or the first collective failed or timed out (trainer.dist.gang.PhaseGuard)
+    NETWORK = "network"  # process-group creation or the first collective failed or timed out (trainer.gang.formation.PhaseGuard)
     STOP_TIMEOUT = "stop_timeout"  # SIGTERM/SIGINT, and no checkpoint within the grace period
     DATA_CHANGED = "data_changed"  # a file of the shot was deleted, truncated or rewritten under the run (trainer.data.shot)
     DIVERGED = "diverged"  # the loss blew up far above the untrained network's (trainer.learn.divergence)
@@ -402,7 +402,7 @@ def attempts_since_submit(record: RunRecord, job_id: str) -> int:
 
 def failure_fields(exc: BaseException) -> dict[str, Any]:
     """``failure_kind`` and ``exit_code`` for a failed attempt: the exception's ``kind`` and ``exit_code``
-    attributes (trainer.dist.gang's errors carry them), else ``error`` and 1 (Python's exit code for an
+    attributes (trainer.gang.formation's errors carry them), else ``error`` and 1 (Python's exit code for an
     uncaught exception)."""
     kind = getattr(exc, "kind", FailureKind.ERROR)
     return {"failure_kind": FailureKind(kind).value, "exit_code": int(getattr(exc, "exit_code", 1))}

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from trainer.agent import launch
-from trainer.dist import stopvote as stop
+from trainer.gang import stopvote as stop
 from trainer.core.config import TrainConfig
 from trainer.core.exitcodes import ExitCode
 
@@ -142,7 +142,7 @@ def test_supervisors_kill_strictly_after_the_trainer_checkpoint_grace() -> None:
     trainer_grace = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == "stop_grace_s")
     assert trainer_grace == stop.DEFAULT_GRACE_S
     for name, kill_after in (("cue_plugin.frame", frame.STOP_GRACE_S), ("trainer.agent.launch", launch.STOP_GRACE_S),
-                             ("trainer.dist.stopvote", stop.SUPERVISOR_GRACE_S)):
+                             ("trainer.gang.stopvote", stop.SUPERVISOR_GRACE_S)):
         assert kill_after > trainer_grace, f"{name} sends SIGKILL {kill_after} s after SIGTERM, before the " \
                                            f"trainer's {trainer_grace} s checkpoint grace ends"
 

@@ -14,7 +14,7 @@ from trainer.record.rundir import RunPaths
 
 
 def _record(level: int, message: str) -> str:
-    record = logging.LogRecord("trainer.dist.gang", level, __file__, 1, message, None, None)
+    record = logging.LogRecord("trainer.gang.formation", level, __file__, 1, message, None, None)
     return logging.Formatter(rank_format(1)).format(record) + "\n"
 
 

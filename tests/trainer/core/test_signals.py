@@ -33,7 +33,7 @@ def test_the_table_gives_each_process_its_signals_and_exit_codes():
 
 
 def test_the_stop_and_regroup_exceptions_take_their_exit_codes_from_the_table():
-    from trainer.dist.stopvote import Regroup, StopTraining
+    from trainer.gang.stopvote import Regroup, StopTraining
 
     assert (StopTraining.exit_code, StopTraining.timeout_code, Regroup.exit_code) == (75, 76, 79)
 

@@ -259,7 +259,7 @@ def test_the_data_phase_reads_the_configured_channels_and_records_them(tmp_path)
     from trainer.core.config import TrainConfig
     from trainer.core.envvars import DistEnv
     from trainer.data.shot_loading import open_data
-    from trainer.dist.distributed import Runtime
+    from trainer.gang.distributed import Runtime
     from trainer.record import runrecord
     from trainer.record.rundir import RunPaths
 

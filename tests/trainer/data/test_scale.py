@@ -216,7 +216,7 @@ def test_the_data_phase_lists_the_shot_at_the_configured_scale_and_records_it(up
     from trainer.core.config import TrainConfig
     from trainer.core.envvars import DistEnv
     from trainer.data.shot_loading import open_data
-    from trainer.dist.distributed import Runtime
+    from trainer.gang.distributed import Runtime
     from trainer.record import runrecord
     from trainer.record.rundir import RunPaths
 

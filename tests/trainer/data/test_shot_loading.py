@@ -18,7 +18,7 @@ from trainer.record import runrecord
 from trainer.data.colour import ColourSpec
 from trainer.core.config import TrainConfig
 from trainer.data.shot_loading import open_data
-from trainer.dist.distributed import Runtime
+from trainer.gang.distributed import Runtime
 from trainer.core.envvars import DistEnv
 from trainer.core.exitcodes import ExitCode
 from trainer.record.rundir import RunPaths

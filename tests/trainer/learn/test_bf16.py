@@ -18,7 +18,7 @@ import signal
 
 import pytest
 
-from tests.trainer.dist.test_gang import finish, start_rank
+from tests.trainer.gang.test_formation import finish, start_rank
 from tests.trainer.learn.test_train import assert_mixed_precision_match, final_weights
 from trainer.core.config import TrainConfig
 from trainer.core.exitcodes import ExitCode

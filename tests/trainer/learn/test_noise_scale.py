@@ -81,7 +81,7 @@ def _ddp_rank(rank: int, world: int, port: int, batch_sets: list[list[int]], ste
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from trainer.dist.compression import register_hook
+    from trainer.gang.compression import register_hook
     from trainer.data.crops import rank_loss_weight
 
     torch.set_num_threads(1)

@@ -8,7 +8,7 @@ import pytest
 
 from trainer.record import runrecord
 from trainer.core.exitcodes import ExitCode, describe
-from trainer.dist.gang import GangIncomplete, RankLost
+from trainer.gang.formation import GangIncomplete, RankLost
 from trainer.record.rundir import RunDirError, RunPaths, atomic_write_json
 
 # A run.json as cuetrain wrote it before versions (a farm run that failed on a lost rank).

@@ -5,7 +5,7 @@
 - Run-directory files are group-readable (artists and wranglers of the show read them) and none is
   world-writable (nobody outside the group can plant a checkpoint or edit run.json).
 - The gang needs the per-job token: a process without it cannot join. That is tested where the
-  gang is, ``tests/trainer/dist/test_gang.py::test_wrong_token_cannot_join`` (and the signed
+  gang is, ``tests/trainer/gang/test_formation.py::test_wrong_token_cannot_join`` (and the signed
   rendezvous publication in ``tests/cue_plugin/test_rendezvous.py::
   test_a_publication_of_another_job_is_not_used``); not repeated here.
 """

@@ -9,12 +9,12 @@ import signal
 import time
 
 
-from tests.trainer.dist.test_gang import finish, start_rank
+from tests.trainer.gang.test_formation import finish, start_rank
 from trainer.core.exitcodes import ExitCode
 from trainer.core.ports import free_port
 from trainer.record.rundir import RunPaths
 from trainer.record.runrecord import read_record, read_record_or_empty
-from trainer.dist.stopvote import GangStop, StopSignal, Vote
+from trainer.gang.stopvote import GangStop, StopSignal, Vote
 
 
 EVERY = 10  # --checkpoint-interval [steps]

@@ -6,9 +6,9 @@ Backend: ``gloo`` on CPU; on CUDA ``nccl`` when every rank has a GPU of its own,
 gang (:func:`cuda_backend`: NCCL refuses two ranks on one GPU, "ncclInvalidUsage", measured on an H100 with
 ``cuetrain local --world-size 2``; gloo all-reduces CUDA tensors through the host, slower but working).
 
-Every phase ends within its timeout with one error line (exit code 3, ``trainer.dist.gang``): reaching
+Every phase ends within its timeout with one error line (exit code 3, ``trainer.gang.formation``): reaching
 the store and forming the gang (``--gang-timeout-s``), then process-group creation and the first
-collective (``--collective-timeout-s``, bounded by :class:`trainer.dist.gang.PhaseGuard`, which also
+collective (``--collective-timeout-s``, bounded by :class:`trainer.gang.formation.PhaseGuard`, which also
 stops the other ranks when one of them fails there).
 """
 
@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from trainer.dist import gang
+from trainer.gang import formation
 from trainer.core import netaddr
 from trainer.core.envvars import DistEnv, EnvError, NetEnv, read_net_env
 
@@ -47,7 +47,7 @@ class Runtime:
     device: torch.device
     backend: str
     store: Any = field(default=None, repr=False)
-    heartbeat: gang.Heartbeat | None = field(default=None, repr=False)
+    heartbeat: formation.Heartbeat | None = field(default=None, repr=False)
 
 
 def interface_for(local_addr: str) -> str:
@@ -148,14 +148,14 @@ def _use_interface(choice: netaddr.Choice, net: NetEnv, env: DistEnv) -> str:
 
 
 def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
-          on_abort: Callable[[gang.GangError], None] | None = None) -> Runtime:
+          on_abort: Callable[[formation.GangError], None] | None = None) -> Runtime:
     """Join the gang described by ``env`` (no-op when not distributed).
 
     The collective interface is chosen first (:func:`collective_interface`, logged with its reason).
-    Rank 0 hosts the store on the main port; every rank forms the gang (``trainer.dist.gang.form``:
+    Rank 0 hosts the store on the main port; every rank forms the gang (``trainer.gang.formation.form``:
     rank claim, job-token check, wait up to ``gang_timeout_s``), then the process group is built on
     that store and a first collective is run, each bounded by ``collective_timeout_s``
-    (:class:`trainer.dist.gang.PhaseGuard`; ``on_abort`` is called with the error before a hung phase
+    (:class:`trainer.gang.formation.PhaseGuard`; ``on_abort`` is called with the error before a hung phase
     ends the process).
 
     Raises:
@@ -178,10 +178,10 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
         torch.cuda.set_device(device)
     log.info("rank %d/%d joining %s:%d (gang timeout %.0f s)", env.rank, env.world_size, env.main_addr,
              env.main_port, gang_timeout_s)
-    store = gang.connect(env, gang_timeout_s, master=env.rank == 0, where=where)
-    gang.form(env, store, env.token, gang_timeout_s, where)
+    store = formation.connect(env, gang_timeout_s, master=env.rank == 0, where=where)
+    formation.form(env, store, env.token, gang_timeout_s, where)
     store.set_timeout(timedelta(seconds=collective_timeout_s))
-    guard = gang.PhaseGuard(env, where, collective_timeout_s, on_abort)
+    guard = formation.PhaseGuard(env, where, collective_timeout_s, on_abort)
     if device.type == "cuda":
         with guard.phase("the GPU check"):  # bounded, and a rank that fails here stops the others, as below
             backend, why = cuda_backend(exchange_gpus(store, env, gpu_id(device), collective_timeout_s))
@@ -196,7 +196,7 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # NCCL returns at enqueue; its connections are made when it runs
     guard.close()
-    return Runtime(env, device, backend, store, gang.Heartbeat(env, collective_timeout_s))
+    return Runtime(env, device, backend, store, formation.Heartbeat(env, collective_timeout_s))
 
 
 def teardown(rt: Runtime | None = None) -> None:

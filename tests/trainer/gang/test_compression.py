@@ -10,8 +10,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from tests.conftest import run_cli
-from trainer.dist import compression
-from trainer.dist.compression import POWERSGD_START_ITER, CommCounter, bucket_count, sync_calls, sync_payload
+from trainer.gang import compression
+from trainer.gang.compression import POWERSGD_START_ITER, CommCounter, bucket_count, sync_calls, sync_payload
 from trainer.core.config import TrainConfig
 from trainer.learn.model import MODEL_SIZES, build_model
 from trainer.record.rundir import RunPaths

@@ -6,7 +6,7 @@
 - ``powersgd``: low-rank PowerSGD (Vogels et al., NeurIPS 2019) with rank-1 approximation, after
   ``start_powerSGD_iter`` plain all-reduce steps and with error feedback (``powerSGD_hook``).
 
-Bytes per gradient sync, two ways that must agree (tests/trainer/dist/test_compression.py checks it):
+Bytes per gradient sync, two ways that must agree (tests/trainer/gang/test_compression.py checks it):
 
 - counted: :func:`register_hook` with a :class:`CommCounter` wraps the hook in :func:`counting_hook`,
   which adds up every tensor the hook hands to ``torch.distributed.all_reduce``;

@@ -1,5 +1,5 @@
 """No hangs after the gang formed (issue 9): process-group creation and the first collective are bounded,
-and a rank that fails there stops the others (trainer.dist.gang.PhaseGuard). Loopback only."""
+and a rank that fails there stops the others (trainer.gang.formation.PhaseGuard). Loopback only."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from trainer.core.ports import free_port
 
 BLOCKED = r"""
 import sys, time
-from trainer.dist import gang
+from trainer.gang import formation as gang
 from trainer.core.envvars import DistEnv
 env = DistEnv(True, rank=0, world_size=2, main_addr="127.0.0.1", main_port=int(sys.argv[1]))
 store = gang.connect(env, 10, master=True)
@@ -63,7 +63,7 @@ def test_a_rank_whose_gloo_cannot_start_stops_its_peer_too(pairs, tmp_path):
 
 THREE = r"""
 import sys, time
-from trainer.dist import gang
+from trainer.gang import formation as gang
 from trainer.core.envvars import DistEnv
 rank = int(sys.argv[2])
 env = DistEnv(True, rank=rank, world_size=3, main_addr="127.0.0.1", main_port=int(sys.argv[1]))
@@ -103,7 +103,7 @@ def test_rank_0_keeps_the_store_until_a_slow_rank_has_read_why_the_gang_aborts()
 
 def test_a_backend_misuse_is_not_reported_as_a_network_failure():
     """Two ranks on one GPU made NCCL fail with ncclInvalidUsage, and the error advised COPYCAT_LOCAL_ADDR."""
-    from trainer.dist.gang import BackendError, connect_failure
+    from trainer.gang.formation import BackendError, connect_failure
     from trainer.record.runrecord import FailureKind
 
     nccl = RuntimeError("NCCL error in: ProcessGroupNCCL.cpp:3325, invalid usage (run with NCCL_DEBUG=WARN for "

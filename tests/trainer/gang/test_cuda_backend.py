@@ -1,4 +1,4 @@
-"""The gang's backend on CUDA (trainer/dist/distributed.py): NCCL only when every rank has a GPU of its own.
+"""The gang's backend on CUDA (trainer/gang/distributed.py): NCCL only when every rank has a GPU of its own.
 
 On an H100 (stop 28, the lent device) ``cuetrain local --world-size 2`` on one GPU failed its first collective
 with NCCL's ``ncclInvalidUsage`` (two ranks of one communicator on one GPU), so ``cuetrain demo`` (2 ranks by
@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from trainer.dist.distributed import cuda_backend, exchange_gpus
+from trainer.gang.distributed import cuda_backend, exchange_gpus
 from trainer.core.envvars import DistEnv
 
 

@@ -6,7 +6,7 @@ import json
 import signal
 import time
 
-from tests.trainer.dist.test_gang import finish, start_rank
+from tests.trainer.gang.test_formation import finish, start_rank
 from trainer.core.exitcodes import ExitCode
 from trainer.core.ports import free_port
 from trainer.record.rundir import RunPaths
@@ -74,7 +74,7 @@ def test_sigint_is_trapped_like_sigterm_and_the_grace_watchdog_exits_76_when_stu
     import subprocess
     import sys
 
-    from trainer.dist.stopvote import StopSignal
+    from trainer.gang.stopvote import StopSignal
 
     before = signal.getsignal(signal.SIGINT)  # default_int_handler; SIG_IGN under a shell's background job
     with StopSignal(grace_s=60) as sig:
@@ -84,7 +84,7 @@ def test_sigint_is_trapped_like_sigterm_and_the_grace_watchdog_exits_76_when_stu
         sig.finished()
     assert signal.getsignal(signal.SIGINT) is before  # restored
     stuck = ("import os, signal, sys, time\nfrom trainer.record.rundir import RunPaths\n"
-             "from trainer.dist.stopvote import StopSignal, record_stop_timeout\n"
+             "from trainer.gang.stopvote import StopSignal, record_stop_timeout\n"
              "with StopSignal(grace_s=1.0, on_timeout=record_stop_timeout(RunPaths.of(sys.argv[1]))):\n"
              "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(60)\n")
     t = time.monotonic()
