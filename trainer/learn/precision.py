@@ -87,6 +87,15 @@ def cpu_has_fast_bf16() -> bool:
     return any(bool(check()) for check in checks if check is not None)
 
 
+def fast_bf16_matmul(device: torch.device) -> bool:
+    """True where ``device`` multiplies bfloat16 matrices in hardware: CUDA compute capability >= 8.0 (Ampere's
+    tensor cores), or a CPU with AVX512-BF16 or AMX (:func:`cpu_has_fast_bf16`). Elsewhere bfloat16 matmuls are
+    emulated (12x slower than float32 on an AVX2 CPU for Muon's matrices: docs/studies/trainer_speed.md)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)[0] >= 8
+    return device.type == "cpu" and cpu_has_fast_bf16()
+
+
 def resolve_precision(requested: str, device: torch.device) -> Precision:
     """The precision to train in on ``device`` for the configured ``requested`` (see module doc).
 
