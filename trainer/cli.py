@@ -75,11 +75,15 @@ def _parser(other_commands: Mapping[str, str] = MappingProxyType({}), demo: bool
 
 def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     """The ``demo`` command's arguments (its defaults live with the demo; README lists the figures)."""
-    from trainer.demo import DEMO_STEPS, TASKS
+    from trainer.demo import DEMO_BUDGET, DEMO_STEPS, TASKS
 
     demo.add_argument("--run-dir", help="run directory (default runs/demo, runs/demo-TASK for another --task)")
     demo.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
-    demo.add_argument("--steps", type=int, default=DEMO_STEPS, help=f"training steps (default {DEMO_STEPS})")
+    demo.add_argument("--steps", type=int, help=f"training steps: the cap of a --time-budget demo (default "
+                      f"{DEMO_STEPS}); given alone, the demo trains exactly this many steps, however long they take")
+    demo.add_argument("--time-budget", help=f"the whole command's wall-clock budget, a duration such as 150s or 3m "
+                      f"(default {DEMO_BUDGET} unless --steps is given alone): training stops in time for the "
+                      "held-out inference to end inside it, or at the --steps cap")
     demo.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for train (default auto)")
     demo.add_argument("--task", choices=TASKS, default="repair",
                       help="repair: H.264 artefacts (default); upscale: upres x2 from a bicubic-reduced Input; matte: "
@@ -140,7 +144,8 @@ def _run(ns: argparse.Namespace) -> int:
         _terminal(ns.verbose)
         run_dir = ns.run_dir if ns.run_dir is not None else "runs/demo" if ns.task == "repair" else f"runs/demo-{ns.task}"
         return run_demo(Path(run_dir).absolute(), ns.world_size, ns.steps,
-                        [*task_train_args(ns.task), "--precision", ns.precision], progress=not ns.verbose, task=ns.task)
+                        [*task_train_args(ns.task), "--precision", ns.precision], progress=not ns.verbose, task=ns.task,
+                        budget=ns.time_budget)
     raise ConfigError(f"unknown command {ns.command!r}")
 
 

@@ -17,6 +17,12 @@ the way a keyer would (:func:`skin_key`: a skin-tone key, cleaned), writes the f
 it, and trains ``--target-channels A`` from 12 keyframes (every 10th frame), with four held-out frames as
 ``--preview`` (``previews/``). It prints the IoU at 0.5 and the mean absolute error on the other 108 frames, beside
 two baselines: the mean keyframe matte, and holding the nearest keyframe's matte.
+
+The demo trains to a time budget (:data:`DEMO_BUDGET`, the whole command's wall clock) with :data:`DEMO_STEPS` as
+its cap: the ranks get ``--time-budget`` set to the moment the command must end less :data:`AFTER_TRAINING_S`, so
+their plan (``trainer.learn.budget``) ends training, export included, in time for the held-out inference. A CPU
+with fast bf16 reaches the cap first; an AVX2-only CPU trains fewer steps in the same time. ``--steps N`` alone
+trains exactly N steps.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ import importlib.util
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.data.images import DataError, find_sequence, read_image, write_image
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,12 @@ SKIN_CB, SKIN_CR = (77.0, 127.0), (133.0, 173.0)
 #: outputs: 3,000 steps (the shortest measured setting that reaches its gain; fewer steps lose quality), and fewer
 #: checkpoints, contact sheets and progress lines than a farm run writes (tests/trainer/test_cli.py pins this).
 DEMO_STEPS = 3000
+#: ``cuetrain demo``'s default wall-clock budget for the whole command (extraction, training, held-out inference):
+#: two and a half minutes on any 2-core CPU (README, "The demo").
+DEMO_BUDGET = "150s"
+#: Seconds of the budget kept for what follows training: the ranks' exit, the held-out inference and scoring
+#: (20 frames of 176x144 at the small size: 3-6 s measured on 2 busy cores) [s].
+AFTER_TRAINING_S = 10.0
 DEMO_TRAIN_ARGS = ["--checkpoint-interval", "500", "--contact-sheet-interval", "250", "--log-interval", "50"]
 
 
@@ -215,16 +229,39 @@ def mean_psnr(folder_a: Path, folder_b: Path) -> float:
     return float(np.mean([psnr(read_image(a[n]), read_image(b[n])) for n in sorted(b)]))
 
 
+def training_deadline(budget: str, started_unix: float) -> str:
+    """The ranks' ``--time-budget`` for a demo whose whole command has ``budget`` (a duration) from
+    ``started_unix`` [s since the epoch]: that end less :data:`AFTER_TRAINING_S`, as an ISO 8601 time in UTC.
+
+    Raises:
+        DataError: ``budget`` is not a duration, or leaves no time to train (names the value and the fix).
+    """
+    try:
+        parsed = parse_time_budget(budget)
+    except BudgetError as exc:
+        raise DataError(f"demo {exc}") from None
+    if parsed.seconds is None:
+        raise DataError(f"demo --time-budget {budget!r}: give the whole command's duration (e.g. 150s, 5m), not a "
+                        "deadline")
+    if parsed.seconds <= 2 * AFTER_TRAINING_S:
+        raise DataError(f"demo --time-budget {budget!r} leaves no time to train: give more than "
+                        f"{2 * AFTER_TRAINING_S:.0f}s")
+    end = started_unix + parsed.seconds - AFTER_TRAINING_S
+    return datetime.fromtimestamp(end, timezone.utc).isoformat(timespec="seconds")
+
+
 def train_demo(run_dir: Path, data: DemoData, world_size: int, steps: int, train_args: list[str],
                progress: bool = True) -> int:
-    """Train ``world_size`` local ranks on the demo's training frames; returns the gang's exit code.
+    """Train ``world_size`` local ranks on the demo's training frames (at most ``steps``; ``train_args`` may hold a
+    ``--time-budget``); returns the gang's exit code.
 
     ``progress``: one progress bar on the terminal (False: every rank line, ``-v``)."""
     from trainer.agent.launch import launch_local
 
     argv = ["--input", str(data.train_input), "--target", str(data.train_target), "--run-dir", str(run_dir),
             "--steps", str(steps), *train_args]
-    print(f"training {world_size} ranks for {steps} steps on {data.train_input.parent} ...", flush=True)
+    until = f" or until {train_args[train_args.index('--time-budget') + 1]}" if "--time-budget" in train_args else ""
+    print(f"training {world_size} ranks for {steps} steps{until} on {data.train_input.parent} ...", flush=True)
     return launch_local(argv, world_size, str(run_dir), progress_steps=steps if progress else None)
 
 
@@ -278,13 +315,34 @@ def holdout_matte(run_dir: Path, data: DemoData) -> dict[str, tuple[float, float
     return {k: (float(np.mean([s[0] for s in v])), float(np.mean([s[1] for s in v]))) for k, v in scores.items()}
 
 
-def run_demo(run_dir: Path, world_size: int, steps: int, train_args: list[str], progress: bool = True,
-             task: str = "repair") -> int:
-    """Extract the ``task``'s frames (:data:`TASKS`), train locally with ``world_size`` ranks, infer on held-out
-    frames, print PSNR.
+def reached_steps(run_dir: Path) -> int:
+    """The step the demo's model was exported at (``model.json``'s ``step``; 0 when unknown) [steps]."""
+    import json
 
-    ``progress``: one progress bar while training (False: every rank line, as ``cuetrain demo -v``)."""
-    t0 = time.monotonic()
+    try:
+        return int(json.loads((run_dir / "model.json").read_text()).get("step", 0))
+    except (OSError, ValueError, TypeError):
+        return 0
+
+
+def run_demo(run_dir: Path, world_size: int, steps: int | None, train_args: list[str], progress: bool = True,
+             task: str = "repair", budget: str | None = None) -> int:
+    """Extract the ``task``'s frames (:data:`TASKS`), train locally with ``world_size`` ranks, infer on held-out
+    frames, print the score, the steps reached and the seconds taken.
+
+    ``steps``: the cap (None: :data:`DEMO_STEPS`); ``budget``: the whole command's duration (None: :data:`DEMO_BUDGET`
+    unless ``steps`` is given, which then trains exactly ``steps``). ``progress``: one progress bar while training
+    (False: every rank line, as ``cuetrain demo -v``).
+
+    Raises:
+        DataError: a ``budget`` that is not a duration or leaves no time to train.
+    """
+    t0, started_unix = time.monotonic(), time.time()
+    if budget is None and steps is None:
+        budget = DEMO_BUDGET
+    if budget is not None:
+        train_args = [*train_args, "--time-budget", training_deadline(budget, started_unix)]
+    steps = DEMO_STEPS if steps is None else steps
     data = extract(run_dir / "data", task)
     if task == "matte":  # held-out frames as CopyCat's Preview: 4 of them, rendered at every contact sheet
         train_args = [*train_args, "--preview", str(data.holdout_input)]
@@ -297,12 +355,13 @@ def run_demo(run_dir: Path, world_size: int, steps: int, train_args: list[str], 
         print(f"held-out frames: {len(find_sequence(data.holdout_target))} (trained on "
               f"{len(find_sequence(data.train_target))} keyframes)  " + "  ".join(
                   f"{k}: IoU {iou:.3f} MAE {mae:.4f}" for k, (iou, mae) in scores.items())
-              + f"  in {time.monotonic() - t0:.0f} s")
+              + f"  at step {reached_steps(run_dir)} in {time.monotonic() - t0:.0f} s")
         print(f"outputs: {run_dir} (model.pt, metrics.jsonl, contact_sheets/, checkpoints/, holdout_output/)")
         return 0
     before, after = holdout_psnr(run_dir, data, task)
     baseline = "bicubic x2" if task == "upscale" else "input"
     print(f"held-out frames: {len(find_sequence(data.holdout_target))}  PSNR {baseline} {before:.2f} dB -> output "
-          f"{after:.2f} dB ({after - before:+.2f} dB)  in {time.monotonic() - t0:.0f} s")
+          f"{after:.2f} dB ({after - before:+.2f} dB)  at step {reached_steps(run_dir)} of {steps} in "
+          f"{time.monotonic() - t0:.0f} s")
     print(f"outputs: {run_dir} (model.pt, metrics.jsonl, contact_sheets/, checkpoints/, holdout_output/)")
     return 0

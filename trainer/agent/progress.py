@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from trainer.core.logsetup import is_detail
 from trainer.record.rundir import MetricsReader, RunPaths
+from trainer.record.runrecord import read_record_or_empty
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ class Console:
 
     Args:
         paths: the run directory whose ``metrics.jsonl`` drives the bar.
-        total_steps: the run's ``--steps`` [steps].
+        total_steps: the run's ``--steps`` [steps]; a ``--time-budget`` run's bar follows rank 0's planned last step
+            (``run.json``'s ``RunRecord.total_steps``) once it is planned.
         stream: where the bar and lines go (default ``sys.stderr`` for the bar, ``sys.stdout`` for lines).
 
     Use as a context manager around the run: it starts a poll thread and closes the bar on exit. Its
@@ -53,6 +55,7 @@ class Console:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="progress", daemon=True)
         self._lock = threading.Lock()
+        self._paths = paths
 
     def __enter__(self) -> "Console":
         if self._tty:
@@ -89,10 +92,21 @@ class Console:
         while not self._done.wait(POLL_S):
             self._update()
 
+    def _follow_plan(self) -> None:
+        """A time-budget run's planned last step becomes the bar's total (``RunRecord.total_steps``)."""
+        planned = read_record_or_empty(self._paths).total_steps
+        if planned > 0 and planned != self._total:
+            with self._lock:
+                self._total = planned
+                if self._bar is not None:
+                    self._bar.total = planned
+                    self._bar.refresh()
+
     def _update(self) -> None:
         rows = [row for row in self._reader.read_new() if isinstance(row.get("step"), int)]
         if not rows:
             return
+        self._follow_plan()
         last = rows[-1]
         postfix = f"loss={last.get('loss', float('nan')):.4f} images/s={last.get('images_per_s', 0.0):.0f}"
         with self._lock:
