@@ -10,9 +10,11 @@ The probe then starts a step only if its last time (or the estimate) ends before
 the budget by more than one measurement. The quality probe (``trainer.advise.critical_batch``) plans its run length
 the same way (:func:`plan_quality`).
 
-How sure: each figure is the median of ``n`` timed steps; its relative standard error is ``1.2533 s / (sqrt(n)
+How sure: each figure is the median of ``n`` timed steps; its relative standard error is ``1.2533 sigma / (sqrt(n)
 median)`` (the median's asymptotic standard error for normal data, ``sqrt(pi/2) sigma / sqrt(n)``: Kenney & Keeping,
-"Mathematics of Statistics", 1962, sect. 13.13). :func:`probe_confidence` turns the counts, the worst error and whether
+"Mathematics of Statistics", 1962, sect. 13.13), with ``sigma = 1.4826 MAD`` (the median absolute deviation scaled to
+a normal's standard deviation: a step slowed by a neighbour's burst should not make every figure "rough", as the
+sample standard deviation does). :func:`probe_confidence` turns the counts, the worst error and whether
 the budget cut the plan short into one plain statement.
 """
 
@@ -31,6 +33,8 @@ MIN_TIMED = 3
 GOOD_RSE, FAIR_RSE = 0.05, 0.15
 #: Median's standard error over the standard deviation, times sqrt(n): sqrt(pi / 2) (module doc).
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+#: A normal distribution's standard deviation over its median absolute deviation: 1 / Phi^-1(3/4).
+MAD_TO_SIGMA = 1.4826
 #: The quality probe's run at the config's batch trains at least this many updates, or the probe is skipped
 #: (its learning-rate warm-up alone is 20 updates, ``trainer.advise.critical_batch.WARMUP_UPDATES``) [updates].
 MIN_QUALITY_UPDATES = 40
@@ -153,11 +157,13 @@ def plan_steps(need: Sequence[int], costs: Mapping[int, float], seconds: float, 
 
 
 def median_rse(samples: Sequence[float]) -> float | None:
-    """Relative standard error of the median of ``samples`` [1] (module doc); None for fewer than two."""
+    """Relative standard error of the median of ``samples`` [1] (module doc: from their median absolute
+    deviation); None for fewer than two."""
     if len(samples) < 2:
         return None
     middle = statistics.median(samples)
-    return MEDIAN_SE_FACTOR * statistics.stdev(samples) / math.sqrt(len(samples)) / middle if middle > 0 else None
+    sigma = MAD_TO_SIGMA * statistics.median(abs(x - middle) for x in samples)
+    return MEDIAN_SE_FACTOR * sigma / math.sqrt(len(samples)) / middle if middle > 0 else None
 
 
 @dataclass(frozen=True)

@@ -67,25 +67,27 @@ class TerminalProgress:
         self._phase = ""
         self._bar: Any = None
         self._next = 0
-        self._started = time.monotonic()
+        self._shown = -1
+        self._started = self._last = time.monotonic()
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         stream = self._stream or sys.stderr
         desc = f"{LABELS.get(phase, phase)} (budget {self._budget_s:.0f} s)"
         if phase != self._phase:
             self.close()
-            self._phase, self._next = phase, 0
-            self._started = time.monotonic()
+            self._phase, self._next, self._shown = phase, 0, -1
+            self._started = self._last  # the previous report: about when this phase began
             if self._tty:
                 self._bar = tqdm(total=total, desc=desc, unit="step", file=stream, dynamic_ncols=True, leave=False)
         if self._bar is not None:
             self._bar.total = max(total, done)
             self._bar.update(done - self._bar.n)
-        elif done >= self._next or done >= total:
-            self._next = done + max(1, total // 10)
+        elif done != self._shown and (done >= self._next or done >= total):
+            self._next, self._shown = done + max(1, total // 10), done
             stream.write(tqdm.format_meter(min(done, total), max(total, done), time.monotonic() - self._started,
                                            prefix=desc, unit="step") + "\n")
             stream.flush()
+        self._last = time.monotonic()
 
     def close(self) -> None:
         """End the current phase's bar."""
