@@ -7,8 +7,8 @@ and ends with one JSON line holding the recommendation (:func:`gui.advisor_outpu
 (:func:`gui.advisor_chart.parse_advice`); an advisor without ``--json`` is still understood from its
 ``recommended: N rank(s), sync interval K`` line. With ``--progress json`` it also prints one
 ``{"progress": {...}}`` line per measurement as it goes (``trainer.advise.progress``): the runner reads stdout as it
-arrives, hands those records to a progress bar as data (:func:`gui.advisor_output.parse_progress`) and keeps the other lines for the
-tables. The JSON's ``confidence`` statement (how sure the probe is, given its time budget) is shown under the
+arrives, hands those records to a progress bar as data (:func:`gui.advisor_output.parse_progress`) and keeps the
+other lines for the tables. The JSON's ``confidence`` statement (how sure the probe is, given its time budget) is shown under the
 recommendation. The view shows a chart of time to the same quality and
 farm hours against ranks with one sentence (:class:`gui.advisor_chart.AdvisorChart`); the printed tables
 stay behind "Details".
@@ -183,9 +183,9 @@ class AdvisorView(QWidget):
         self.quality_box = QCheckBox("Time to quality")
         self.quality_box.setToolTip("also train briefly at 1x, 4x and 16x the batch from the same weights and measure "
                                     "how many updates each needs to one loss (the critical batch): the chart then "
-                                    "shows which world size and sync interval reach the same quality soonest. One to "
-                                    "three minutes on a CPU, seconds on a GPU. Unticked, an earlier run's noise "
-                                    "scale in this run directory is used when there is one.")
+                                    "shows which world size and sync interval reach the same quality soonest. Within "
+                                    "the advisor's time budget (90 s by default); seconds on a GPU. Unticked, an "
+                                    "earlier run's noise scale in this run directory is used when there is one.")
         self.advise_button = QPushButton("Advise…")
         self.advise_button.setToolTip("time a few training steps on this host and predict images/s per world size")
         self.advise_button.clicked.connect(self.advise)

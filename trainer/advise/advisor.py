@@ -5,6 +5,7 @@ Usage::
     cuetrain advise --input IN --target GT [train args] [--max-world-size 8] [--sync-intervals 1 2 4 8]
                     [--bandwidth-gbps 10 --latency-us 100 | --measure-link] [--ranks-per-frame 1]
                     [--intra-bandwidth-gbps 20 --intra-latency-us 50] [--quality-probe | --noise-scale CROPS]
+                    [--probe-budget 90s] [--progress bar|json|none]
     cuetrain advise link [--link-mb 16] [--repeats 5]
 
 The probe (``trainer.advise.probe.run_probe``) times the real training step on this host; the

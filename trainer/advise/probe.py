@@ -7,7 +7,9 @@ crops cut on the device: data + forward + backward, then the optimizer step (the
 times rank 0's contact sheet and checkpoint, and takes the bytes all-reduced per sync from the
 parameter shapes (``trainer.gang.compression.sync_payload``). With ``ranks_per_host`` R > 1 it runs R
 timing processes at once, as ``cuetrain local --world-size R`` shares one host, and keeps the
-slowest.
+slowest. It keeps to a time budget (``ProbeSettings.budget_s``): untimed steps at the smallest and largest batch
+plan how many rounds and batch sizes fit, and a step starts only if it ends before the budget
+(``trainer.advise.budget``); rank 0 reports progress on the result queue as it goes.
 
 The probe always runs in fresh processes, as every rank is one: a process's allocator history
 changes the step time. In a fresh process glibc serves each multi-megabyte activation with a new
@@ -178,7 +180,8 @@ def _probe(cfg: TrainConfig, sizes: list[int], settings: ProbeSettings, deadline
     return Probe(model_size=cfg.model_size, parameters=count_parameters(net), crop_size=cfg.crop_size,
                  batch_size=cfg.batch_size, compression=cfg.grad_compression,
                  fb_s=monotone([(b, statistics.median(t)) for b, t in fb.items()]),
-                 optimizer_s=statistics.median(timed.opt or timed.planning_opt), contact_sheet_s=sheet_s, checkpoint_s=ckpt_s,
+                 optimizer_s=statistics.median(timed.opt or timed.planning_opt), contact_sheet_s=sheet_s,
+                 checkpoint_s=ckpt_s,
                  contact_sheet_interval=cfg.contact_sheet_interval, checkpoint_interval=cfg.checkpoint_interval,
                  sync_bytes=sync_payload(shapes, cfg.grad_compression),
                  sync_calls=sync_calls(shapes, cfg.grad_compression), log_interval=cfg.log_interval,
