@@ -25,6 +25,7 @@ import netns
 from common import demo_data, run_cuetrain
 
 from trainer.advise.advisor import describe_link, describe_probe, measure_link, run_probe
+from trainer.advise.budget import ProbeSettings
 from trainer.advise.costmodel import DEFAULT_LATENCY_S, Link, predict
 from trainer.core.config import TrainConfig
 
@@ -66,7 +67,7 @@ def main() -> None:
         measured: dict[tuple[int, int], list[float]] = {v: [] for v in VARIANTS}
         for rep in range(a.repeats):
             for r in probes:
-                probes[r].append(run_probe(cfg, [1, 2], warmup=5, iters=20, ranks_per_host=r))
+                probes[r].append(run_probe(cfg, [1, 2], ProbeSettings(warmup=5, iters=20, ranks_per_host=r, budget_s=600)))
                 print(f"repeat {rep + 1}: probe ({r} at once) "
                       f"{[(b, round(t * 1e3, 1)) for b, t in probes[r][-1].fb_s]} ms", flush=True)
             for world, sync in VARIANTS:

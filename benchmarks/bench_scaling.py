@@ -133,12 +133,13 @@ def gpu_section(data: tuple[Path, Path], tmp: Path) -> list[str]:
     if not torch.cuda.is_available():
         return ["(e) GPU: skipped (no CUDA device)"]
     from trainer.advise.advisor import measure_link, run_probe
+    from trainer.advise.budget import ProbeSettings
     from trainer.core.config import TrainConfig
 
     out = [f"(e) GPU: {torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} device(s)"]
     for size in ("small", "medium", "large"):
         cfg = TrainConfig(str(data[0]), str(data[1]), str(tmp / "gpu"), batch_size=16, crop_size=128, model_size=size)
-        probe = run_probe(cfg, [1], warmup=5, iters=20)
+        probe = run_probe(cfg, [1], ProbeSettings(warmup=5, iters=20, budget_s=600))
         fb = probe.fb_at(16)
         out.append(f"  {size:<6} batch 16, crop 128: {16 / (fb + probe.optimizer_s):8.1f} images/s "
                    f"(data+forward+backward {fb * 1e3:.1f} ms, Adam {probe.optimizer_s * 1e3:.1f} ms)")

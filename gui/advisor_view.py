@@ -3,9 +3,13 @@
 The advisor's probe imports torch and the GUI never does, so it runs as a separate process of the
 cuetrain environment (:class:`AdvisorRunner`, a ``QProcess`` running ``cuetrain advise --json`` through
 :func:`gui.farm_process.cuetrain_command`: the GUI thread never waits on it). The process prints a table
-and ends with one JSON line holding the recommendation (:func:`parse_output`) and every prediction
+and ends with one JSON line holding the recommendation (:func:`gui.advisor_output.parse_output`) and every prediction
 (:func:`gui.advisor_chart.parse_advice`); an advisor without ``--json`` is still understood from its
-``recommended: N rank(s), sync interval K`` line. The view shows a chart of time to the same quality and
+``recommended: N rank(s), sync interval K`` line. With ``--progress json`` it also prints one
+``{"progress": {...}}`` line per measurement as it goes (``trainer.advise.progress``): the runner reads stdout as it
+arrives, hands those records to a progress bar as data (:func:`gui.advisor_output.parse_progress`) and keeps the
+other lines for the tables. The JSON's ``confidence`` statement (how sure the probe is, given its time budget) is shown under the
+recommendation. The view shows a chart of time to the same quality and
 farm hours against ranks with one sentence (:class:`gui.advisor_chart.AdvisorChart`); the printed tables
 stay behind "Details".
 """
@@ -13,101 +17,28 @@ stay behind "Details".
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import re
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from qtpy.QtCore import QObject, QProcess, QProcessEnvironment, Qt, Signal
 from qtpy.QtGui import QFontDatabase
-from qtpy.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
-                            QToolButton, QVBoxLayout, QWidget)
+from qtpy.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar,
+                            QPushButton, QToolButton, QVBoxLayout, QWidget)
 
 from gui.advisor_chart import AdvisorChart, parse_advice
+from gui.advisor_output import (DEFAULT_BANDWIDTH_GBPS, AdviseRequest, Progress, Recommendation, confidence_text,
+                                error_line, parse_output, parse_progress, parse_recommendation)
 from gui.farm_process import child_environment, cuetrain_command
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BANDWIDTH_GBPS = 10.0  # as trainer.advise.costmodel's default; not imported from there (it may pull in torch)
-# "recommended: 4 rank(s), sync interval 2: 812.3 images/s, ..." (trainer.advise.costmodel.recommendation_line)
-_RECOMMENDED = re.compile(r"^[ \t]*recommended:[ \t]*(\d+)[ \t]*ranks?(?:\(s\))?[ \t]*,[ \t]*sync[ _-]interval[ \t]*(\d+)",
-                          re.IGNORECASE | re.MULTILINE)
+__all__ = ["AdviseRequest", "AdvisorRunner", "AdvisorView", "Progress", "Recommendation", "confidence_text",
+           "default_command", "error_line", "parse_output", "parse_progress", "parse_recommendation"]
 
 
 def default_command() -> list[str]:
     """``CUETRAIN_PYTHON -m cuetrain advise`` (the request's arguments follow)."""
     return cuetrain_command("advise")
-
-
-@dataclass(frozen=True)
-class AdviseRequest:
-    """The dialog's values the advisor probes with; :meth:`arguments` are ``cuetrain advise``'s flags."""
-
-    input_dir: str
-    target_dir: str
-    model_size: str
-    crop_size: int
-    batch_size: int
-    steps: int
-    max_world_size: int = 8
-    bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS
-    ranks_per_frame: int = 1  # ranks sharing one host: the advisor predicts multiples of it
-    noise_scale: float | None = None  # crops, measured by an earlier run of this run directory (time to quality)
-    quality_probe: bool = False  # measure the critical batch now (cuetrain advise --quality-probe), not noise_scale
-
-    def arguments(self) -> list[str]:
-        per_frame = ["--ranks-per-frame", str(self.ranks_per_frame)] if self.ranks_per_frame > 1 else []
-        if self.quality_probe:
-            per_frame.append("--quality-probe")
-        elif self.noise_scale is not None:
-            per_frame += ["--noise-scale", f"{self.noise_scale:.4g}"]
-        return ["--input", self.input_dir, "--target", self.target_dir, "--model-size", self.model_size,
-                "--crop-size", str(self.crop_size), "--batch-size", str(self.batch_size), "--steps", str(self.steps),
-                "--max-world-size", str(self.max_world_size), "--bandwidth-gbps", f"{self.bandwidth_gbps:g}",
-                *per_frame, "--json"]
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    """The advised world size and sync interval, and the line they were read from."""
-
-    world_size: int
-    sync_interval: int
-    line: str
-
-
-def parse_recommendation(text: str) -> Recommendation | None:
-    """The last ``recommended: N rank(s), sync interval K`` line in ``text``; ``None`` when there is none."""
-    found = None
-    for found in _RECOMMENDED.finditer(text):
-        pass
-    if found is None:
-        return None
-    line = text[found.start():].splitlines()[0].strip()
-    return Recommendation(int(found.group(1)), int(found.group(2)), line)
-
-
-def parse_output(out: str) -> tuple[str, Recommendation | None]:
-    """The advisor's table text and its recommendation: from the closing JSON line of ``--json``
-    (``{"recommended": {"world_size", "sync_interval", "line", ...}, "predictions": [...]}``), else from
-    the text's ``recommended:`` line."""
-    lines = out.rstrip().splitlines()
-    if lines and lines[-1].lstrip().startswith("{"):
-        try:
-            chosen = json.loads(lines[-1])["recommended"]
-            rec = Recommendation(int(chosen["world_size"]), int(chosen["sync_interval"]), str(chosen.get("line", "")))
-        except (ValueError, KeyError, TypeError):
-            rec = None
-        text = "\n".join(lines[:-1])
-        return text, rec or parse_recommendation(text)
-    return out, parse_recommendation(out)
-
-
-def error_line(stderr: str, exit_code: int) -> str:
-    """What went wrong, for the dialog: stderr's last non-empty line (argparse's or the exception's)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    return lines[-1] if lines else f"the advisor exited with code {exit_code}"
 
 
 def _fold_button(text: str, toggled: Callable[[bool], None]) -> QToolButton:
@@ -133,11 +64,14 @@ class AdvisorRunner(QObject):
     probe_finished = Signal(str, object, object)  # tables text, Recommendation | None, --json dict | None
     probe_failed = Signal(str)  # one line for the artist
     probe_cancelled = Signal()
+    probe_progressed = Signal(object)  # Progress
 
     def __init__(self, command: Sequence[str] | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.command = list(command) if command else default_command()
         self._process: QProcess | None = None
+        self._out: list[str] = []  # stdout lines that are not progress records
+        self._partial = b""  # an unfinished stdout line
 
     def is_running(self) -> bool:
         return self._process is not None
@@ -152,7 +86,9 @@ class AdvisorRunner(QObject):
         proc.setProcessEnvironment(env)
         proc.finished.connect(lambda code, status, p=proc: self._on_finished(p, code, status))
         proc.errorOccurred.connect(lambda error, p=proc: self._on_error(p, error))
+        proc.readyReadStandardOutput.connect(lambda p=proc: self._on_output(p))
         self._process = proc
+        self._out, self._partial = [], b""
         program, *lead = self.command
         log.info("advisor: %s", " ".join([program, *lead, *arguments]))
         self.probe_started.emit()
@@ -173,7 +109,8 @@ class AdvisorRunner(QObject):
             return  # cancelled
         self._process = None
         proc.deleteLater()
-        out = bytes(proc.readAllStandardOutput().data()).decode("utf-8", "replace")
+        self._on_output(proc, final=True)
+        out = "".join(self._out)
         err = bytes(proc.readAllStandardError().data()).decode("utf-8", "replace")
         if status != QProcess.ExitStatus.NormalExit:
             self.probe_failed.emit(f"the advisor crashed: {error_line(err, code)}")
@@ -181,6 +118,24 @@ class AdvisorRunner(QObject):
             self.probe_failed.emit(error_line(err, code))
         else:
             self.probe_finished.emit(*parse_output(out), parse_advice(out))
+
+    def _on_output(self, proc: QProcess, final: bool = False) -> None:
+        """Split what stdout holds into lines: progress records go out as :attr:`probe_progressed`, the rest is
+        kept for the tables (``final``: the unfinished last line too)."""
+        if proc is not self._process and not final:
+            return
+        lines = (self._partial + bytes(proc.readAllStandardOutput().data())).split(b"\n")
+        self._partial = lines.pop()  # b"" when the data ends with a newline
+        if final and self._partial:
+            lines.append(self._partial)
+            self._partial = b""
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            progress = parse_progress(line)
+            if progress is not None:
+                self.probe_progressed.emit(progress)
+            else:
+                self._out.append(line + "\n")
 
     def _on_error(self, proc: QProcess, error: QProcess.ProcessError) -> None:
         if proc is not self._process or error != QProcess.ProcessError.FailedToStart:
@@ -211,6 +166,7 @@ class AdvisorView(QWidget):
         self.runner = AdvisorRunner(command, self)
         self.runner.probe_finished.connect(self._on_finished)
         self.runner.probe_failed.connect(self._on_failed)
+        self.runner.probe_progressed.connect(self._on_progress)
         self._make_widgets()
         self._build_layout()
         self.set_details_shown(False)
@@ -227,9 +183,9 @@ class AdvisorView(QWidget):
         self.quality_box = QCheckBox("Time to quality")
         self.quality_box.setToolTip("also train briefly at 1x, 4x and 16x the batch from the same weights and measure "
                                     "how many updates each needs to one loss (the critical batch): the chart then "
-                                    "shows which world size and sync interval reach the same quality soonest. One to "
-                                    "three minutes on a CPU, seconds on a GPU. Unticked, an earlier run's noise "
-                                    "scale in this run directory is used when there is one.")
+                                    "shows which world size and sync interval reach the same quality soonest. Within "
+                                    "the advisor's time budget (90 s by default); seconds on a GPU. Unticked, an "
+                                    "earlier run's noise scale in this run directory is used when there is one.")
         self.advise_button = QPushButton("Advise…")
         self.advise_button.setToolTip("time a few training steps on this host and predict images/s per world size")
         self.advise_button.clicked.connect(self.advise)
@@ -239,6 +195,15 @@ class AdvisorView(QWidget):
         self.status.setObjectName("advisor_status")
         self.status.setWordWrap(True)
         self.status.hide()  # shown with text: "probing…", a problem
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setObjectName("advisor_progress")
+        self.progress_bar.hide()  # shown while a probe runs: busy until its first progress record
+        self.confidence_label = QLabel("")
+        self.confidence_label.setObjectName("advisor_confidence")
+        self.confidence_label.setWordWrap(True)
+        self.confidence_label.setToolTip("how many timed steps the probe's figures rest on and how much they spread; "
+                                         "a short time budget leaves the answer rough")
+        self.confidence_label.hide()
         self.chart = AdvisorChart()
         self.details_button = _fold_button("Details", self.set_details_shown)
         self.details_button.setToolTip("the advisor's tables: images/s and efficiency per world size and sync "
@@ -274,8 +239,10 @@ class AdvisorView(QWidget):
         body.setContentsMargins(16, 0, 0, 0)
         body.addLayout(controls)
         body.addWidget(self.status)
+        body.addWidget(self.progress_bar)
         body.addWidget(self.chart)
         body.addLayout(result)
+        body.addWidget(self.confidence_label)
         body.addWidget(self.details_button)
         body.addWidget(self.table)
         layout = QVBoxLayout(self)
@@ -343,6 +310,14 @@ class AdvisorView(QWidget):
         else:
             self._show_status("")
 
+    def _on_progress(self, progress: Progress) -> None:
+        """Show one progress record (:func:`parse_progress`): ``done`` of ``total`` of its phase, and the time."""
+        total = max(progress.total, progress.done, 1)
+        self.progress_bar.setRange(0, total)
+        self.progress_bar.setValue(progress.done)
+        self.progress_bar.setFormat(f"{progress.label}: %v of %m ({progress.elapsed_s:.0f} s of "
+                                    f"{progress.budget_s:.0f} s)")
+
     def _on_failed(self, message: str) -> None:
         self._set_running(False)
         self._show_status(f"Advisor failed: {message}", error=True)
@@ -351,6 +326,9 @@ class AdvisorView(QWidget):
     def _set_running(self, running: bool) -> None:
         self.advise_button.setEnabled(not running)
         self.cancel_button.setEnabled(running)
+        self.progress_bar.setRange(0, 0)  # busy until the first progress record
+        self.progress_bar.setFormat("starting the probe…")
+        self.progress_bar.setVisible(running)
 
     def _show_status(self, text: str, error: bool = False) -> None:
         self.status.setStyleSheet("color: #e05050;" if error else "")
@@ -368,6 +346,10 @@ class AdvisorView(QWidget):
         self.table.setPlainText(out.rstrip())
         self._fit_table(out.rstrip().count("\n") + 1 if out.strip() else 6)
         self.recommended_label.setText(recommendation.line if recommendation else "")
+        text, rough = confidence_text(advice)
+        self.confidence_label.setText(text)
+        self.confidence_label.setStyleSheet("color: #d08020;" if rough else "")
+        self.confidence_label.setVisible(bool(text))
         self.use_button.setEnabled(recommendation is not None)
 
     def _fit_table(self, lines: int) -> None:

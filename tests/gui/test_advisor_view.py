@@ -69,7 +69,7 @@ def test_request_arguments_are_the_cli_flags():
     args = AdviseRequest("/in", "/gt", "small", 64, 8, 1000, max_world_size=16, bandwidth_gbps=25).arguments()
     assert args == ["--input", "/in", "--target", "/gt", "--model-size", "small", "--crop-size", "64",
                     "--batch-size", "8", "--steps", "1000", "--max-world-size", "16", "--bandwidth-gbps", "25",
-                    "--json"]
+                    "--progress", "json", "--json"]
     assert default_command()[1:] == ["-m", "cuetrain", "advise"]
     with_noise = AdviseRequest("/in", "/gt", "small", 64, 8, 1000, noise_scale=4.5)
     assert with_noise.arguments()[-3:] == ["--noise-scale", "4.5", "--json"]
@@ -189,6 +189,49 @@ def test_failed_start_is_shown_inline(qtbot, tmp_path):
     assert view.advise_button.isEnabled()
 
 
+def test_progress_records_cross_as_data_to_the_progress_bar(qtbot, tmp_path):
+    """``--progress json`` lines drive the QProgressBar while the probe runs and never reach the tables; the JSON's
+    confidence statement is shown under the recommendation, marked when the budget cut the probe short."""
+    from gui.advisor_output import parse_progress
+
+    rec = {"progress": {"phase": "steps", "label": "timing training steps", "done": 3, "total": 12,
+                        "elapsed_s": 4.0, "budget_s": 90.0}}
+    got = parse_progress(json.dumps(rec))
+    assert (got.phase, got.done, got.total, got.budget_s) == ("steps", 3, 12, 90.0)
+    assert parse_progress(TABLE.splitlines()[0]) is None and parse_progress('{"progress": {"done": "x"}}') is None
+    statement = "the 5 s budget cut the probe short: measured 2 of 5 world sizes' batches; the answer is rough"
+    line = json.dumps(advice((4, 1), confidence={"level": "rough", "truncated": True, "statement": statement}))
+    records = [json.dumps({"progress": {**rec["progress"], "done": d}}) for d in (1, 2, 3)]
+    # the stub waits for a go file between records, so the test sees the bar move while the probe still runs
+    command = _stub(tmp_path, f"""
+        import os
+        for r in {records!r}:
+            print(r, flush=True)
+            while not os.path.exists(sys.argv[0] + ".go"):
+                time.sleep(0.02)
+            os.remove(sys.argv[0] + ".go")
+        print({TABLE!r})
+        print({line!r})
+        """)
+    go = tmp_path / "advise_stub.py.go"
+    view = AdvisorView(lambda: AdviseRequest("/in", "/gt", "small", 64, 8, 3600), command)
+    qtbot.addWidget(view)
+    view.show()
+    with qtbot.waitSignal(view.runner.probe_finished, timeout=20_000):
+        assert view.advise()
+        assert view.progress_bar.isVisible() and view.progress_bar.maximum() == 0  # busy before the first record
+        for done in (1, 2, 3):
+            qtbot.waitUntil(lambda d=done: view.progress_bar.value() == d, timeout=10_000)
+            assert view.progress_bar.maximum() == 12 and "timing training steps" in view.progress_bar.format()
+            assert "of 90 s" in view.progress_bar.format()
+            go.write_text("")
+    assert not view.progress_bar.isVisible()
+    assert '"progress"' not in view.table.toPlainText() and "270.4" in view.table.toPlainText()
+    assert view.recommendation.world_size == 4
+    assert view.confidence_label.isVisible() and view.confidence_label.text() == f"How sure: {statement}"
+    assert "color" in view.confidence_label.styleSheet()  # a rough answer is marked
+
+
 @pytest.mark.timeout(120)
 def test_real_advisor_recommends(qtbot, tmp_path):
     inp, tgt = make_pairs(tmp_path / "data")
@@ -205,3 +248,4 @@ def test_real_advisor_recommends(qtbot, tmp_path):
     assert [int(n) for n in view.chart.time_curve.getData()[0]] == [1, 2]  # and charted, one point per world size
     assert view.chart.time_line.value() == view.recommendation.world_size
     assert view.chart.sentence.text().startswith(f"{view.recommendation.world_size} rank")
+    assert view.confidence_label.text().startswith("How sure: measured ")  # the real advisor's statement

@@ -5,6 +5,7 @@ Usage::
     cuetrain advise --input IN --target GT [train args] [--max-world-size 8] [--sync-intervals 1 2 4 8]
                     [--bandwidth-gbps 10 --latency-us 100 | --measure-link] [--ranks-per-frame 1]
                     [--intra-bandwidth-gbps 20 --intra-latency-us 50] [--quality-probe | --noise-scale CROPS]
+                    [--probe-budget 90s] [--progress bar|json|none]
     cuetrain advise link [--link-mb 16] [--repeats 5]
 
 The probe (``trainer.advise.probe.run_probe``) times the real training step on this host; the
@@ -28,12 +29,16 @@ import argparse
 import dataclasses
 import json
 import tempfile
+import time
 from typing import Any, Sequence
 
 from trainer.advise.costmodel import (DEFAULT_BANDWIDTH_GBPS, DEFAULT_INTRA_BANDWIDTH_GBPS, DEFAULT_INTRA_LATENCY_S,
                                   DEFAULT_LATENCY_S, Link, Prediction, Probe,
                                   allreduce_seconds, format_table, predict, recommend, recommendation_line)
+from trainer.advise.budget import DEFAULT_PROBE_BUDGET_S, ProbeSettings, probe_confidence
 from trainer.advise.probe import measure_link, run_probe
+from trainer.advise.progress import JsonProgress, TerminalProgress
+from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.config import add_train_arguments, config_from_args
 from trainer.core.rankmemory import BUFFERS_MB, PROCESS_MB, rank_memory_mb
 
@@ -44,6 +49,8 @@ QUALITY_PROBE = "quality probe"  # --json's noise_scale_source when --quality-pr
 NOISE_SCALE_FLAG = "--noise-scale"  # --json's noise_scale_source when it is an earlier run's B_simple
 #: How the probe lines name ``Probe.optimizer`` (``TrainConfig.optimizer_name``, as ``build_optimizer`` trains it).
 OPTIMIZER_NAMES = {"adam": "Adam", "muon": "Muon"}
+#: Share of ``--probe-budget`` the compute probe gets when ``--quality-probe`` trains after it [1].
+COMPUTE_SHARE_WITH_QUALITY = 0.4
 
 # ----------------------------------------------------------------------------------------------
 # Command line
@@ -81,6 +88,14 @@ def _parser() -> argparse.ArgumentParser:
                         f"{DEFAULT_INTRA_LATENCY_S * 1e6:g})")
     g.add_argument("--warmup", type=int, default=3, help="untimed probe iterations per batch size (default 3)")
     g.add_argument("--iters", type=int, default=10, help="timed probe iterations per batch size (default 10)")
+    g.add_argument("--probe-budget", default=f"{DEFAULT_PROBE_BUDGET_S:.0f}s", metavar="DURATION",
+                   help="wall-clock budget of the probe (90s, 3m, 1m30s; default %(default)s, so the command ends "
+                        "within two minutes): it plans its measurements to fit (fewer iterations, then fewer batch "
+                        "sizes; with --quality-probe shorter trainings) and says how sure the answer is")
+    g.add_argument("--progress", choices=("bar", "json", "none"), default="bar",
+                   help="progress while probing: 'bar' (default: a bar on stderr, a line per tenth when stderr is not "
+                        "a terminal), 'json' (one {\"progress\": ...} line per measurement on stdout: the submit "
+                        "dialog's) or 'none'")
     g.add_argument("--min-efficiency", type=float, default=0.7,
                    help="lowest scaling efficiency to recommend (default 0.7)")
     g.add_argument("--noise-scale", type=float, default=None,
@@ -176,8 +191,18 @@ def main(argv: Sequence[str]) -> int:
     ns.run_dir = ns.run_dir or tempfile.gettempdir()  # not written: the advisor needs no run directory
     cfg = config_from_args(ns)
     sizes = range(per_frame, ns.max_world_size + 1, per_frame)
-    probe = run_probe(cfg, sorted({1, *sizes}), threads=ns.threads, warmup=ns.warmup, iters=ns.iters,
-                      ranks_per_host=per_frame)
+    started = time.monotonic()
+    budget_s = _budget_seconds(parser, ns.probe_budget)
+    if ns.threads < 1 or ns.warmup < 0 or ns.iters < 1:
+        parser.error(f"--threads {ns.threads} and --iters {ns.iters} must be >= 1, --warmup {ns.warmup} >= 0")
+    settings = ProbeSettings(ns.threads, ns.warmup, ns.iters, per_frame,
+                             budget_s * (COMPUTE_SHARE_WITH_QUALITY if ns.quality_probe else 1.0))
+    progress = _progress(ns.progress, budget_s)
+    try:
+        probe = run_probe(cfg, sorted({1, *sizes}), settings=settings, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     link = Link(ns.bandwidth_gbps, ns.latency_us * 1e-6, "stated; 'cuetrain advise link' measures it")
     intra = Link(ns.intra_bandwidth_gbps, ns.intra_latency_us * 1e-6, "stated")
     if ns.measure_link and per_frame == 1:
@@ -188,6 +213,7 @@ def main(argv: Sequence[str]) -> int:
                           ranks_per_frame=per_frame, intra=intra)
     chosen = recommend(predictions, ns.min_efficiency)
     print(describe_probe(probe))
+    print(confidence_line(probe))
     print(describe_link(link, probe))
     if per_frame > 1:
         print(f"inside a host ({per_frame} ranks per frame): " + describe_link(intra).removeprefix("link: "))
@@ -203,8 +229,32 @@ def main(argv: Sequence[str]) -> int:
         plain = recommend(every, ns.min_efficiency)
         print(f"at sync interval 1 (the effective batch you chose): {plain.world_size} rank(s), "
               f"{plain.images_per_s:.1f} images/s, efficiency {plain.efficiency:.2f}")
-    _time_to_quality(ns, cfg, probe, predictions, chosen)
+    _time_to_quality(ns, cfg, probe, predictions, chosen, budget_s - (time.monotonic() - started),
+                     _progress(ns.progress, budget_s))
     return 0
+
+
+def _budget_seconds(parser: argparse.ArgumentParser, text: str) -> float:
+    """``--probe-budget``'s duration [s] (``trainer.core.budget.parse_time_budget``; a deadline is refused)."""
+    try:
+        budget = parse_time_budget(text)
+    except BudgetError as exc:
+        parser.error(str(exc).replace("--time-budget", "--probe-budget"))
+    if budget.seconds is None:
+        parser.error(f"--probe-budget {text!r} must be a duration (e.g. 90s, 3m), not a deadline")
+    return budget.seconds
+
+
+def _progress(kind: str, budget_s: float) -> JsonProgress | TerminalProgress | None:
+    """The ``--progress`` reporter (``trainer.advise.progress``), or None for ``none``."""
+    if kind == "json":
+        return JsonProgress(budget_s)
+    return TerminalProgress(budget_s) if kind == "bar" else None
+
+
+def confidence_line(probe: Probe) -> str:
+    """How sure the probe's figures are (``trainer.advise.budget.probe_confidence``), as printed under the probe."""
+    return f"how sure: {probe_confidence(probe).statement}"
 
 
 def _images_per_s_line(ns: argparse.Namespace, chosen: Prediction) -> str:
@@ -263,20 +313,28 @@ def _quality_heading(basis: Basis) -> str:
 
 
 def _time_to_quality(ns: argparse.Namespace, cfg: Any, probe: Probe, predictions: list[Prediction],
-                     chosen: Prediction) -> None:
+                     chosen: Prediction, left_s: float, progress: Any = None) -> None:
     """The time-to-quality table and recommendation (from the ``--quality-probe`` it runs, or an earlier run's
     B_simple, ``--noise-scale``; ``trainer.advise.quality``, ``trainer.advise.critical_batch``) and the ``--json``
     line. With either figure the JSON's ``recommended`` is the time-to-quality choice (the one the submit dialog
     applies) and ``recommended_for_images_per_s`` the images/s one; without, both are the images/s choice. The
     printed default recommendation ends with its :class:`Basis`, which ``--json`` adds as ``basis`` and
-    ``recommendation_basis``."""
+    ``recommendation_basis``. The quality probe gets ``left_s`` seconds of the budget and reports to ``progress``."""
     noise_scale, source, measured = ns.noise_scale, NOISE_SCALE_FLAG if ns.noise_scale is not None else None, None
+    skipped = None
     if ns.quality_probe:
-        from trainer.advise.critical_batch import measure_critical_batch, probe_frames
+        from trainer.advise.critical_batch import OverBudget, measure_critical_batch, probe_frames
 
-        measured = measure_critical_batch(cfg, probe_frames(cfg))
-        noise_scale, source = measured.critical_batch, QUALITY_PROBE
-        print(measured.line())
+        try:
+            measured = measure_critical_batch(cfg, probe_frames(cfg), budget_s=max(left_s, 1.0), progress=progress)
+            noise_scale, source = measured.critical_batch, QUALITY_PROBE
+            print(measured.line())
+        except OverBudget as exc:
+            print(f"quality probe: {exc}")
+            skipped = str(exc)
+        finally:
+            if progress is not None:
+                progress.close()
     quality = _quality_speedups(noise_scale, cfg.batch_size, predictions)
     basis = basis_of(noise_scale if quality else None, source)
     line = recommendation_line(chosen, ns.min_efficiency)
@@ -299,7 +357,9 @@ def _time_to_quality(ns: argparse.Namespace, cfg: Any, probe: Probe, predictions
                           "recommended_for_images_per_s": {**dataclasses.asdict(by_speed),
                                                            "line": recommendation_line(by_speed, ns.min_efficiency)},
                           "predictions": rows, "noise_scale": noise_scale, "noise_scale_source": source,
-                          "quality_probe": _probe_record(measured),
+                          "quality_probe": _probe_record(measured) or ({"skipped": skipped} if skipped else None),
+                          "confidence": dataclasses.asdict(probe_confidence(probe)),
+                          "probe_budget_s": probe.budget_s, "probe_seconds": probe.seconds,
                           "rank_memory_mb": rank_memory_mb(cfg.data_cache_mb, probe.device == "cuda"),
                           "basis": basis.kind, "recommendation_basis": basis.sentence}))
 
@@ -309,7 +369,7 @@ def _probe_record(probe: Any) -> dict[str, Any] | None:
     if probe is None:
         return None
     return {"batches": list(probe.batches), "updates": list(probe.updates), "level_l1": probe.level,
-            "critical_batch": probe.critical_batch, "seconds": probe.seconds}
+            "critical_batch": probe.critical_batch, "seconds": probe.seconds, "truncated": probe.truncated}
 
 
 def _quality_speedups(noise_scale: float | None, batch: int, predictions: Sequence[Any]) -> list[float]:

@@ -74,6 +74,13 @@ class Probe:
         warmup: untimed iterations per batch size.
         iters: timed iterations per batch size (the median is kept).
         optimizer: the optimizer timed, as trained (``TrainConfig.optimizer_name``): ``adam`` or ``muon``.
+        fb_samples: timed steps behind each ``fb_s`` median [steps] (empty: not recorded).
+        fb_rse: relative standard error of each ``fb_s`` median [1], None for one step
+            (``trainer.advise.budget.median_rse``).
+        needed_batches: per-rank batches the table needs [count]; more than ``len(fb_s)`` when the budget
+            left some to interpolation.
+        truncated: the time budget cut the asked measurements short (``trainer.advise.budget``).
+        budget_s: the probe's time budget [s] (0: none recorded); seconds: its wall time [s].
     """
 
     model_size: str
@@ -96,6 +103,12 @@ class Probe:
     warmup: int = 0
     iters: int = 0
     optimizer: str = "adam"
+    fb_samples: tuple[int, ...] = ()
+    fb_rse: tuple[float | None, ...] = ()
+    needed_batches: int = 0
+    truncated: bool = False
+    budget_s: float = 0.0
+    seconds: float = 0.0
 
     @property
     def outputs_s(self) -> float:
@@ -114,6 +127,20 @@ class Probe:
         i = min(max(bisect.bisect_left(xs, batch), 1), len(xs) - 1)
         x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
         return max(0.0, y0 + (y1 - y0) * (batch - x0) / (x1 - x0))
+
+    def fb_support(self, batch: int) -> tuple[int, float | None, bool]:
+        """What :meth:`fb_at` rests on at ``batch``: ``(timed steps, relative standard error, measured)``; an
+        interpolated figure takes the fewer steps and the larger error of its two neighbours (None: unknown)."""
+        xs = [b for b, _ in self.fb_s]
+        if len(self.fb_samples) != len(xs) or len(self.fb_rse) != len(xs) or not xs:
+            return 0, None, batch in xs
+        if batch in xs:
+            i = xs.index(batch)
+            return self.fb_samples[i], self.fb_rse[i], True
+        i = min(max(bisect.bisect_left(xs, batch), 1), len(xs) - 1)
+        near = [j for j in {i - 1, i} if 0 <= j < len(xs)]
+        errors = [self.fb_rse[j] for j in near]
+        return (min(self.fb_samples[j] for j in near), None if None in errors else max(errors), False)
 
 
 @dataclass(frozen=True)
@@ -146,6 +173,10 @@ class Prediction:
         speedup: images_per_s / images/s of 1 rank at k = 1.
         efficiency: speedup / N.
         ranks_per_frame: ranks sharing one host (frame) L.
+        timed_steps: timed steps behind the compute figure at ``per_rank_batch`` [steps] (interpolated: the fewer
+            of its two neighbours'; 0 when not recorded).
+        rel_error: relative standard error of ``images_per_s`` from the compute figure's spread [1], None unknown.
+        interpolated: the compute figure at ``per_rank_batch`` was interpolated, not timed.
     """
 
     world_size: int
@@ -158,6 +189,9 @@ class Prediction:
     speedup: float
     efficiency: float
     ranks_per_frame: int = 1
+    timed_steps: int = 0
+    rel_error: float | None = None
+    interpolated: bool = False
 
     @property
     def frames(self) -> int:
@@ -230,8 +264,10 @@ def predict(probe: Probe, world_sizes: Iterable[int], sync_intervals: Iterable[i
         for k in intervals:
             b, compute, comm = _step(probe, n, k, link, intra, ranks_per_frame)
             ips = probe.batch_size / (compute + comm)
+            steps, rse, measured = probe.fb_support(b)
+            error = None if rse is None else rse * probe.fb_at(b) / (compute + comm)
             out.append(Prediction(n, k, b, compute, comm, compute + comm, ips, ips / base, ips / base / n,
-                                  ranks_per_frame))
+                                  ranks_per_frame, steps, error, not measured))
     return out
 
 
@@ -254,14 +290,20 @@ def recommend(predictions: Sequence[Prediction], min_efficiency: float = 0.7) ->
 
 
 def format_table(predictions: Sequence[Prediction], chosen: Prediction | None = None) -> str:
-    """Text table: one row per world size, images/s and efficiency per sync interval; ``*`` marks ``chosen``."""
+    """Text table: one row per world size, images/s and efficiency per sync interval; ``*`` marks ``chosen``.
+
+    ``timed`` is the timed steps behind a row's compute figure (``interp``: interpolated between timed batches)
+    and ``+-`` the relative standard error of its images/s (``Prediction.rel_error``; ``-`` unknown).
+    """
     sizes = sorted({p.world_size for p in predictions})
     intervals = sorted({p.sync_interval for p in predictions})
     by = {(p.world_size, p.sync_interval): p for p in predictions}
     shared = any(p.ranks_per_frame > 1 for p in predictions)
     hosts = f" {'frames':>6}" if shared else ""
-    head = f"{'ranks':>5}{hosts} {'crops/rank':>10} |" + "|".join(f"{f'sync {k}':^19}" for k in intervals)
-    sub = f"{'':>5}{' ' * len(hosts)} {'':>10} |" + "|".join(f"{'images/s':>10} {'eff':>6}  " for _ in intervals)
+    head = (f"{'ranks':>5}{hosts} {'crops/rank':>10} {'timed':>6} {'+-':>6} |"
+            + "|".join(f"{f'sync {k}':^19}" for k in intervals))
+    sub = (f"{'':>5}{' ' * len(hosts)} {'':>10} {'':>6} {'':>6} |"
+           + "|".join(f"{'images/s':>10} {'eff':>6}  " for _ in intervals))
     lines = [head, sub, "-" * len(head)]
     for n in sizes:
         cells = []
@@ -271,7 +313,9 @@ def format_table(predictions: Sequence[Prediction], chosen: Prediction | None = 
             cells.append(f"{p.images_per_s:>10.1f} {p.efficiency:>6.2f} {mark}" if p else f"{'-':>10} {'-':>6}  ")
         first = by[(n, intervals[0])]
         frames = f" {first.frames:>6}" if shared else ""
-        lines.append(f"{n:>5}{frames} {first.per_rank_batch:>10} |" + "|".join(cells))
+        timed = "interp" if first.interpolated else str(first.timed_steps)
+        error = "-" if first.rel_error is None else f"{first.rel_error:.1%}"
+        lines.append(f"{n:>5}{frames} {first.per_rank_batch:>10} {timed:>6} {error:>6} |" + "|".join(cells))
     return "\n".join(lines)
 
 

@@ -69,6 +69,8 @@ class QualityProbe:
             more than two runs) [crops].
         curves: ``(updates, running-minimum eval loss)`` per evaluation, one per run [updates, 1].
         seconds: wall time of all runs [s].
+        truncated: the time budget stopped a run before it reached the level (its updates are a lower bound) or
+            shortened the plan (fewer updates or factors than asked; ``trainer.advise.budget.plan_quality``).
     """
 
     batches: tuple[int, ...]
@@ -77,13 +79,19 @@ class QualityProbe:
     critical_batch: float
     curves: tuple[tuple[tuple[int, float], ...], ...]
     seconds: float
+    truncated: bool = False
 
     def line(self) -> str:
         """One sentence for the advisor's output."""
         bound = "at least " if self.critical_batch >= CRITICAL_BATCH_CAP else ""
         runs = ", ".join(f"batch {b} {u:.0f}" for b, u in zip(self.batches, self.updates))
+        rough = "; the time budget cut it short, so it is rough" if self.truncated else ""
         return (f"quality probe: updates to the same loss ({self.level:.4f} L1): {runs}: critical batch "
-                f"{bound}{self.critical_batch:.1f} crops ({self.seconds:.0f} s)")
+                f"{bound}{self.critical_batch:.1f} crops ({self.seconds:.0f} s{rough})")
+
+
+class OverBudget(RuntimeError):
+    """The quality probe does not fit the time left (the message says what it needs)."""
 
 
 def critical_batch(small_updates: float, big_updates: float, batch: float, factor: float) -> float:
@@ -148,7 +156,8 @@ def first_crossing(curve: Sequence[tuple[int, float]], level: float) -> float | 
 def measure_critical_batch(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray]], *,
                            device: torch.device | None = None, build: Callable[[], torch.nn.Module] | None = None,
                            factors: Sequence[int] = FACTORS, small_updates: int = SMALL_UPDATES,
-                           big_updates: int | None = None) -> QualityProbe:
+                           big_updates: int | None = None, budget_s: float | None = None,
+                           progress: Callable[[str, int, int], None] | None = None) -> QualityProbe:
     """Train from the same weights at ``cfg.batch_size`` and at each ``factor x`` that per update; measure
     ``B_noise`` (module doc).
 
@@ -163,9 +172,13 @@ def measure_critical_batch(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, 
         small_updates: updates of the run at ``cfg.batch_size``; its last (running-minimum) loss is the level.
         big_updates: each bigger run stops when it reaches the level, or after this many updates (default
             ``small_updates``), when its count is this cap.
+        budget_s: wall-clock budget [s] (None: none): two timed updates plan the runs to fit
+            (``trainer.advise.budget.plan_quality``: fewer updates, then fewer factors), and a run stops at it.
+        progress: ``(phase "quality", micro-batches done, micro-batches expected)`` as it trains.
 
     Raises:
         ValueError: a factor <= 1, or fewer than 4 updates a run.
+        OverBudget: ``budget_s`` is too short for even the shortest plan.
         DataError: no frames, or the crop is larger than the frames (``CropSampler``).
         FloatingPointError: a run diverged (its loss is not finite).
     """
@@ -175,15 +188,63 @@ def measure_critical_batch(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, 
                          f"small_updates={small_updates}, big_updates={big_updates}")
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     t0 = time.perf_counter()
+    run = _Runs(cfg, frames, device, build, None if budget_s is None else t0 + budget_s, progress)
+    asked = (small_updates, tuple(factors))
+    if budget_s is not None:
+        small_updates, factors = run.plan(small_updates, factors)
+        big_updates = min(big_updates, small_updates)
+    run.expected = small_updates * (1 + sum(k * (1 + 1 / k) / 2 for k in factors))
     ks = (1, *factors)
-    curves = [_train_curve(cfg, frames, device, build, 1, small_updates)]
+    curves = [run.curve(1, small_updates)]
     level = curves[0][-1][1]  # a running minimum: the small run reached it
-    curves += [_train_curve(cfg, frames, device, build, k, big_updates, level) for k in factors]
+    curves += [run.curve(k, big_updates, level) for k in factors]
     crossings = [first_crossing(c, level) for c in curves]
     updates = tuple(max(1.0, float(c[-1][0]) if u is None else u) for c, u in zip(curves, crossings))
     batches = tuple(k * cfg.batch_size for k in ks)
+    if progress:
+        progress("quality", run.done, run.done)
     return QualityProbe(batches, updates, level, fit_critical_batch(batches, updates), tuple(map(tuple, curves)),
-                        time.perf_counter() - t0)
+                        time.perf_counter() - t0, run.cut or (small_updates, tuple(factors)) != asked)
+
+
+class _Runs:
+    """The quality probe's runs against one deadline (``time.perf_counter`` seconds, None: none), with progress."""
+
+    def __init__(self, cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray]], device: torch.device,
+                 build: Callable[[], torch.nn.Module] | None, deadline: float | None,
+                 progress: Callable[[str, int, int], None] | None) -> None:
+        self.cfg, self.frames, self.device, self.build = cfg, frames, device, build
+        self.deadline, self.progress = deadline, progress
+        self.costs: dict[str, float] = {}
+        self.done, self.expected, self.cut = 0, 0.0, False
+
+    def plan(self, small_updates: int, factors: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+        """Time two updates and an evaluation, then fit the runs to the time left (raises :class:`OverBudget`)."""
+        from trainer.advise.budget import MIN_QUALITY_UPDATES, plan_quality, quality_cost
+
+        _train_curve(self.cfg, self.frames, self.device, self.build, 1, 2, costs=self.costs)
+        left = (self.deadline or 0.0) - time.perf_counter()
+        update_s, eval_s = self.costs["update_s"], self.costs["eval_s"]
+        planned = plan_quality(left, update_s, eval_s, factors, small_updates, EVALUATIONS)
+        if planned is None:
+            need = quality_cost(MIN_QUALITY_UPDATES, update_s, eval_s, [min(factors)], EVALUATIONS)
+            raise OverBudget(f"the quality probe needs about {need:.0f} s here ({update_s:.2f} s an update, "
+                             f"{eval_s:.2f} s an evaluation) and {max(left, 0.0):.0f} s of the budget was left: not "
+                             "run (a longer --probe-budget runs it)")
+        return planned
+
+    def curve(self, k: int, updates: int, stop_at: float | None = None) -> list[tuple[int, float]]:
+        """:func:`_train_curve` of ``k`` micro-batches an update, reporting progress, stopping at the deadline."""
+        def tick() -> None:
+            self.done += k
+            if self.progress:
+                self.progress("quality", self.done, max(int(self.expected), self.done))
+
+        cut: list[bool] = []
+        out = _train_curve(self.cfg, self.frames, self.device, self.build, k, updates, stop_at,
+                           deadline=self.deadline, tick=tick, cut=cut, costs=dict(self.costs))
+        self.cut = self.cut or bool(cut)
+        return out
 
 
 def probe_frames(cfg: TrainConfig, count: int = PROBE_FRAMES) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -202,9 +263,15 @@ def probe_frames(cfg: TrainConfig, count: int = PROBE_FRAMES) -> list[tuple[np.n
 
 def _train_curve(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray]], device: torch.device,
                  build: Callable[[], torch.nn.Module] | None, k: int, updates: int,
-                 stop_at: float | None = None) -> list[tuple[int, float]]:
+                 stop_at: float | None = None, *, deadline: float | None = None, tick: Callable[[], None] | None = None,
+                 cut: list[bool] | None = None, costs: dict[str, float] | None = None) -> list[tuple[int, float]]:
     """A run of up to ``updates`` updates of ``k`` accumulated micro-batches, ending once its eval loss is at or
-    below ``stop_at``; its running-minimum eval curve (about :data:`EVALUATIONS` evaluations)."""
+    below ``stop_at``; its running-minimum eval curve (about :data:`EVALUATIONS` evaluations).
+
+    With ``deadline`` (``time.perf_counter`` seconds) an update starts only if the last one ends before it (else
+    ``True`` is appended to ``cut`` and the curve ends with an evaluation); ``tick()`` follows every update;
+    ``costs`` receives the last update's and evaluation's seconds (``update_s``, ``eval_s``).
+    """
     from trainer.learn.model import build_model
     from trainer.learn.precision import memory_format, resolve_precision
     from trainer.learn.schedule import build_optimizer, effective_lr
@@ -220,9 +287,19 @@ def _train_curve(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray
     sampler = CropSampler(frames, cfg.crop_size, cfg.batch_size, seed=cfg.seed, device=device, memory_format=fmt,
                               channels=cfg.channels)
     held = sampler.cut(sampler.coords(0, EVAL_CROPS, stream=EVAL_STREAM))
+    costs = {} if costs is None else costs
+    t = time.perf_counter()
     curve = [(0, _eval_loss(net, held, precision.autocast))]
+    costs["eval_s"] = time.perf_counter() - t
     micro = 0
     for update in range(1, updates + 1):
+        if deadline is not None and time.perf_counter() + costs.get("update_s", 0.0) * k > deadline:
+            if cut is not None:
+                cut.append(True)
+            if curve[-1][0] != update - 1:
+                curve.append((update - 1, min(curve[-1][1], _eval_loss(net, held, precision.autocast))))
+            break
+        t = time.perf_counter()
         for group in opt.param_groups:
             group["lr"] = peak * min(1.0, 0.1 + 0.9 * update / WARMUP_UPDATES)
         for _ in range(k):
@@ -234,6 +311,9 @@ def _train_curve(cfg: TrainConfig, frames: Sequence[tuple[np.ndarray, np.ndarray
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
+        costs["update_s"] = (time.perf_counter() - t) / k
+        if tick:
+            tick()
         if update % max(1, updates // EVALUATIONS) == 0 or update == updates:
             curve.append((update, min(curve[-1][1], _eval_loss(net, held, precision.autocast))))
             if stop_at is not None and curve[-1][1] <= stop_at:

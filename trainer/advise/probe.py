@@ -7,7 +7,9 @@ crops cut on the device: data + forward + backward, then the optimizer step (the
 times rank 0's contact sheet and checkpoint, and takes the bytes all-reduced per sync from the
 parameter shapes (``trainer.gang.compression.sync_payload``). With ``ranks_per_host`` R > 1 it runs R
 timing processes at once, as ``cuetrain local --world-size R`` shares one host, and keeps the
-slowest.
+slowest. It keeps to a time budget (``ProbeSettings.budget_s``): untimed steps at the smallest and largest batch
+plan how many rounds and batch sizes fit, and a step starts only if it ends before the budget
+(``trainer.advise.budget``); rank 0 reports progress on the result queue as it goes.
 
 The probe always runs in fresh processes, as every rank is one: a process's allocator history
 changes the step time. In a fresh process glibc serves each multi-megabyte activation with a new
@@ -29,10 +31,11 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from queue import Empty
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from trainer.advise.budget import ProbeSettings, StepPlan, estimate, median_rse, plan_steps, thin
 from trainer.advise.costmodel import Link, Probe
 from trainer.core.config import TrainConfig
 from trainer.data.crops import CropSampler, per_crop_l1
@@ -41,24 +44,24 @@ from trainer.core.ports import PortReservation
 
 PROBE_FRAMES = 4  # frame pairs loaded for the probe: crop cost does not depend on how many
 MAX_PROBE_POINTS = 8  # per-rank batch sizes timed at most; others are interpolated
-OUTPUT_REPEATS = 3  # contact sheets and checkpoints timed (median)
+OUTPUT_REPEATS = 3  # contact sheets and checkpoints timed (median), as the budget allows
+#: Share of the time left after the planning steps held back for rank 0's outputs [1].
+OUTPUT_SHARE = 0.05
+#: Progress messages on the probe's queue are ``(PROGRESS, rank, record)``; results ``(RESULT, rank, value)``.
+PROGRESS, RESULT = "progress", "result"
+
+#: ``(phase, done, total)`` -> None: what :func:`run_probe` reports as it goes (``trainer.advise.progress``).
+Report = Callable[[str, int, int], None]
 
 
 def probe_batches(batch_size: int, world_sizes: Iterable[int], max_points: int = MAX_PROBE_POINTS) -> list[int]:
     """Per-rank batches ``ceil(B/N)`` to time for ``world_sizes`` (N <= B), ascending.
 
     More than ``max_points`` distinct values are thinned to ``max_points``, spread evenly on a log
-    scale (always keeping the smallest and largest); :meth:`Probe.fb_at` interpolates the rest.
+    scale (always keeping the smallest and largest, ``trainer.advise.budget.thin``); :meth:`Probe.fb_at`
+    interpolates the rest.
     """
-    need = sorted({math.ceil(batch_size / n) for n in world_sizes if 1 <= n <= batch_size})
-    if len(need) <= max_points:
-        return need
-    lo, hi = math.log(need[0]), math.log(need[-1])
-    picks = [need[0], need[-1]]
-    for i in range(1, max_points - 1):
-        target = lo + (hi - lo) * i / (max_points - 1)
-        picks.append(min((b for b in need if b not in picks), key=lambda b: abs(math.log(b) - target)))
-    return sorted(picks)
+    return thin(sorted({math.ceil(batch_size / n) for n in world_sizes if 1 <= n <= batch_size}), max_points)
 
 
 def monotone(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
@@ -77,33 +80,35 @@ def monotone(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ..
     return tuple((b, t) for (b, _), t in zip(sorted(points), fitted))
 
 
-def run_probe(cfg: TrainConfig, world_sizes: Iterable[int], *, threads: int = 1, warmup: int = 3, iters: int = 10,
-              ranks_per_host: int = 1, timeout_s: float = 600.0) -> Probe:
-    """Time the real training step of ``cfg`` on this host, in ``ranks_per_host`` fresh processes
-    (see the module docstring).
+def run_probe(cfg: TrainConfig, world_sizes: Iterable[int], settings: ProbeSettings = ProbeSettings(),
+              progress: Report | None = None) -> Probe:
+    """Time the real training step of ``cfg`` on this host, in ``settings.ranks_per_host`` fresh processes
+    (see the module docstring), within ``settings.budget_s`` seconds from this call (``trainer.advise.budget``).
 
-    Runs on CUDA when available (as the trainer does), else on the CPU with ``threads`` torch
-    threads per rank.
+    Runs on CUDA when available (as the trainer does), else on the CPU with ``settings.threads`` torch
+    threads per rank. ``progress(phase, done, total)`` is called on this thread as the first process measures
+    (phases ``steps`` and ``outputs``; ``total`` is planned measurements).
 
     Raises:
         DataError: the training data cannot be read or is smaller than the crop.
-        ValueError: ``threads``, ``warmup``, ``iters`` or ``ranks_per_host`` out of range.
-        RuntimeError: a co-located probe process failed or timed out.
+        RuntimeError: a co-located probe process failed or ran past ``settings.timeout_s``.
     """
-    if threads < 1 or warmup < 0 or iters < 1 or ranks_per_host < 1:
-        raise ValueError(f"threads={threads}, iters={iters} and ranks_per_host={ranks_per_host} must be >= 1, "
-                         f"warmup={warmup} >= 0")
     sizes = sorted(set(world_sizes))
+    per_host = settings.ranks_per_host
     ctx = mp.get_context("spawn")
-    gang = _Gang(ctx.Barrier(ranks_per_host), ctx.Value("i", ranks_per_host))
+    gang = _Gang(ctx.Barrier(per_host), ctx.Value("i", per_host))
     queue: Any = ctx.Queue()
-    probes = _collect(ctx, _colocated_rank, [(cfg, sizes, threads, warmup, iters, gang, r, queue)
-                                             for r in range(ranks_per_host)], queue, timeout_s, "probe")
-    first = probes[0]
-    if ranks_per_host == 1:
+    deadline_unix = time.time() + settings.budget_s  # a wall clock: it crosses into the spawned processes
+    started = time.monotonic()
+    probes = _collect(ctx, _colocated_rank, [(cfg, sizes, settings, deadline_unix, gang, r, queue)
+                                             for r in range(per_host)], queue, settings.timeout_s, "probe",
+                      progress)
+    first = replace(probes[0], seconds=time.monotonic() - started)
+    if per_host == 1:
         return first
     return replace(first, fb_s=tuple((b, max(p.fb_at(b) for p in probes)) for b, _ in first.fb_s),
-                   optimizer_s=max(p.optimizer_s for p in probes), ranks_per_host=ranks_per_host)
+                   optimizer_s=max(p.optimizer_s for p in probes), ranks_per_host=per_host,
+                   truncated=any(p.truncated for p in probes))
 
 
 @dataclass(frozen=True)
@@ -114,15 +119,28 @@ class _Gang:
     running: Any  # multiprocessing Value("i"): processes still timing
 
 
-def _colocated_rank(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters: int, gang: _Gang,
+def _colocated_rank(cfg: TrainConfig, sizes: list[int], settings: ProbeSettings, deadline_unix: float, gang: _Gang,
                     rank: int, queue: Any) -> None:
     from trainer.core.allocator import tune_allocator
 
     tune_allocator()  # as every trainer process does (trainer.cli train)
-    queue.put((rank, _probe(cfg, sizes, threads, warmup, iters, gang)))
+    report = (lambda phase, done, total: queue.put((PROGRESS, rank, (phase, done, total)))) if rank == 0 else None
+    queue.put((RESULT, rank, _probe(cfg, sizes, settings, deadline_unix, gang, report)))
 
 
-def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters: int, gang: _Gang) -> Probe:
+@dataclass
+class _Timed:
+    """The compute probe's measurements: per batch, ``fb`` seconds of timed steps, and the optimizer's."""
+
+    fb: dict[int, list[float]]
+    opt: list[float]
+    planning: dict[int, float]  # batch -> data + forward + backward of a planning (untimed) step [s]
+    planning_opt: list[float]  # optimizer steps of the planning steps [s]
+    truncated: bool = False
+
+
+def _probe(cfg: TrainConfig, sizes: list[int], settings: ProbeSettings, deadline_unix: float, gang: _Gang,
+           report: Report | None = None) -> Probe:
     from trainer.gang.compression import sync_calls, sync_payload
     from trainer.data.images import load_pairs, pair_frames
     from trainer.learn.model import build_model, count_parameters
@@ -133,7 +151,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
                         channels=cfg.channels)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     old_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(settings.threads)
     try:
         torch.manual_seed(cfg.seed)
         precision, fmt = resolve_precision(cfg.precision, device), memory_format(cfg.memory_format)
@@ -146,32 +164,69 @@ def _probe(cfg: TrainConfig, sizes: list[int], threads: int, warmup: int, iters:
         samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt,
                                    channels=cfg.channels)
                     for b in batches}
-        times: dict[int, list[float]] = {b: [] for b in batches}
-        opt_times: list[float] = []
+        deadline = _now(device) + deadline_unix - time.time()
         gang.start.wait()
-        # Rounds visit every batch size once (1, 2, 4, 8, 1, 2, ...) so a noisy neighbour slows all alike.
-        for i in range(warmup + iters):
-            for b in batches:
-                fb_s, opt_s = step(samplers[b], i)
-                if i >= warmup:
-                    times[b].append(fb_s)
-                    opt_times.append(opt_s)
+        timed, plan = _time_steps(step, samplers, batches, settings, deadline, report)
         with gang.running.get_lock():  # then keep loading the host until the other probe processes are done
             gang.running.value -= 1
-        while gang.running.value > 0:
-            step(samplers[batches[-1]], 0)
-        fb = monotone([(b, statistics.median(times[b])) for b in batches])
-        sheet_s, ckpt_s = _time_outputs(cfg, net, opt, frames, device, fmt)
+        while gang.running.value > 0 and _now(device) < deadline:
+            step(samplers[plan.batches[-1]], 0)
+        sheet_s, ckpt_s = _time_outputs(cfg, net, opt, frames, device, fmt, deadline, report)
     finally:
         torch.set_num_threads(old_threads)
+    counted = {b: t for b, t in timed.fb.items() if t}
+    fb = counted or {b: [t] for b, t in timed.planning.items()}  # nothing timed in the budget: the planning steps
     shapes = [tuple(p.shape) for p in net.parameters() if p.requires_grad]
     return Probe(model_size=cfg.model_size, parameters=count_parameters(net), crop_size=cfg.crop_size,
-                 batch_size=cfg.batch_size, compression=cfg.grad_compression, fb_s=fb,
-                 optimizer_s=statistics.median(opt_times), contact_sheet_s=sheet_s, checkpoint_s=ckpt_s,
+                 batch_size=cfg.batch_size, compression=cfg.grad_compression,
+                 fb_s=monotone([(b, statistics.median(t)) for b, t in fb.items()]),
+                 optimizer_s=statistics.median(timed.opt or timed.planning_opt), contact_sheet_s=sheet_s,
+                 checkpoint_s=ckpt_s,
                  contact_sheet_interval=cfg.contact_sheet_interval, checkpoint_interval=cfg.checkpoint_interval,
                  sync_bytes=sync_payload(shapes, cfg.grad_compression),
                  sync_calls=sync_calls(shapes, cfg.grad_compression), log_interval=cfg.log_interval,
-                 threads=threads, device=device.type, warmup=warmup, iters=iters, optimizer=cfg.optimizer_name)
+                 threads=settings.threads, device=device.type, warmup=plan.warmup, iters=plan.iters,
+                 optimizer=cfg.optimizer_name, fb_samples=tuple(len(counted.get(b, ())) for b in sorted(fb)),
+                 fb_rse=tuple(median_rse(fb[b]) for b in sorted(fb)), needed_batches=plan.needed,
+                 truncated=timed.truncated or len(plan.batches) < plan.needed or plan.iters < settings.iters,
+                 budget_s=settings.budget_s)
+
+
+def _time_steps(step: "_Step", samplers: dict[int, CropSampler], batches: list[int], settings: ProbeSettings,
+                deadline: float, report: Report | None) -> tuple[_Timed, StepPlan]:
+    """Plan (``trainer.advise.budget.plan_steps``) from untimed steps at the smallest batch (twice) and the largest,
+    then time the plan's rounds, each step only if it ends before ``deadline`` (``_now`` seconds)."""
+    lo, hi = batches[0], batches[-1]
+    timed = _Timed({b: [] for b in batches}, [], {}, [])
+    first, _ = step(samplers[lo], 0)
+    timed.planning[lo], opt_s = step(samplers[lo], 0)
+    inflation = max(1.0, first / max(timed.planning[lo], 1e-9))  # a first step's extra cost
+    if hi != lo and _now(step.device) + timed.planning[lo] * hi / lo * inflation < deadline:
+        timed.planning[hi], opt_s = step(samplers[hi], 0)
+        timed.planning[hi] /= inflation
+    timed.planning_opt.append(opt_s)
+    left = deadline - _now(step.device)
+    plan = plan_steps(batches, {b: t + opt_s for b, t in timed.planning.items()}, left * (1 - OUTPUT_SHARE),
+                      settings.warmup, settings.iters)
+    last = {b: estimate(timed.planning, b) + opt_s for b in plan.batches}
+    done, end = 0, deadline - left * OUTPUT_SHARE
+    # Rounds visit every batch size once (1, 2, 4, 8, 1, 2, ...) so a noisy neighbour slows all alike.
+    for i in range(plan.warmup + plan.iters):
+        for b in plan.batches:
+            if _now(step.device) + last[b] > end:
+                timed.truncated = True
+                break
+            fb_s, opt_s = step(samplers[b], i)
+            last[b] = fb_s + opt_s
+            if i >= plan.warmup:
+                timed.fb[b].append(fb_s)
+                timed.opt.append(opt_s)
+            done += 1
+            if report:
+                report("steps", done, plan.steps)
+        if timed.truncated:
+            break
+    return timed, plan
 
 
 @dataclass(frozen=True)
@@ -207,20 +262,25 @@ def _now(device: torch.device) -> float:
 
 
 def _time_outputs(cfg: TrainConfig, net: torch.nn.Module, opt: torch.optim.Optimizer, frames: list,
-                  device: torch.device, fmt: torch.memory_format) -> tuple[float, float]:
-    """Rank 0's training-thread time for one contact sheet and one checkpoint, as ``trainer.learn.train`` does them."""
+                  device: torch.device, fmt: torch.memory_format, deadline: float,
+                  report: Report | None = None) -> tuple[float, float]:
+    """Rank 0's training-thread time for one contact sheet and one checkpoint, as ``trainer.learn.train`` does them:
+    medians of up to :data:`OUTPUT_REPEATS`, one at least, more while the last one's time fits before ``deadline``."""
     from trainer.learn.run_writer import RunWriter, cpu_copy
     from trainer.record.rundir import RunPaths
 
     sampler = CropSampler(frames, cfg.crop_size, 1, seed=cfg.seed, device=device, memory_format=fmt,
                               channels=cfg.channels)
-    sheets, ckpts = [], []
+    sheets: list[float] = []
+    ckpts: list[float] = []
     with tempfile.TemporaryDirectory(prefix="cuetrain-advise-") as tmp:
         paths = RunPaths.of(tmp)
         paths.create()
         writer = RunWriter(paths, True, keep_checkpoints=1)
         try:
             for step in range(1, OUTPUT_REPEATS + 1):
+                if sheets and _now(device) + sheets[-1] + ckpts[-1] > deadline:
+                    break
                 t0 = _now(device)
                 prev = sampler.preview(step)
                 with torch.no_grad():
@@ -233,13 +293,17 @@ def _time_outputs(cfg: TrainConfig, net: torch.nn.Module, opt: torch.optim.Optim
                 writer.flush()  # background encoding and writing: not on the training thread
                 sheets.append(t1 - t0)
                 ckpts.append(t2 - t1)
+                if report:
+                    report("outputs", step, OUTPUT_REPEATS)
         finally:
             writer.finish("probe")
     return statistics.median(sheets), statistics.median(ckpts)
 
 
-def _collect(ctx: Any, target: Any, args: list[tuple], queue: Any, timeout_s: float, what: str) -> list[Any]:
-    """Start one process per ``args``, gather one ``(rank, result)`` each from ``queue``, in rank order."""
+def _collect(ctx: Any, target: Any, args: list[tuple], queue: Any, timeout_s: float, what: str,
+             progress: Report | None = None) -> list[Any]:
+    """Start one process per ``args``, gather one ``(RESULT, rank, result)`` each from ``queue``, in rank order;
+    ``(PROGRESS, rank, (phase, done, total))`` messages go to ``progress`` on the way."""
     procs = [ctx.Process(target=target, args=a) for a in args]
     for p in procs:
         p.start()
@@ -248,8 +312,11 @@ def _collect(ctx: Any, target: Any, args: list[tuple], queue: Any, timeout_s: fl
     try:
         while len(results) < len(procs):
             try:
-                rank, value = queue.get(timeout=0.5)
-                results[rank] = value
+                kind, rank, value = queue.get(timeout=0.5)
+                if kind == RESULT:
+                    results[rank] = value
+                elif progress is not None:
+                    progress(*value)
             except Empty:
                 failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
                 if failed or time.monotonic() > deadline:
@@ -307,7 +374,7 @@ def _time_allreduce(env: DistEnv, mb: float, repeats: int, timeout_s: float) -> 
 
 
 def _local_link_rank(env: DistEnv, mb: float, repeats: int, timeout_s: float, queue: Any) -> None:
-    queue.put((env.rank, _time_allreduce(env, mb, repeats, timeout_s)))
+    queue.put((RESULT, env.rank, _time_allreduce(env, mb, repeats, timeout_s)))
 
 
 def measure_link(env: DistEnv | None = None, mb: float = 16.0, repeats: int = 5, timeout_s: float = 120.0) -> Link:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from trainer.advise import advisor as advise
 from trainer.advise import probe as advise_probe
+from trainer.advise.budget import ProbeSettings
 from trainer.advise.probe import fit_link, monotone, probe_batches, run_probe
 from trainer.advise.costmodel import Prediction, Probe, allreduce_seconds, format_table, predict, recommend
 from trainer.core.config import TrainConfig
@@ -128,7 +130,7 @@ def test_fit_link_reproduces_both_measurements(n, payload, small, transfer):
 
 def test_probe_times_the_real_step(pairs, tmp_path):
     cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / "run"), batch_size=4, crop_size=16)
-    probe = run_probe(cfg, [1, 2, 3, 4], warmup=1, iters=2)
+    probe = run_probe(cfg, [1, 2, 3, 4], ProbeSettings(warmup=1, iters=2))
     assert [b for b, _ in probe.fb_s] == [1, 2, 4]
     # Real timings on a shared machine: only loose bounds here; what is taken from the clock (warm-up
     # dropped, medians, data+forward+backward apart from the Adam step) is checked exactly below.
@@ -144,7 +146,7 @@ def test_probe_times_the_configured_architecture(pairs, tmp_path, architecture, 
     """The probe builds the network the run would train (it built v1 whatever --architecture said)."""
     cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / "run"), batch_size=2, crop_size=16,
                       architecture=architecture)
-    probe = run_probe(cfg, [1], warmup=1, iters=1)
+    probe = run_probe(cfg, [1], ProbeSettings(warmup=1, iters=1))
     assert (probe.parameters, probe.sync_bytes) == (parameters, 4 * parameters)
 
 
@@ -186,7 +188,7 @@ def test_probe_takes_warm_up_free_medians_of_each_phase(pairs, tmp_path, monkeyp
     monkeypatch.setattr(outputs.RunWriter, "checkpoint", lambda *a, **k: setattr(clock, "now", clock.now + 0.1))
     cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / "run"), batch_size=4, crop_size=16)
     gang = advise_probe._Gang(threading.Barrier(1), mp.get_context("spawn").Value("i", 1))
-    probe = advise_probe._probe(cfg, [1, 2, 4], threads=1, warmup=1, iters=3, gang=gang)
+    probe = advise_probe._probe(cfg, [1, 2, 4], ProbeSettings(warmup=1, iters=3), time.time() + 90, gang)
     assert [b for b, _ in probe.fb_s] == [1, 2, 4]
     assert [t for _, t in probe.fb_s] == pytest.approx([1e-3, 2e-3, 4e-3])
     assert probe.optimizer_s == pytest.approx(2e-3)
@@ -197,7 +199,7 @@ def test_probe_takes_warm_up_free_medians_of_each_phase(pairs, tmp_path, monkeyp
 @pytest.mark.slow
 def test_colocated_probe_times_ranks_sharing_the_host(pairs, tmp_path):
     cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / "run"), batch_size=2, crop_size=16)
-    probe = run_probe(cfg, [1, 2], warmup=1, iters=2, ranks_per_host=2, timeout_s=120)
+    probe = run_probe(cfg, [1, 2], ProbeSettings(warmup=1, iters=2, ranks_per_host=2, timeout_s=120))
     assert probe.ranks_per_host == 2 and [b for b, _ in probe.fb_s] == [1, 2]
     assert all(1e-6 < t < 30 for _, t in probe.fb_s)
 
@@ -208,7 +210,7 @@ def test_cli_prints_probe_link_table_and_recommendation(pairs, capsys, monkeypat
     def fake_probe(cfg, sizes, **kw):  # the real probe is tested above; this checks the wiring
         calls.append((cfg, list(sizes), kw))
         return make_probe(batch_size=cfg.batch_size, crop_size=cfg.crop_size, compression=cfg.grad_compression,
-                          sync_bytes=339_686, warmup=kw["warmup"], iters=kw["iters"])
+                          sync_bytes=339_686, warmup=kw["settings"].warmup, iters=kw["settings"].iters)
 
     monkeypatch.setattr(advise, "run_probe", fake_probe)
     code = advise.main(["--input", str(pairs[0]), "--target", str(pairs[1]), "--batch-size", "4",
@@ -218,7 +220,7 @@ def test_cli_prints_probe_link_table_and_recommendation(pairs, capsys, monkeypat
     out = capsys.readouterr().out
     assert code == 0
     assert calls[0][1] == [1, 2, 3, 4, 5, 6]
-    assert calls[0][2] == {"threads": 1, "warmup": 1, "iters": 2, "ranks_per_host": 1}
+    assert calls[0][2]["settings"] == ProbeSettings(threads=1, warmup=1, iters=2, ranks_per_host=1, budget_s=90.0)
     assert "model small (169,843 parameters), crop 16 px, global batch 4, gradient compression fp16" in out
     assert "1 thread(s) per rank, 1 rank(s) timed at once, 1 warm-up + 2 timed iterations" in out
     assert "gradient sync: 339,686 bytes in 1 all-reduce call(s)" in out
@@ -260,13 +262,13 @@ def test_cli_ranks_per_frame_probes_that_many_at_once_and_predicts_multiples(pai
 
     def fake_probe(cfg, sizes, **kw):
         calls.append((list(sizes), kw))
-        return make_probe(batch_size=cfg.batch_size, ranks_per_host=kw["ranks_per_host"])
+        return make_probe(batch_size=cfg.batch_size, ranks_per_host=kw["settings"].ranks_per_host)
 
     monkeypatch.setattr(advise, "run_probe", fake_probe)
     assert advise.main(["--input", str(pairs[0]), "--target", str(pairs[1]), "--batch-size", "8",
                         "--max-world-size", "8", "--ranks-per-frame", "2", "--sync-intervals", "1"]) == 0
     out = capsys.readouterr().out
-    assert calls[0][0] == [1, 2, 4, 6, 8] and calls[0][1]["ranks_per_host"] == 2
+    assert calls[0][0] == [1, 2, 4, 6, 8] and calls[0][1]["settings"].ranks_per_host == 2
     assert "inside a host (2 ranks per frame): 20 Gb/s, 50 us per hop (stated)" in out
     line = next(x for x in out.splitlines() if x.startswith("recommended:"))
     assert " frame(s) x 2 ranks" in line

@@ -7,6 +7,7 @@ import json
 
 from tests.trainer.advise.test_advisor import make_probe
 from trainer.advise import advisor as advise
+from trainer.advise.budget import ProbeSettings
 from trainer.advise.critical_batch import QualityProbe
 from trainer.core.config import TrainConfig
 
@@ -59,7 +60,7 @@ def test_the_quality_probes_figure_is_the_critical_batch(pairs, capsys, monkeypa
     import trainer.advise.critical_batch as cb
 
     measured = QualityProbe((8, 32, 128), (160.0, 70.0, 52.0), 0.05, 96.0, ((), (), ()), 12.0)
-    monkeypatch.setattr(cb, "measure_critical_batch", lambda cfg, frames: measured)
+    monkeypatch.setattr(cb, "measure_critical_batch", lambda cfg, frames, **kw: measured)
     monkeypatch.setattr(cb, "probe_frames", lambda cfg: [])
     lines, out = advise_json(pairs, capsys, monkeypatch, "--quality-probe")
     assert measured.line() in lines and "critical batch 96.0 crops" in measured.line()
@@ -83,6 +84,6 @@ def test_the_probe_times_the_configured_optimizer(pairs, tmp_path):
     """The real probe records the optimizer the run trains (``build_optimizer``: ``TrainConfig.optimizer_name``)."""
     cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / "run"), batch_size=2, crop_size=16,
                       optimizer="muon")
-    probe = advise.run_probe(cfg, [1], warmup=1, iters=1)
+    probe = advise.run_probe(cfg, [1], ProbeSettings(warmup=1, iters=1))
     assert probe.optimizer == cfg.optimizer_name == "muon"
     assert "\n  Muon step " in advise.describe_probe(probe)
