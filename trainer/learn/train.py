@@ -409,7 +409,8 @@ class _Loop:
         from trainer.learn.init_from import apply_init_from
 
         record = apply_init_from(self.net, self.cfg.init_from, architecture=self.cfg.architecture_name,
-                                 model_size=self.cfg.model_size, scale=self.cfg.scale)
+                                 model_size=self.cfg.model_size, scale=self.cfg.scale,
+                                 channels=len(self.plan.inputs), target_channels=len(self.plan.targets))
         if self.ema is not None:
             self.ema = WeightEMA(self.net, self.cfg.ema_decay)
         log.info("rank %d: weights from %s (%s, step %s)", self.env.rank, record.get("weights"), record.get("kind"),
