@@ -15,6 +15,7 @@ Learning rate: :mod:`trainer.learn.schedule` (``effective_lr``, ``lr_at``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import traceback
@@ -44,7 +45,7 @@ from trainer.learn.noise_scale import GradNoise, NoiseSampling, parameter_grads,
 from trainer.learn.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
 from trainer.learn.run_writer import (RunWriter, check_resumable, config_record, cpu_copy, export_model,
-                                      load_latest_checkpoint, model_config_record, model_meta,
+                                      load_latest_checkpoint, model_config_record, model_meta, resume_optimizer,
                                       wall_clock)
 from trainer.record.rundir import RunPaths
 from trainer.learn.schedule import build_optimizer, effective_lr, lr_at
@@ -380,8 +381,13 @@ class _Loop:
             if self.cfg.resume and self.master:
                 log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
+        optimizer = resume_optimizer(self.cfg.optimizer, self.cfg.optimizer_name, ckpt)
         check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture_name,
-                        self.cfg.optimizer_name, self.cfg.scale)
+                        optimizer, self.cfg.scale, self.plan)
+        if optimizer != self.cfg.optimizer_name:  # --optimizer auto: the checkpoint's, with that optimizer's lr
+            log.warning("--optimizer auto: resuming with %s, the optimizer %s was written with (auto now picks %s "
+                        "for a new run)", optimizer, self.paths.checkpoint(step), self.cfg.optimizer_name)
+            self._use_optimizer(optimizer)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
         if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far
@@ -393,6 +399,14 @@ class _Loop:
         self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
         self._logged_updates = self.updates
         log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
+
+    def _use_optimizer(self, name: str) -> None:
+        """Train with ``name`` (``adam`` or ``muon``) from here on: the config, its peak lr, the optimizer and the
+        divergence watch follow it (before a checkpoint's optimizer state is loaded)."""
+        self.cfg = dataclasses.replace(self.cfg, optimizer=name)
+        self.peak_lr = effective_lr(self.cfg, self.env.sync_interval)
+        self.opt = build_optimizer(self.cfg, self.net, self.peak_lr)
+        self.divergence = DivergenceWatch(self.peak_lr, self.cfg.base_lr)
 
     def _loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """(b,) float32 loss per crop: L1, and on matte channels ``--matte-loss`` (``trainer.learn.loss``)."""
