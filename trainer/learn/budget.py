@@ -1,8 +1,10 @@
 """``--time-budget``: train until a wall-clock deadline, every rank stopping on the same step.
 
-The deadline (``trainer.core.budget``) is fixed when a run first starts: rank 0 reads ``run.json``'s ``budget`` record
-and keeps its ``deadline_unix`` on a restart or an elastic resize (so they spend the same budget), or writes one: the
-deadline given, or rank 0's process start plus the duration. Training is planned to end :attr:`BudgetClock.reserve_s`
+The deadline (``trainer.core.budget``) is fixed when a run first starts training: rank 0 reads ``run.json``'s
+``budget`` record and keeps its ``deadline_unix`` on a restart or an elastic resize (so they spend the same budget),
+or fixes one (:meth:`BudgetClock.start`, after the data phase, the resume and the model's set-up): the deadline
+given, or that moment plus the duration. A restart also resumes the record's plan (``stop_step``) from its first step,
+so the lr schedule runs over the planned steps, not ``--steps``, until its first plan. Training is planned to end :attr:`BudgetClock.reserve_s`
 before the deadline, the time the export and the shutdown take (measured by the previous attempt, else
 :data:`DEFAULT_EXPORT_S`), so the export happens inside the budget.
 
@@ -21,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from trainer.core.budget import TimeBudget, parse_time_budget
+from trainer.core.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +45,32 @@ SHUTDOWN_S = 1.0
 RECENT_PLANS = 5
 
 
-def process_start_unix() -> float:
-    """This process's start time [s since the epoch] from ``/proc/self/stat`` (field 22, clock ticks since boot,
-    proc(5)) and ``/proc/stat``'s ``btime``; the current time where ``/proc`` is missing."""
-    try:
-        with open("/proc/self/stat") as fh:
-            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as fh:
-            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
+def recorded_deadline(text: str, record: Mapping[str, Any] | None) -> float | None:
+    """The deadline [s since the epoch] a run of ``--time-budget text`` has before it starts training: the one
+    ``run.json``'s ``budget`` ``record`` fixed for the same text (a restart or resize), else the text's own (an ISO
+    deadline); None for no budget, or a duration not started yet."""
+    if not text:
+        return None
+    record = record or {}
+    if record.get("text") == text and isinstance(record.get("deadline_unix"), (int, float)):
+        return float(record["deadline_unix"])
+    return parse_time_budget(text).deadline_unix
+
+
+def deadline_passed(text: str, record: Mapping[str, Any] | None, now: float | None = None) -> bool:
+    """True when the run's deadline (:func:`recorded_deadline`) is already past at ``now`` [s since the epoch]."""
+    deadline = recorded_deadline(text, record)
+    return deadline is not None and deadline <= (time.time() if now is None else now)
+
+
+def late_start_error(text: str, record: Mapping[str, Any] | None) -> ConfigError:
+    """The error of a run whose deadline passed before it started training and that has no checkpoint to export
+    (a job that waited in the queue past it, or a restart before its first checkpoint): bad input, exit 2."""
+    deadline = recorded_deadline(text, record) or 0.0
+    when = datetime.fromtimestamp(deadline, timezone.utc).isoformat(timespec="seconds")
+    return ConfigError(f"--time-budget {text}: the deadline {when} passed before this run started training, and it has "
+                       "no checkpoint to export; give a later deadline or a duration such as 2h (a duration counts "
+                       "from the start of training)")
 
 
 class BudgetClock:
@@ -64,23 +81,22 @@ class BudgetClock:
         cap: ``--steps``, the last step at most [steps].
         sync_interval: steps per optimizer update: the last step planned is a multiple of it (or ``cap``) [steps].
         onnx_in_run: rank 0 writes ``model.onnx`` before the run ends (``CUETRAIN_EXPORT_ONNX``, default on).
-        record: ``run.json``'s ``budget`` record ({} on a first attempt).
-        now: the current time [s since the epoch] (tests pass a clock).
+        record: ``run.json``'s ``budget`` record ({} on a first attempt): a restart keeps its deadline, its measured
+            export time and its plan (``stop_step``: :attr:`last_step` starts there, not at ``cap``).
+
+    :attr:`deadline_unix` is None until :meth:`start` for a duration not started before.
     """
 
-    def __init__(self, text: str, cap: int, record: Mapping[str, Any] | None = None, now: float | None = None,
+    def __init__(self, text: str, cap: int, record: Mapping[str, Any] | None = None,
                  sync_interval: int = 1, onnx_in_run: bool = False) -> None:
         self.cap, self.last_step, self.sync = cap, cap, max(1, sync_interval)
         self.active = bool(text)
         self.budget: TimeBudget | None = parse_time_budget(text) if text else None
         record = record or {}
-        now = time.time() if now is None else now
-        if self.budget is None:
-            self.deadline_unix = math.inf
-        elif record.get("text") == text and isinstance(record.get("deadline_unix"), (int, float)):
-            self.deadline_unix = float(record["deadline_unix"])  # a restart or resize: the same budget
-        else:
-            self.deadline_unix = self.budget.deadline_from(min(now, process_start_unix()))
+        self.deadline_unix: float | None = recorded_deadline(text, record)  # a restart or resize: the same budget
+        planned = record.get("stop_step") if record.get("text") == text else None
+        if isinstance(planned, int) and not isinstance(planned, bool) and 0 < planned < cap:
+            self.last_step = planned  # the last attempt's plan, until this one's first plan
         measured = record.get("export_s") if record.get("text") == text else None
         guess = DEFAULT_EXPORT_S + (ONNX_EXPORT_S if onnx_in_run else 0.0)
         export_s = float(measured) if isinstance(measured, (int, float)) else guess
@@ -88,9 +104,15 @@ class BudgetClock:
         self._first: tuple[int, float] | None = None  # (step, time) after this attempt's first step
         self._recent: list[tuple[int, float]] = []  # (step, time) of the latest plans
 
+    def start(self, now: float | None = None) -> None:
+        """Training starts at ``now`` [s since the epoch]: a duration's deadline is fixed here unless a restart kept
+        it (module doc)."""
+        if self.budget is not None and self.deadline_unix is None:
+            self.deadline_unix = self.budget.deadline_from(time.time() if now is None else now)
+
     def record(self, stop_step: int | None = None, export_s: float | None = None) -> dict[str, Any]:
-        """The ``run.json`` ``budget`` record ({} without a budget)."""
-        if self.budget is None:
+        """The ``run.json`` ``budget`` record ({} without a budget, or before :meth:`start` fixed the deadline)."""
+        if self.budget is None or self.deadline_unix is None:
             return {}
         rec: dict[str, Any] = {"text": self.budget.text, "deadline_unix": self.deadline_unix,
                                "deadline": datetime.fromtimestamp(self.deadline_unix, timezone.utc).isoformat(),
@@ -102,7 +124,10 @@ class BudgetClock:
         return rec
 
     def seconds_left(self, now: float | None = None) -> float:
-        """Seconds until training must end (the deadline less the reserve) [s]; inf without a budget."""
+        """Seconds until training must end (the deadline less the reserve) [s]; inf without a budget or before
+        :meth:`start`."""
+        if self.deadline_unix is None:
+            return math.inf
         return self.deadline_unix - self.reserve_s - (time.time() if now is None else now)
 
     def mark(self, step: int, now: float | None = None) -> None:
@@ -119,7 +144,7 @@ class BudgetClock:
         :attr:`cap`.
         """
         now = time.time() if now is None else now
-        if self.budget is None or self._first is None or step <= self._first[0]:
+        if self.budget is None or self.deadline_unix is None or self._first is None or step <= self._first[0]:
             return 0
         self._recent = [*self._recent[-RECENT_PLANS:], (step, now)]
         since = self._recent[0] if len(self._recent) > 1 else self._first

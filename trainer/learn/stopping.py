@@ -50,8 +50,9 @@ class StopPlan:
                  source: Any) -> None:
         self.cfg, self.paths, self.master, self.sync = cfg, paths, master, max(1, sync_interval)
         record = runrecord.read_record_or_empty(paths).budget if master else {}
+        self.budget_record = dict(record)  # run.json's budget record as this attempt found it (rank 0; {} elsewhere)
         self.budget = BudgetClock(cfg.time_budget, cfg.steps, record, sync_interval=self.sync,
-                                  onnx_in_run=onnx_in_run)
+                                  onnx_in_run=onnx_in_run)  # rank 0's holds the last attempt's plan
         self.plateau: Plateau | None = None
         self.source = source
         if cfg.stop_when_flat > 0:
@@ -70,8 +71,23 @@ class StopPlan:
         """Optimizer updates of the whole run, at ``sync_interval`` steps each [updates]."""
         return math.ceil(self.budget.last_step / self.sync)
 
+    def restart_plan(self, step: int, late: bool) -> int:
+        """Rank 0's last step for a run that resumes at ``step`` [steps] (every rank then takes it, :meth:`take`):
+        ``step`` when the deadline passed before this attempt (``late``: export the checkpoint at once); the last
+        attempt's plan when it lies ahead (``run.json`` ``budget.stop_step``: the lr schedule runs over it from the
+        first update, not over ``--steps``); else ``--steps`` until the first plan."""
+        if late:
+            return step
+        return self.budget.last_step if self.budget.last_step > step else self.cfg.steps
+
+    def take(self, last_step: int) -> None:
+        """Every rank takes the last step rank 0 chose at the start (:meth:`restart_plan`), broadcast."""
+        self.budget.last_step = min(last_step, self.cfg.steps)
+
     def start(self) -> None:
-        """Rank 0 writes the ``budget`` record as the run starts (with ``--time-budget``)."""
+        """Training starts: a duration's deadline is fixed now (unless a restart kept it), and rank 0 writes the
+        ``budget`` record (with ``--time-budget``)."""
+        self.budget.start()
         if self.master and self.budget.active:
             runrecord.update_record(self.paths, budget=self.budget.record())
 
