@@ -49,7 +49,6 @@ from trainer.learn.run_writer import (RunWriter, check_resumable, config_record,
                                       wall_clock)
 from trainer.record.rundir import RunPaths
 from trainer.learn.schedule import build_optimizer, effective_lr, lr_at
-from trainer.learn.budget import deadline_passed, late_start_error
 from trainer.learn.stopping import StopPlan
 from trainer.record import runrecord
 
@@ -126,11 +125,11 @@ class _Loop:
         fmt = memory_format(cfg.memory_format)
         configure_backends(rt.device)
         rank_slice(cfg.batch_size, self.env.rank, self.env.world_size)  # too few crops: fail before the data phase
-        self._late = self._check_deadline()  # a --time-budget deadline past already: fail or export, not train
+        self._late = StopPlan.late_start(cfg, self.paths, self.master, lambda v: _broadcast_int(v, rt))  # deadline past
         self.data = open_data(cfg, rt, self.colour, self.paths)  # the shot, decoded once per host (trainer.data.shot_loading)
         self.plan = cfg.channels  # which channels in, which out (trainer.core.channels)
         self.stop_plan = StopPlan(cfg, self.paths, self.master, self.env.sync_interval, read_export_onnx(),
-                                  self.data.source)  # --time-budget, --stop-when-flat (trainer.learn.stopping)
+                                  self.data.source)  # --time-budget, --stop-when-flat (trainer.core.stopping decides)
         source = self.stop_plan.source  # with --stop-when-flat, every 10th frame is held out
         self.sampler = CropSampler(source, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size,
                                    cfg.seed, rt.device, fmt, check=self.data.watch, channels=self.plan,
@@ -162,13 +161,7 @@ class _Loop:
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
             self._resume()
-        if self._late and self.step == 0:  # no checkpoint loaded after all: nothing to export
-            raise late_start_error(self.cfg.time_budget, self.stop_plan.budget_record)
-        if self.cfg.time_budget or self._late:  # every rank: rank 0's plan (the last attempt's, or stop now)
-            self.stop_plan.take(_broadcast_int(self.stop_plan.restart_plan(self.step, self._late), self.rt))
-        if self._late:
-            log.warning("--time-budget %s: the deadline passed before this restart; exporting the checkpoint of step "
-                        "%d without training", self.cfg.time_budget, self.step)
+        self.stop_plan.begin(self.step, self._late, lambda v: _broadcast_int(v, self.rt))  # the last attempt's plan
         started_from = self._init_from() if self.step == 0 and self.cfg.init_from else None
         start = self.step
         model = self._wrap()
@@ -250,22 +243,6 @@ class _Loop:
             if level == Vote.REGROUP and checkpointed and step < self.stop_plan.last_step:
                 self._regroup_at(step)
         return loss
-
-    def _check_deadline(self) -> bool:
-        """``--time-budget`` whose deadline is past before training (rank 0 decides, every rank learns it): True
-        when rank 0 will resume a checkpoint (the run exports it at once); without one, every rank raises
-        :func:`late_start_error` (ConfigError: exit 2) before the data phase, with nothing written."""
-        if not self.cfg.time_budget:
-            return False
-        late, record = 0, None
-        if self.master:
-            record = runrecord.read_record_or_empty(self.paths).budget
-            if deadline_passed(self.cfg.time_budget, record):
-                late = 1 if self.cfg.resume and self.paths.list_checkpoints() else 2
-        late = _broadcast_int(late, self.rt)
-        if late == 2:
-            raise late_start_error(self.cfg.time_budget, record)
-        return late == 1
 
     def _stop_at(self, step: int) -> None:
         """Checkpoint ``step`` now (rank 0), record ``stopped`` and raise :class:`StopTraining`."""

@@ -1,5 +1,5 @@
 """``--time-budget`` and ``--stop-when-flat`` through real training runs (trainer.learn.train with
-trainer.learn.budget and trainer.learn.plateau)."""
+trainer.core.stopping deciding, trainer.learn.stopping recording and scoring, trainer.data.holdout's frames)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.trainer.learn.test_train import NON_DIST, cfg
-from trainer.learn import budget as budget_mod
+from trainer.core import stopping as budget_mod
+from trainer.data.holdout import HOLDOUT_EVERY, FrameSubset, split_frames
 from trainer.learn import stopping as stopping_mod
 from trainer.learn import train as train_mod
-from trainer.learn.plateau import HOLDOUT_EVERY, FrameSubset, Plateau, split_frames
 from trainer.record.rundir import RunPaths, read_metrics
 from trainer.core.exitcodes import ExitCode
 from trainer.record import runrecord
@@ -148,9 +148,22 @@ def test_stop_when_flat_stops_once_the_window_shows_too_little_gain(pairs, tmp_p
             log_interval=2)
     assert train_mod.train(c, NON_DIST).step == 6  # evaluations at 2, 4, 6: at 6 the one at 2 is a window back
     assert read_record(RunPaths.of(c.run_dir)).final_step == 6
+    assert read_record(RunPaths.of(c.run_dir)).budget == {}
     never = cfg(pairs, tmp_path / "never", steps=12, stop_when_flat=100.0, flat_window=40, contact_sheet_interval=2,
                 log_interval=2)
     assert train_mod.train(never, NON_DIST).step == 12  # a window longer than the run: never flat
+
+
+def test_a_flat_stop_under_a_time_budget_is_logged_as_the_plateau(pairs, tmp_path, caplog):
+    """The budget (an hour) has time for every step; the flat gain stops the run at 6 and the log names it."""
+    c = cfg(pairs, tmp_path / "run", steps=40, stop_when_flat=100.0, flat_window=4, contact_sheet_interval=2,
+            log_interval=2, time_budget="1h")
+    with caplog.at_level("INFO", logger="trainer.learn.stopping"):
+        assert train_mod.train(c, NON_DIST).step == 6
+    lines = [r.getMessage() for r in caplog.records if r.name == "trainer.learn.stopping"]
+    assert "last step 6 (--stop-when-flat: the held-out gain is flat)" in lines, lines
+    assert not any("time budget" in line for line in lines), lines
+    assert read_record(RunPaths.of(c.run_dir)).budget["stop_step"] == 6
 
 
 class _Recorder:
@@ -183,12 +196,3 @@ def test_held_out_frames_are_every_tenth_and_never_cropped_for_training():
         sampler.batch(step)
     pairs_read = {image // 2 for image in source.read}
     assert pairs_read and not pairs_read & set(held) and len(held) == 30 // HOLDOUT_EVERY
-
-
-def test_plateau_compares_the_best_score_a_window_apart():
-    p = Plateau(_Recorder(20), [9, 19], min_gain_db=0.5, window=100)
-    p.history = [(100, 20.0), (200, 21.0), (300, 21.2)]
-    assert not p.flat(250)  # nothing a whole window before 250 but step 100: 21.0 - 20.0 >= 0.5
-    assert p.flat(300)  # best 21.2 against 21.0 at step <= 200: +0.2 dB
-    p.history.append((400, 21.8))
-    assert not p.flat(400)
