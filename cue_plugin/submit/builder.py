@@ -122,6 +122,7 @@ def check_init_from(job: TrainingJob) -> None:
     cfg = job.train
     try:
         check_source(cfg.init_from, architecture=cfg.architecture_name, model_size=cfg.model_size, scale=cfg.scale,
+                     channels=len(cfg.channels.inputs), target_channels=len(cfg.channels.targets),
                      require_absolute=True)
     except InitFromError as exc:
         raise FarmError(str(exc)) from exc

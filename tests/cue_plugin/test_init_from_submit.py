@@ -56,7 +56,8 @@ def test_a_run_with_a_checkpoint_passes_and_the_frames_get_the_path(tmp_path, ca
     ("{tmp}/empty", "neither model.pt nor a checkpoint under {tmp}/empty/checkpoints: let that run export its model "
                     "or write a checkpoint (--checkpoint-interval) first, or give another path"),
     ("{tmp}/shotA", "architecture v1 there, v3 here; scale 1 there, 2 here: train with the same "
-                    "--architecture/--model-size/--scale or start from random weights (leave --init-from out)"),
+                    "--architecture/--model-size/--scale/--input-channels/--target-channels or start from random "
+                    "weights (leave --init-from out)"),
 ])
 def test_unusable_sources_are_refused_when_the_spec_is_built(tmp_path, init_from, problem):
     make_run(tmp_path / "shotA", meta={"architecture": "v1"})
@@ -86,3 +87,25 @@ def test_the_check_imports_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": CHILD_PYTHONPATH})
     assert out.stdout.strip() == "False"
+
+
+RGBA = "R,G,B,A"
+
+
+def test_a_four_channel_model_passes_for_a_four_channel_job_and_is_refused_for_an_rgb_one(tmp_path):
+    """model.json of an R,G,B,A -> R,G,B,A run: the job's own channel counts are compared, not RGB's 3."""
+    rgba = make_run(tmp_path / "rgba", meta={"channels": 4, "channels_in": list("RGBA"), "channels_out": list("RGBA")})
+    job = make_job(train=make_config(str(tmp_path), init_from=str(rgba.root), input_channels=RGBA,
+                                     target_channels=RGBA))
+    assert f"--init-from {rgba.root}" in builder.dry_run(job, python="/py", token="t")
+    rgb_job = make_job(train=make_config(str(tmp_path), init_from=str(rgba.root)))
+    with pytest.raises(FarmError, match=r"channels 4 there, 3 here; target channels 4 there, 3 here: "):
+        builder.dry_run(rgb_job, python="/py", token="t")
+
+
+def test_an_rgb_model_is_refused_for_a_four_channel_job(tmp_path):
+    rgb = make_run(tmp_path / "rgb")
+    job = make_job(train=make_config(str(tmp_path), init_from=str(rgb.root), input_channels=RGBA,
+                                     target_channels=RGBA))
+    with pytest.raises(FarmError, match=r"channels 3 there, 4 here; target channels 3 there, 4 here: "):
+        builder.dry_run(job, python="/py", token="t")

@@ -38,9 +38,11 @@ import torch
 from trainer.advise.budget import ProbeSettings, StepPlan, estimate, median_rse, plan_steps, thin
 from trainer.advise.costmodel import Link, Probe
 from trainer.core.config import TrainConfig
-from trainer.data.crops import CropSampler, per_crop_l1
+from trainer.core.channels import ChannelPlan
+from trainer.data.crops import CropSampler
 from trainer.core.envvars import DistEnv
 from trainer.core.ports import PortReservation
+from trainer.learn.loss import per_crop_loss
 
 PROBE_FRAMES = 4  # frame pairs loaded for the probe: crop cost does not depend on how many
 MAX_PROBE_POINTS = 8  # per-rank batch sizes timed at most; others are interpolated
@@ -159,7 +161,7 @@ def _probe(cfg: TrainConfig, sizes: list[int], settings: ProbeSettings, deadline
         net = build_model(cfg.model_size, cfg.architecture_name, scale=cfg.scale, channels=cfg.channels)  # the trainer's
         net = net.to(device, memory_format=fmt)
         opt = build_optimizer(cfg, net, cfg.base_lr)  # as trained
-        step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device)
+        step = _Step(net, opt, precision.autocast, precision.grad_scaler(), device, cfg.channels, cfg.matte_loss)
         batches = probe_batches(cfg.batch_size, sizes)
         samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt,
                                    channels=cfg.channels)
@@ -231,13 +233,16 @@ def _time_steps(step: "_Step", samplers: dict[int, CropSampler], batches: list[i
 
 @dataclass(frozen=True)
 class _Step:
-    """One training step as ``trainer.learn.train`` runs it, with its precision and memory format."""
+    """One training step as ``trainer.learn.train`` runs it, with its precision, memory format and loss
+    (``trainer.learn.loss.per_crop_loss`` of the run's channels: a matte's BCE and soft IoU cost more than L1)."""
 
     net: torch.nn.Module
     opt: torch.optim.Optimizer
     autocast: Any  # () -> context manager (trainer.learn.precision.Precision.autocast)
     scaler: torch.amp.GradScaler
     device: torch.device
+    plan: ChannelPlan  # the run's channels (TrainConfig.channels): its loss is the trainer's for them
+    matte_loss: str  # --matte-loss
 
     def __call__(self, sampler: CropSampler, step: int) -> tuple[float, float]:
         """(data + forward + backward, optimizer step) seconds."""
@@ -245,7 +250,7 @@ class _Step:
         batch = sampler.batch(step)  # cut on the device, as the trainer does
         with self.autocast():
             out = self.net(batch.input)
-        per_crop = per_crop_l1(out, batch.target)  # the trainer's loss: (b,) L1 per crop
+        per_crop = per_crop_loss(out, batch.target, self.plan, self.matte_loss)  # the trainer's loss: (b,) per crop
         self.scaler.scale(per_crop.sum() / sampler.local_batch).backward()
         _ = per_crop.detach().sum()  # the loop's running loss sum
         t1 = _now(self.device)

@@ -3,6 +3,9 @@
 Modules (its public surface; names starting with ``_`` stay inside their module):
 
 - :mod:`trainer.core.allocator`: Process-level tuning of the trainer on CPU hosts.
+- :mod:`trainer.core.budget`: Training time: a run length in steps, a wall-clock budget (``--time-budget``) or a
+  held-out plateau (``--stop-when-flat``): the torch-free parsing.
+- :mod:`trainer.core.channels`: The channels a run reads and writes (``--input-channels``, ``--target-channels``).
 - :mod:`trainer.core.config`: Training configuration: one frozen dataclass, its CLI arguments and its TOML file
   form.
 - :mod:`trainer.core.envvars`: Every environment variable cuetrain reads, in one table, turned into frozen values.
@@ -18,6 +21,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.core.rankmemory`: How much memory one rank needs, as the farm counts it (RSS,
   ``trainer.core.procstat``): the figure the job builder checks against a template's ``memory_mb`` and ``cuetrain
   advise`` reports. No torch here.
+- :mod:`trainer.core.stopping`: When a run stops: ``--steps`` (the cap), ``--time-budget`` and ``--stop-when-flat``,
+  decided in one place (no torch).
 - :mod:`trainer.core.signals`: The signal policy: what each cuetrain process does on each signal, and the exit code
   that follows.
 - :mod:`trainer.core.timeouts`: The grace table: how long each process waits between SIGTERM and SIGKILL, in one
@@ -26,6 +31,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 
 __all__ = [
     'allocator',
+    'budget',
+    'channels',
     'config',
     'envvars',
     'exitcodes',
@@ -35,5 +42,6 @@ __all__ = [
     'procstat',
     'rankmemory',
     'signals',
+    'stopping',
     'timeouts',
 ]

@@ -168,7 +168,7 @@ class TrainConfig:
             ``steps`` stays a cap.
         stop_when_flat: stop once the held-out gain improved by less than this over ``flat_window`` steps [dB]
             (0 = off). The held-out frames are every 10th frame of the shot, not trained on
-            (``trainer.learn.plateau``). ``steps`` (and ``time_budget``) stay caps.
+            (``trainer.data.holdout``; the rule: ``trainer.core.stopping``). ``steps`` (and ``time_budget``) stay caps.
         flat_window: the window ``stop_when_flat`` compares over [steps].
     """
 

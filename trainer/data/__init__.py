@@ -5,6 +5,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.data.colour`: Colour management through OpenColorIO: train in a working space, give frames back in
   the plates' space.
 - :mod:`trainer.data.crops`: Random crops of paired frames, split across ranks.
+- :mod:`trainer.data.holdout`: ``--stop-when-flat``'s held-out frames: which frame pairs no rank trains on, and the
+  frame source of the rest.
 - :mod:`trainer.data.hostcache`: The host's decoded copy of a shot on local scratch: decoded once per host, read by
   every rank of the frame.
 - :mod:`trainer.data.images`: Image I/O and frame-sequence pairing for training data (no torch here).
@@ -19,6 +21,7 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 __all__ = [
     'colour',
     'crops',
+    'holdout',
     'hostcache',
     'images',
     'shot',

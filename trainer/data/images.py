@@ -24,9 +24,10 @@ premultiplied in the file already and is read unchanged.
 
 Only subimage 0 (the first part of a multi-part EXR) at full resolution is read. For an EXR whose
 data window differs from its display window, the *data window* is read: the array covers exactly
-the stored pixels, and the display window (overscan or crop) is ignored. Keep Input and Ground
-Truth data windows aligned (the same, or ``--scale`` times the Input's), as :func:`load_pairs` only compares
-array sizes.
+the stored pixels, and the display window (overscan or crop) is ignored. Input and Ground Truth data
+windows must line up: the Ground Truth's origin ``--scale`` times the Input's (the same at scale 1) and its size
+``--scale`` times the Input's, else the pairs would train misaligned (:func:`check_pair_origin`,
+:func:`check_pair_size`).
 
 A training sequence is a folder of files ``name.<frame>.<ext>``; :func:`find_sequence` indexes one
 by frame number and :func:`pair_frames` matches an Input sequence with its Ground Truth.
@@ -412,7 +413,8 @@ def load_pairs(pairs: Sequence[FramePair], scale: int = 1,
 
     Raises:
         DataError: ``pairs`` is empty; anything :func:`read_channels` raises (a missing channel names the file); a
-            target is not ``scale`` times its input (:func:`check_pair_size`); a frame's size differs from the first
+            target is not ``scale`` times its input (:func:`check_pair_size`) or its data window does not start where
+            the Input's does (:func:`check_pair_origin`); a frame's size differs from the first
             frame's (that frame named); a value is too large for float16 (over 65504).
     """
     if not pairs:
@@ -424,6 +426,8 @@ def load_pairs(pairs: Sequence[FramePair], scale: int = 1,
         source = read_channels(pair.input, names[0], "--input-channels")
         target = read_channels(pair.target, names[1], "--target-channels")
         check_pair_size(pair, source.shape[1::-1], target.shape[1::-1], scale)  # (W, H) each
+        check_pair_origin(pair, (*data_origin(pair.input), *source.shape[1::-1]),
+                          (*data_origin(pair.target), *target.shape[1::-1]), scale)
         if first_size is None:
             first_size = source.shape[:2]
         elif source.shape[:2] != first_size:
@@ -456,6 +460,44 @@ def check_pair_size(pair: FramePair, input_size: tuple[int, int], target_size: t
     hint = f" (it is {other}x the Input: looks like --scale {other})" if other else ""
     raise DataError(f"{seen}; with --scale {scale} the Ground Truth must be {scale * w}x{scale * h} ({scale}x the "
                     f"Input): fix the frames or the --scale{hint}")
+
+
+def data_origin(path: str | Path) -> tuple[int, int]:
+    """``(x, y)`` of subimage 0's data window origin [pixels] (0, 0 for every format but EXR, TIFF and the like),
+    from the header only. Raises DataError: the file cannot be opened as an image."""
+    inp = oiio.ImageInput.open(str(path))
+    if inp is None:
+        raise DataError(f"cannot read image {path}: {oiio.geterror() or 'unknown error'}; re-render or remove it")
+    try:
+        spec = inp.spec()
+        return spec.x, spec.y
+    finally:
+        inp.close()
+
+
+def check_pair_origin(pair: FramePair, input_window: tuple[int, int, int, int],
+                      target_window: tuple[int, int, int, int], scale: int) -> None:
+    """Refuse ``pair`` unless its Ground Truth's data window starts ``scale`` (``--scale``) times as far from the
+    origin as its Input's (the same at scale 1): pixels read from the data windows line up only then.
+
+    ``input_window``, ``target_window``: ``(x, y, width, height)`` of each file's data window [pixels].
+
+    Raises:
+        DataError: naming the frame, both files, both data windows, where the Ground Truth's must start and the fix.
+    """
+    (x, y, w, h), (tx, ty, tw, th) = input_window, target_window
+    if (tx, ty) == (scale * x, scale * y):
+        return
+    where = "the Input's origin" if scale == 1 else f"{scale}x the Input's origin"
+    raise DataError(f"frame {pair.frame}: Input {pair.input} has its data window at {_window(x, y, w, h)} but Ground "
+                    f"Truth {pair.target} at {_window(tx, ty, tw, th)}; the Ground Truth's must start at "
+                    f"({scale * x},{scale * y}) ({where}), or the pairs train misaligned: write both with the same "
+                    "data window (e.g. crop both alike in comp)")
+
+
+def _window(x: int, y: int, w: int, h: int) -> str:
+    """A data window as its first and last pixel, ``(x,y)-(x+w-1,y+h-1)`` [pixels]."""
+    return f"({x},{y})-({x + w - 1},{y + h - 1})"
 
 
 def to_half(rgb: np.ndarray, path: Path) -> np.ndarray:

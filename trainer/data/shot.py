@@ -33,7 +33,8 @@ import OpenImageIO as oiio
 from trainer.core.channels import RGB, ChannelPlan
 from trainer.data.colour import ColourSpec, to_working_channels
 from trainer.core.exitcodes import ExitCode
-from trainer.data.images import (DataError, FramePair, check_channels, check_pair_size, find_sequence, pair_frames,
+from trainer.data.images import (DataError, FramePair, check_channels, check_pair_origin, check_pair_size,
+                                 data_origin, find_sequence, pair_frames,
                                  pick_channels, to_half)
 from trainer.record.runrecord import FailureKind
 
@@ -202,7 +203,8 @@ def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | Non
 
     Raises:
         DataError: as ``pair_frames``; the first pair cannot be opened, its Ground Truth is not ``scale``
-            times its Input (``trainer.data.images.check_pair_size``: both files, both sizes and the fix), or one of
+            times its Input (``trainer.data.images.check_pair_size``: both files, both sizes and the fix), its data
+            window does not start where the Input's does (``check_pair_origin``: both files and windows), or one of
             its files lacks a named channel (``trainer.data.images.check_channels``: the file, the channel, the
             channels it has and the fix).
         ShotChanged: a recorded frame is gone, or a file vanished while being listed.
@@ -219,6 +221,7 @@ def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | Non
     plan = channels or ChannelPlan()
     (w, h, have), (tw, th, target_have) = header(pairs[0].input), header(pairs[0].target)
     check_pair_size(pairs[0], (w, h), (tw, th), scale)
+    check_pair_origin(pairs[0], (*data_origin(pairs[0].input), w, h), (*data_origin(pairs[0].target), tw, th), scale)
     check_channels(pairs[0].input, have, plan.inputs, "--input-channels")
     check_channels(pairs[0].target, target_have, plan.targets, "--target-channels")
     return Shot(tuple(pairs), tuple(sigs), w, h, str(input_dir), str(target_dir), was_read=bool(same), scale=scale,

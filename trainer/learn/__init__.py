@@ -4,8 +4,6 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 
 - :mod:`trainer.learn.baselines`: Baseline networks for benchmarks, not offered for training: what cuetrain's own
   networks must beat.
-- :mod:`trainer.learn.budget`: ``--time-budget``: train until a wall-clock deadline, every rank stopping on the same
-  step.
 - :mod:`trainer.learn.divergence`: The divergence watch: a run whose loss blows up stops with one clear error (exit
   81), not garbage weights.
 - :mod:`trainer.learn.ema`: Exponential moving average (EMA) of the weights, the model rank 0 exports when ``--ema-
@@ -21,7 +19,6 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.learn.noise_scale`: The gradient noise scale, measured while training (McCandlish et al. 2018, "An
   Empirical Model of Large-Batch Training", appendix A).
 - :mod:`trainer.learn.optim`: Muon for the hidden convolutions, Adam for the rest (``--optimizer muon``).
-- :mod:`trainer.learn.plateau`: ``--stop-when-flat``: held-out frames, and stopping once their gain is flat.
 - :mod:`trainer.learn.precision`: Mixed precision, memory format and backend switches of the training step, per
   device.
 - :mod:`trainer.learn.preview`: Review images: what the network makes of the shot, drawn for an artist's eye (rank
@@ -30,8 +27,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   model.
 - :mod:`trainer.learn.schedule`: The optimizer and learning-rate schedule of every rank (``--optimizer``, ``--adam-
   beta1``, ``--adam-beta2``, ``--lr-scaling``, ``--lr-schedule``, ``--warmup-steps``).
-- :mod:`trainer.learn.stopping`: When a run ends: ``--steps``, ``--time-budget`` and ``--stop-when-flat``, planned by
-  rank 0 and agreed by every rank.
+- :mod:`trainer.learn.stopping`: The trainer's side of when a run stops: ``trainer.core.stopping`` decides; this
+  feeds it (held-out scores) and records it (``run.json``'s ``budget``).
 - :mod:`trainer.learn.train`: The training loop every rank (farm frame) runs.
 - :mod:`trainer.learn.unet`: The ``unet`` network: a plain U-Net trunk (Ronneberger et al. 2015) under cuetrain's
   output heads.
@@ -39,7 +36,6 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 
 __all__ = [
     'baselines',
-    'budget',
     'divergence',
     'ema',
     'heads',
@@ -48,7 +44,6 @@ __all__ = [
     'model',
     'noise_scale',
     'optim',
-    'plateau',
     'precision',
     'preview',
     'run_writer',

@@ -4,8 +4,9 @@
 ``model.pt``; which file holds the weights; ``model.json``). This module reads the weights and the checkpoint's
 metadata (torch), checks the source is this run's network (architecture, model size, scale, channels, then every
 tensor's name and shape) and copies the weights into it. Only the weights: the optimizer, the learning-rate
-schedule, the step and the EMA start fresh. A checkpoint gives its raw weights (``model``), a ``model.pt`` the
-weights it shipped (the EMA's when that run had ``--ema-decay``).
+schedule, the step and the EMA start fresh. Every kind gives the weights that run shipped: a ``model.pt`` holds
+them, and a checkpoint gives its EMA's (``ema.model``) when that run had ``--ema-decay``, as its ``model.pt`` would
+have, else its raw weights (``model``).
 
 Errors are :class:`~trainer.record.initsource.InitFromError` (a ``ConfigError``: bad input, exit 2).
 """
@@ -58,9 +59,19 @@ def _checkpoint(given: str | Path, path: Path) -> dict[str, Any]:
     return ckpt
 
 
+def shipped_weights(ckpt: dict[str, Any]) -> tuple[dict[str, torch.Tensor], bool]:
+    """``(state dict, is the EMA's)`` of a checkpoint: the EMA's averaged weights (``ema.model``, what
+    ``trainer.learn.train`` exports as ``model.pt``) when it has them, else the raw weights (``model``)."""
+    ema = ckpt.get("ema")
+    if isinstance(ema, dict) and isinstance(ema.get("model"), dict):
+        return ema["model"], True
+    return ckpt["model"], False
+
+
 def load_source(source: InitSource) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None, Path]:
     """``(state dict, metadata, file loaded)`` of a resolved source; metadata is ``model.json`` or the checkpoint
-    dict, None for a ``model.pt`` without ``model.json``. A run's checkpoint that does not load (truncated by a
+    dict, None for a ``model.pt`` without ``model.json``. A checkpoint gives the weights its run ships
+    (:func:`shipped_weights`: the EMA's when it has one). A run's checkpoint that does not load (truncated by a
     kill) is skipped with a warning for the next older one, as ``--resume`` does.
 
     Raises:
@@ -77,7 +88,7 @@ def load_source(source: InitSource) -> tuple[dict[str, torch.Tensor], dict[str, 
                 raise
             log.warning("--init-from: skipping %s", exc)
             continue
-        return ckpt["model"], ckpt, path
+        return shipped_weights(ckpt)[0], ckpt, path
     raise InitFromError(f"--init-from {source.path}: none of its {len(candidates)} checkpoints loads (see the "
                         "warnings above): give another run, or a model.pt")
 
@@ -99,7 +110,7 @@ def shape_mismatches(net: torch.nn.Module, state: dict[str, torch.Tensor]) -> li
 
 
 def apply_init_from(net: torch.nn.Module, path: str, *, architecture: str, model_size: str, scale: int,
-                    channels: int = 3) -> dict[str, Any]:
+                    channels: int = 3, target_channels: int | None = None) -> dict[str, Any]:
     """Load the weights of ``path`` (``--init-from``) into ``net`` (strict: every tensor, same names and shapes).
 
     The source's metadata (``model.json`` or the checkpoint's) must name this run's network; a value it does not
@@ -108,14 +119,16 @@ def apply_init_from(net: torch.nn.Module, path: str, *, architecture: str, model
     Args:
         net: this run's network, unwrapped (not DDP or compiled), on any device; its weights are overwritten.
         path: a run directory, a checkpoint ``.pt`` or a TorchScript ``model.pt`` (``trainer.record.initsource``).
-        architecture, model_size, scale, channels: this run's network (``--architecture``, ``--model-size``,
-            ``--scale``; image channels in and out).
+        architecture, model_size, scale: this run's network (``--architecture``, ``--model-size``, ``--scale``).
+        channels, target_channels: its Input and output channel counts (``len(TrainConfig.channels.inputs)``,
+            ``len(...targets)``; None: as many as ``channels``) [channels].
 
     Returns:
         The record for ``run.json``: ``path`` (as given), ``kind`` (``run``, ``checkpoint`` or ``model``),
         ``weights`` (the file loaded), ``step`` (the source's step, None when unknown), ``run`` (the source run
         directory's name, "" when unknown), and the source's ``architecture``, ``model_size``, ``scale`` and
-        ``channels`` (None when its metadata does not say).
+        ``channels`` and ``target_channels`` (None when its metadata does not say), and ``ema`` (True when the
+        weights are a checkpoint's EMA).
 
     Raises:
         InitFromError: missing or unreadable path; metadata of another network (one message naming each
@@ -124,7 +137,8 @@ def apply_init_from(net: torch.nn.Module, path: str, *, architecture: str, model
     source = resolve(path)
     state, meta, loaded = load_source(source)
     there = network_of(meta)
-    found = mismatches(there, architecture=architecture, model_size=model_size, scale=scale, channels=channels)
+    found = mismatches(there, architecture=architecture, model_size=model_size, scale=scale, channels=channels,
+                       target_channels=target_channels)
     if found:
         raise mismatch_error(source, found)
     misfit = shape_mismatches(net, state)
@@ -137,4 +151,5 @@ def apply_init_from(net: torch.nn.Module, path: str, *, architecture: str, model
              architecture, model_size)
     return {"path": str(path), "kind": source.kind, "weights": str(loaded), "step": there["step"],
             "run": source.run, "architecture": there["architecture"], "model_size": there["model_size"],
-            "scale": there["scale"], "channels": there["channels"]}
+            "scale": there["scale"], "channels": there["channels"], "target_channels": there["target_channels"],
+            "ema": bool(meta is not None and not source.is_torchscript and shipped_weights(meta)[1])}

@@ -258,14 +258,32 @@ def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:
     return None
 
 
-def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: str, architecture: str,
-                    optimizer: str = "adam", scale: int = 1) -> None:
-    """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture`` / ``--scale``,
-    or of another ``--optimizer`` (its state cannot continue another optimizer's).
+def resume_optimizer(requested: str, resolved: str, ckpt: dict[str, Any]) -> str:
+    """The optimizer a resumed run continues with: the one that wrote the checkpoint's state
+    (``trainer.learn.optim.optimizer_of``) when ``--optimizer`` is ``auto`` (``requested``), so a run in flight when
+    ``auto``'s choice changed (Adam, then Muon for colour) resumes as it started (``TrainConfig.optimizer``'s
+    promise); else ``resolved`` (``TrainConfig.optimizer_name``), which :func:`check_resumable` holds to the
+    checkpoint's."""
+    return optimizer_of(ckpt.get("optimizer")) if requested == "auto" else resolved
 
-    Checkpoints written before architectures were named are v1; the optimizer is read from the state
-    (``trainer.learn.optim.optimizer_of``). Raises:
-        ConfigError: the size, architecture, scale or optimizer differs (names the file, both values and the fix).
+
+def saved_channels(ckpt: dict[str, Any]) -> ChannelPlan:
+    """The channel plan a checkpoint was trained with: its recorded config's ``input_channels`` and
+    ``target_channels``; R,G,B for either that it lacks (checkpoints written before channels were named)."""
+    config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
+    return ChannelPlan.parse(config.get("input_channels") or "R,G,B", config.get("target_channels") or "R,G,B")
+
+
+def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: str, architecture: str,
+                    optimizer: str = "adam", scale: int = 1, channels: ChannelPlan | None = None) -> None:
+    """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture`` / ``--scale`` /
+    ``--input-channels`` / ``--target-channels`` (``channels``; None: R,G,B in and out), or of another
+    ``--optimizer`` (its state cannot continue another optimizer's; pass :func:`resume_optimizer`'s choice).
+
+    Checkpoints written before architectures were named are v1, before channels were named R,G,B
+    (:func:`saved_channels`); the optimizer is read from the state (``trainer.learn.optim.optimizer_of``). Raises:
+        ConfigError: the size, architecture, scale, channels or optimizer differs (names the file, both values and
+            the fix).
     """
     if ckpt["model_size"] != model_size:
         raise ConfigError(f"checkpoint {path} is a {ckpt['model_size']} model, but --model-size is {model_size}; "
@@ -278,10 +296,15 @@ def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: s
     if saved_scale != scale:
         raise ConfigError(f"checkpoint {path} is a --scale {saved_scale} model, but --scale is {scale}; resume with "
                           f"--scale {saved_scale} or start another --run-dir")
+    plan, here = saved_channels(ckpt), channels or ChannelPlan()
+    if plan != here:
+        flags = lambda p: f"--input-channels {','.join(p.inputs)} --target-channels {','.join(p.targets)}"  # noqa: E731
+        raise ConfigError(f"checkpoint {path} was trained with {flags(plan)}, but this run has {flags(here)}; resume "
+                          f"with {flags(plan)} or start another --run-dir")
     trained = optimizer_of(ckpt.get("optimizer"))
     if trained != optimizer:
         raise ConfigError(f"checkpoint {path} was trained with --optimizer {trained}, but --optimizer is {optimizer}; "
-                          f"resume with --optimizer {trained} or start another --run-dir")
+                          f"resume with --optimizer {trained} (or auto) or start another --run-dir")
 
 
 def config_record(cfg: TrainConfig) -> dict[str, Any]:

@@ -15,6 +15,7 @@ Learning rate: :mod:`trainer.learn.schedule` (``effective_lr``, ``lr_at``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import traceback
@@ -44,7 +45,7 @@ from trainer.learn.noise_scale import GradNoise, NoiseSampling, parameter_grads,
 from trainer.learn.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
 from trainer.learn.run_writer import (RunWriter, check_resumable, config_record, cpu_copy, export_model,
-                                      load_latest_checkpoint, model_config_record, model_meta,
+                                      load_latest_checkpoint, model_config_record, model_meta, resume_optimizer,
                                       wall_clock)
 from trainer.record.rundir import RunPaths
 from trainer.learn.schedule import build_optimizer, effective_lr, lr_at
@@ -124,10 +125,11 @@ class _Loop:
         fmt = memory_format(cfg.memory_format)
         configure_backends(rt.device)
         rank_slice(cfg.batch_size, self.env.rank, self.env.world_size)  # too few crops: fail before the data phase
+        self._late = StopPlan.late_start(cfg, self.paths, self.master, lambda v: _broadcast_int(v, rt))  # deadline past
         self.data = open_data(cfg, rt, self.colour, self.paths)  # the shot, decoded once per host (trainer.data.shot_loading)
         self.plan = cfg.channels  # which channels in, which out (trainer.core.channels)
         self.stop_plan = StopPlan(cfg, self.paths, self.master, self.env.sync_interval, read_export_onnx(),
-                                  self.data.source)  # --time-budget, --stop-when-flat (trainer.learn.stopping)
+                                  self.data.source)  # --time-budget, --stop-when-flat (trainer.core.stopping decides)
         source = self.stop_plan.source  # with --stop-when-flat, every 10th frame is held out
         self.sampler = CropSampler(source, cfg.crop_size, cfg.batch_size, self.env.rank, self.env.world_size,
                                    cfg.seed, rt.device, fmt, check=self.data.watch, channels=self.plan,
@@ -159,6 +161,7 @@ class _Loop:
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
             self._resume()
+        self.stop_plan.begin(self.step, self._late, lambda v: _broadcast_int(v, self.rt))  # the last attempt's plan
         started_from = self._init_from() if self.step == 0 and self.cfg.init_from else None
         start = self.step
         model = self._wrap()
@@ -193,7 +196,7 @@ class _Loop:
             raise exc
         finally:
             self.data.close()
-        self.writer.finish("succeeded", final_step=self.step, final_loss=loss)
+        self.writer.finish("succeeded", final_step=self.step, final_loss=None if self._late else loss)
         return TrainResult(self.step, start, loss, self.net)
 
     def _wrap(self) -> torch.nn.Module:
@@ -380,8 +383,13 @@ class _Loop:
             if self.cfg.resume and self.master:
                 log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
+        optimizer = resume_optimizer(self.cfg.optimizer, self.cfg.optimizer_name, ckpt)
         check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture_name,
-                        self.cfg.optimizer_name, self.cfg.scale)
+                        optimizer, self.cfg.scale, self.plan)
+        if optimizer != self.cfg.optimizer_name:  # --optimizer auto: the checkpoint's, with that optimizer's lr
+            log.warning("--optimizer auto: resuming with %s, the optimizer %s was written with (auto now picks %s "
+                        "for a new run)", optimizer, self.paths.checkpoint(step), self.cfg.optimizer_name)
+            self._use_optimizer(optimizer)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
         if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far
@@ -393,6 +401,14 @@ class _Loop:
         self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
         self._logged_updates = self.updates
         log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
+
+    def _use_optimizer(self, name: str) -> None:
+        """Train with ``name`` (``adam`` or ``muon``) from here on: the config, its peak lr, the optimizer and the
+        divergence watch follow it (before a checkpoint's optimizer state is loaded)."""
+        self.cfg = dataclasses.replace(self.cfg, optimizer=name)
+        self.peak_lr = effective_lr(self.cfg, self.env.sync_interval)
+        self.opt = build_optimizer(self.cfg, self.net, self.peak_lr)
+        self.divergence = DivergenceWatch(self.peak_lr, self.cfg.base_lr)
 
     def _loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """(b,) float32 loss per crop: L1, and on matte channels ``--matte-loss`` (``trainer.learn.loss``)."""
@@ -409,7 +425,8 @@ class _Loop:
         from trainer.learn.init_from import apply_init_from
 
         record = apply_init_from(self.net, self.cfg.init_from, architecture=self.cfg.architecture_name,
-                                 model_size=self.cfg.model_size, scale=self.cfg.scale)
+                                 model_size=self.cfg.model_size, scale=self.cfg.scale,
+                                 channels=len(self.plan.inputs), target_channels=len(self.plan.targets))
         if self.ema is not None:
             self.ema = WeightEMA(self.net, self.cfg.ema_decay)
         log.info("rank %d: weights from %s (%s, step %s)", self.env.rank, record.get("weights"), record.get("kind"),

@@ -128,7 +128,7 @@ class RunRecord:
             source run's name), and the source's architecture, model_size, scale and channels
             (``trainer.learn.init_from.apply_init_from``).
         budget: a ``--time-budget`` run's clock, fixed by its first attempt and kept by restarts and resizes
-            (``trainer.learn.budget``; {} without a budget): text (as given), deadline (ISO time), deadline_unix
+            (``trainer.core.stopping``; {} without a budget): text (as given), deadline (ISO time), deadline_unix
             [s since the epoch], export_s (the export time reserved [s]), stop_step (rank 0's latest planned last
             step [steps]) and planned_at (ISO time of that plan).
         extra: keys this version does not know, kept as they are.

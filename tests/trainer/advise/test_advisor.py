@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -272,3 +273,39 @@ def test_cli_ranks_per_frame_probes_that_many_at_once_and_predicts_multiples(pai
     assert "inside a host (2 ranks per frame): 20 Gb/s, 50 us per hop (stated)" in out
     line = next(x for x in out.splitlines() if x.startswith("recommended:"))
     assert " frame(s) x 2 ranks" in line
+
+
+def test_the_probe_step_trains_the_runs_own_loss_on_a_matte():
+    """The probe's step updates the weights exactly as the trainer's loss (``per_crop_loss`` of the run's channels
+    and --matte-loss) does, not as plain L1 would: on a matte they differ."""
+    import numpy as np
+
+    from trainer.core.channels import ChannelPlan
+    from trainer.data.crops import CropSampler
+    from trainer.learn.loss import per_crop_loss
+    from trainer.learn.model import build_model
+
+    plan = ChannelPlan(("R", "G", "B"), ("A",))
+    rng = np.random.default_rng(0)
+    frames = [(rng.random((24, 24, 3)).astype(np.float16), (rng.random((24, 24, 1)) > 0.5).astype(np.float16))]
+    cpu = torch.device("cpu")
+
+    def stepped(loss_of) -> dict:
+        torch.manual_seed(0)
+        net = build_model("small", "unet", channels=plan)
+        opt = torch.optim.SGD(net.parameters(), lr=0.5)
+        sampler = CropSampler(frames, 16, 2, seed=0, device=cpu, channels=plan)
+        if loss_of is None:
+            advise_probe._Step(net, opt, contextlib.nullcontext, torch.amp.GradScaler(enabled=False), cpu, plan,
+                               "bce+l1+iou")(sampler, 3)
+        else:
+            batch = sampler.batch(3)
+            loss_of(net(batch.input), batch.target).sum().div(2).backward()
+            opt.step()
+        return {k: v.clone() for k, v in net.state_dict().items()}
+
+    probed = stepped(None)
+    trainer = stepped(lambda out, tgt: per_crop_loss(out, tgt, plan, "bce+l1+iou"))
+    plain_l1 = stepped(lambda out, tgt: (out - tgt).abs().mean(dim=(1, 2, 3)))
+    assert all(torch.allclose(probed[k], trainer[k], atol=1e-6) for k in probed)
+    assert not all(torch.allclose(probed[k], plain_l1[k], atol=1e-6) for k in probed)

@@ -419,3 +419,40 @@ def test_identity_warning_same_folder_identical_frames_and_real_pairs(tmp_path):
     assert "same folder" in identity_warning(tmp_path, tmp_path / ".", [(a, b)])
     assert "equals its Ground Truth" in identity_warning(tmp_path / "in", tmp_path / "gt", [(a, a.copy()), (b, b)])
     assert identity_warning(tmp_path / "in", tmp_path / "gt", [(a, a), (a, b)]) is None
+
+
+def _exr_at(path: Path, x: int, y: int, width: int, height: int) -> Path:
+    """An RGB half EXR whose data window starts at (x, y) inside a 16x16 display window."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    spec = oiio.ImageSpec(width, height, 3, "half")
+    spec.x, spec.y, spec.full_x, spec.full_y, spec.full_width, spec.full_height = x, y, 0, 0, 16, 16
+    out = oiio.ImageOutput.create(str(path))
+    assert out.open(str(path), spec)
+    out.write_image(ramp(height, width))
+    out.close()
+    return path
+
+
+@pytest.mark.parametrize("scale, inp, tgt, ok", [
+    (1, (2, 1), (2, 1), True), (1, (0, 0), (2, 1), False), (2, (1, 1), (2, 2), True), (2, (1, 1), (1, 1), False)])
+def test_data_windows_must_start_where_the_inputs_does(tmp_path, scale, inp, tgt, ok):
+    """Same sizes, shifted origins: the pixels read would not line up, so the pair is refused naming both."""
+    from trainer.data.images import load_pairs, pair_frames
+    from trainer.data.shot import list_shot
+
+    a = _exr_at(tmp_path / "in" / "plate.1001.exr", *inp, 4, 3)
+    b = _exr_at(tmp_path / "gt" / "plate.1001.exr", *tgt, 4 * scale, 3 * scale)
+    pairs = pair_frames(tmp_path / "in", tmp_path / "gt")
+    if ok:
+        assert load_pairs(pairs, scale=scale)[0][1].shape == (3 * scale, 4 * scale, 3)
+        assert list_shot(str(tmp_path / "in"), str(tmp_path / "gt"), scale=scale).width == 4
+        return
+    (x, y), (tx, ty) = inp, tgt
+    message = (f"frame 1001: Input {a} has its data window at ({x},{y})-({x + 3},{y + 2}) but Ground Truth {b} at "
+               f"({tx},{ty})-({tx + 4 * scale - 1},{ty + 3 * scale - 1}); the Ground Truth's must start at "
+               f"({scale * x},{scale * y})")
+    for read in (lambda: load_pairs(pairs, scale=scale),
+                 lambda: list_shot(str(tmp_path / "in"), str(tmp_path / "gt"), scale=scale)):
+        with pytest.raises(DataError) as info:
+            read()
+        assert str(info.value).startswith(message) and "write both with the same data window" in str(info.value)

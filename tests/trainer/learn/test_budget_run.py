@@ -1,5 +1,5 @@
 """``--time-budget`` and ``--stop-when-flat`` through real training runs (trainer.learn.train with
-trainer.learn.budget and trainer.learn.plateau)."""
+trainer.core.stopping deciding, trainer.learn.stopping recording and scoring, trainer.data.holdout's frames)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.trainer.learn.test_train import NON_DIST, cfg
-from trainer.learn import budget as budget_mod
+from trainer.core import stopping as budget_mod
+from trainer.data.holdout import HOLDOUT_EVERY, FrameSubset, split_frames
 from trainer.learn import stopping as stopping_mod
 from trainer.learn import train as train_mod
-from trainer.learn.plateau import HOLDOUT_EVERY, FrameSubset, Plateau, split_frames
 from trainer.record.rundir import RunPaths, read_metrics
+from trainer.core.exitcodes import ExitCode
+from trainer.record import runrecord
 from trainer.record.runrecord import read_record
 
 CAP = 100_000
@@ -73,6 +75,61 @@ def test_a_budget_run_stops_by_its_deadline_on_the_real_clock(pairs, tmp_path, m
     assert time.time() < record.budget["deadline_unix"] + 10.0 and result.step == record.budget["stop_step"] < CAP
 
 
+def test_a_restart_resumes_the_saved_plan_and_its_cosine_from_the_first_update(pairs, tmp_path, monkeypatch):
+    """The first attempt planned step 40 and was lost at its checkpoint of step 20; the restart's lr follows the
+    cosine over 40 steps from its first update (without the saved plan it ran over --steps, 100,000, near the peak
+    lr, until the first plan at step 25)."""
+    for name in ("DEFAULT_EXPORT_S", "SHUTDOWN_S", "ONNX_EXPORT_S"):
+        monkeypatch.setattr(budget_mod, name, 0.0)
+    _StepClock.T0 = float(int(time.time()) + 1000)  # the fake clock's deadline lies ahead of the real one too
+    monkeypatch.setattr(stopping_mod, "BudgetClock", _StepClock)
+    text = datetime.fromtimestamp(_StepClock.T0 + 2.5, timezone.utc).isoformat()  # 40 steps at 1/16 s from T0
+    common = dict(log_interval=5, checkpoint_interval=20, contact_sheet_interval=10_000, warmup_steps=5, ema_decay=0.0)
+    train_mod.train(cfg(pairs, tmp_path / "run", steps=20, **common), NON_DIST)  # the checkpoint of step 20
+    paths = RunPaths.of(tmp_path / "run")
+    runrecord.update_record(paths, budget={"text": text, "deadline_unix": _StepClock.T0 + 2.5, "stop_step": 40})
+    first_rows = len(read_metrics(paths))
+    c = cfg(pairs, tmp_path / "run", steps=CAP, time_budget=text, resume=True, **common)
+    assert train_mod.train(c, NON_DIST).step == 40
+    rows = read_metrics(paths)[first_rows:]
+    peak = train_mod.effective_lr(c, 1)
+    assert [r["step"] for r in rows] == [25, 30, 35, 40]
+    assert [r["lr"] for r in rows] == pytest.approx([train_mod.lr_at(s - 1, 40, peak, 5) for s in (25, 30, 35, 40)])
+
+
+def test_a_budget_duration_counts_from_the_start_of_training(pairs, tmp_path):
+    """Not from the process's start (this pytest process started long before): the deadline is at least the
+    duration after train() was called."""
+    called = time.time()
+    train_mod.train(cfg(pairs, tmp_path / "run", steps=4, time_budget="600s"), NON_DIST)
+    assert read_record(RunPaths.of(tmp_path / "run")).budget["deadline_unix"] >= called + 600.0
+
+
+def test_a_deadline_past_before_the_first_start_is_an_error_with_nothing_written(pairs, tmp_path):
+    run = tmp_path / "run"
+    out = run_cli("train", "--input", str(pairs[0]), "--target", str(pairs[1]), "--run-dir", str(run),
+                  "--batch-size", "4", "--crop-size", "16", "--time-budget", _deadline_in(-60.0))
+    assert out.returncode == ExitCode.USAGE, out.stderr[-2000:]
+    assert "passed before this run started training, and it has no checkpoint to export" in out.stderr
+    paths = RunPaths.of(run)
+    assert not paths.list_checkpoints() and not paths.model.exists() and not read_metrics(paths)
+    assert not paths.run_json.exists() or read_record(paths).state != "succeeded"
+
+
+def test_a_restart_past_its_deadline_exports_its_checkpoint_at_once(pairs, tmp_path, caplog):
+    train_mod.train(cfg(pairs, tmp_path / "run", steps=4, checkpoint_interval=4), NON_DIST)
+    paths = RunPaths.of(tmp_path / "run")
+    paths.model.unlink()
+    c = cfg(pairs, tmp_path / "run", steps=CAP, time_budget=_deadline_in(-60.0), resume=True, log_interval=2)
+    with caplog.at_level("WARNING"):
+        result = train_mod.train(c, NON_DIST)
+    record = read_record(paths)
+    assert result.step == result.start_step == 4 and paths.model.is_file()
+    assert (record.state, record.final_step, record.budget["stop_step"]) == ("succeeded", 4, 4)
+    assert [r["step"] for r in read_metrics(paths)] == [2, 4]  # the first attempt's rows only: nothing trained
+    assert "the deadline passed before this restart; exporting the checkpoint of step 4" in caplog.text
+
+
 def test_two_ranks_stop_on_the_step_rank_0_plans(pairs, tmp_path):
     run = tmp_path / "run"
     out = run_cli("local", "--world-size", "2", "--input", str(pairs[0]), "--target", str(pairs[1]),
@@ -91,9 +148,22 @@ def test_stop_when_flat_stops_once_the_window_shows_too_little_gain(pairs, tmp_p
             log_interval=2)
     assert train_mod.train(c, NON_DIST).step == 6  # evaluations at 2, 4, 6: at 6 the one at 2 is a window back
     assert read_record(RunPaths.of(c.run_dir)).final_step == 6
+    assert read_record(RunPaths.of(c.run_dir)).budget == {}
     never = cfg(pairs, tmp_path / "never", steps=12, stop_when_flat=100.0, flat_window=40, contact_sheet_interval=2,
                 log_interval=2)
     assert train_mod.train(never, NON_DIST).step == 12  # a window longer than the run: never flat
+
+
+def test_a_flat_stop_under_a_time_budget_is_logged_as_the_plateau(pairs, tmp_path, caplog):
+    """The budget (an hour) has time for every step; the flat gain stops the run at 6 and the log names it."""
+    c = cfg(pairs, tmp_path / "run", steps=40, stop_when_flat=100.0, flat_window=4, contact_sheet_interval=2,
+            log_interval=2, time_budget="1h")
+    with caplog.at_level("INFO", logger="trainer.learn.stopping"):
+        assert train_mod.train(c, NON_DIST).step == 6
+    lines = [r.getMessage() for r in caplog.records if r.name == "trainer.learn.stopping"]
+    assert "last step 6 (--stop-when-flat: the held-out gain is flat)" in lines, lines
+    assert not any("time budget" in line for line in lines), lines
+    assert read_record(RunPaths.of(c.run_dir)).budget["stop_step"] == 6
 
 
 class _Recorder:
@@ -126,12 +196,3 @@ def test_held_out_frames_are_every_tenth_and_never_cropped_for_training():
         sampler.batch(step)
     pairs_read = {image // 2 for image in source.read}
     assert pairs_read and not pairs_read & set(held) and len(held) == 30 // HOLDOUT_EVERY
-
-
-def test_plateau_compares_the_best_score_a_window_apart():
-    p = Plateau(_Recorder(20), [9, 19], min_gain_db=0.5, window=100)
-    p.history = [(100, 20.0), (200, 21.0), (300, 21.2)]
-    assert not p.flat(250)  # nothing a whole window before 250 but step 100: 21.0 - 20.0 >= 0.5
-    assert p.flat(300)  # best 21.2 against 21.0 at step <= 200: +0.2 dB
-    p.history.append((400, 21.8))
-    assert not p.flat(400)

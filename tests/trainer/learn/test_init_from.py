@@ -18,16 +18,21 @@ from trainer.export.formats import torchscript_bytes
 from trainer.learn.init_from import apply_init_from, shape_mismatches
 from trainer.learn.model import build_model, model_config
 from trainer.record import runrecord
+from trainer.core.channels import ChannelPlan
+from trainer.record.initsource import MISMATCH_FIX as FIX
 from trainer.record.initsource import InitFromError
 from trainer.record.rundir import RunPaths, atomic_write_json
 
 HERE = {"architecture": "v3", "model_size": "small", "scale": 1}
-FIX = "train with the same --architecture/--model-size/--scale or start from random weights (leave --init-from out)"
+RGBA = ChannelPlan(("R", "G", "B", "A"), ("R", "G", "B", "A"))
 
 
-def net_of(size: str = "small", architecture: str = "v3", scale: int = 1, seed: int = 0) -> torch.nn.Module:
+def net_of(size: str = "small", architecture: str = "v3", scale: int = 1, seed: int = 0,
+           channels: ChannelPlan | None = None) -> torch.nn.Module:
     """``build_model`` with ``scale`` passed only where it takes one (the upres networks)."""
     torch.manual_seed(seed)
+    if channels is not None:
+        return build_model(size, architecture, scale=scale, channels=channels)
     if "scale" in inspect.signature(build_model).parameters:
         return build_model(size, architecture, scale=scale)
     if scale != 1:
@@ -109,7 +114,7 @@ def test_each_kind_loads_the_sources_weights_exactly(tmp_path, source, kind):
     step = 200 if kind == "run_checkpoints" else 100
     assert record == {"path": path, "kind": "run" if kind.startswith("run") else kind, "weights": weights,
                       "step": step, "run": run, "architecture": "v3", "model_size": "small", "scale": 1,
-                      "channels": 3}
+                      "channels": 3, "target_channels": 3, "ema": False}
     json.dumps(record)  # goes into run.json as it is
 
 
@@ -126,7 +131,10 @@ def test_the_loaded_network_computes_what_the_source_computes(tmp_path, source):
     ({"architecture": "v1"}, "architecture v1 there, v3 here"),
     ({"model_size": "medium"}, "model size medium there, small here"),
     ({"scale": 2}, "scale 2 there, 1 here"),
-    ({"channels": 1, "model_config": {"channels": 1}}, "channels 1 there, 3 here"),
+    ({"channels": 1, "model_config": {"channels": 1}}, "channels 1 there, 3 here; target channels 1 there, 3 here"),
+    ({"channels": 4, "model_config": {"channels": 4}}, "channels 4 there, 3 here; target channels 4 there, 3 here"),
+    ({"channels": 3, "channels_out": ["A"], "model_config": {"channels": 3, "out_channels": 1}},
+     "target channels 1 there, 3 here"),
     ({"architecture": "v1", "model_size": "large", "scale": 4},
      "architecture v1 there, v3 here; model size large there, small here; scale 4 there, 1 here"),
 ])
@@ -205,3 +213,46 @@ def test_unloadable_sources_are_named(tmp_path, case, match):
             "all_broken": paths.root}[case]
     with pytest.raises(InitFromError, match=match):
         apply_init_from(net_of(), str(path), **HERE)
+
+
+def rgba_meta(step: int) -> dict:
+    """model.json / checkpoint metadata of a v3 small R,G,B,A -> R,G,B,A network, as the trainer writes it."""
+    return {**meta_of("small", "v3", 1, step=step), "channels": 4, "channels_in": list(RGBA.inputs),
+            "channels_out": list(RGBA.targets), "model_config": dataclasses.asdict(model_config("small", "v3",
+                                                                                               channels=RGBA))}
+
+
+@pytest.mark.parametrize("kind", ["run", "checkpoint", "model"])
+def test_a_four_channel_source_loads_into_the_same_four_channel_network(tmp_path, kind):
+    """R,G,B,A in and out: the counts are compared with this run's (4 and 4), not with RGB's 3."""
+    source = net_of(seed=1, channels=RGBA)
+    path, _, _ = source_path(tmp_path, kind, source, rgba_meta(100))
+    target = net_of(seed=0, channels=RGBA)
+    record = apply_init_from(target, path, **HERE, channels=4, target_channels=4)
+    assert same_weights(target.state_dict(), source.state_dict())
+    assert (record["channels"], record["target_channels"]) == (4, 4)
+
+
+@pytest.mark.parametrize("kind", ["run", "checkpoint", "model"])
+def test_three_and_four_channel_networks_refuse_each_other(tmp_path, kind):
+    rgba = source_path(tmp_path / "rgba", kind, net_of(seed=1, channels=RGBA), rgba_meta(100))[0]
+    with pytest.raises(InitFromError) as info:
+        apply_init_from(net_of(seed=0), rgba, **HERE, channels=3, target_channels=3)
+    assert str(info.value) == f"--init-from {rgba}: channels 4 there, 3 here; target channels 4 there, 3 here: {FIX}"
+    rgb = source_path(tmp_path / "rgb", kind, net_of(seed=1), meta_of("small", "v3", 1, step=100))[0]
+    with pytest.raises(InitFromError) as info:
+        apply_init_from(net_of(seed=0, channels=RGBA), rgb, **HERE, channels=4, target_channels=4)
+    assert str(info.value) == f"--init-from {rgb}: channels 3 there, 4 here; target channels 3 there, 4 here: {FIX}"
+
+
+def test_a_checkpoint_with_an_ema_gives_the_ema_weights_its_model_pt_would_ship(tmp_path, source):
+    """The EMA (``ema.model``) is what that run exports; its raw weights (``model``) are another network here."""
+    raw = net_of(seed=2)
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": raw.state_dict(), "optimizer": {"state": {}, "param_groups": []}, "updates": 100,
+                "ema": {"decay": 0.999, "updates": 100, "model": source.state_dict()},
+                **meta_of("small", "v3", 1, step=100)}, path)
+    target = net_of(seed=0)
+    record = apply_init_from(target, str(path), **HERE)
+    assert same_weights(target.state_dict(), source.state_dict()) and record["ema"] is True
+    assert not same_weights(target.state_dict(), raw.state_dict())

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from trainer.core.config import ConfigError
-from trainer.learn.run_writer import check_resumable
+from trainer.core.channels import ChannelPlan
+from trainer.learn.run_writer import check_resumable, resume_optimizer
 
 
 def test_a_checkpoint_of_the_same_network_is_resumable():
@@ -30,7 +31,29 @@ def test_another_optimizer_is_refused_both_ways():
     check_resumable(adam, "ckpt_00000010.pt", "small", "v3", "adam")
     check_resumable(muon, "ckpt_00000010.pt", "small", "v3", "muon")
     with pytest.raises(ConfigError, match=r"trained with --optimizer adam, but --optimizer is muon; resume with "
-                                          r"--optimizer adam or start another --run-dir"):
+                                          r"--optimizer adam \(or auto\) or start another --run-dir"):
         check_resumable(adam, "ckpt_00000010.pt", "small", "v3", "muon")
     with pytest.raises(ConfigError, match=r"trained with --optimizer muon, but --optimizer is adam"):
         check_resumable(muon, "ckpt_00000010.pt", "small", "v3", "adam")
+
+
+def test_auto_resumes_with_the_checkpoints_optimizer_and_an_explicit_one_is_kept():
+    adam = {"optimizer": {"state": {}, "param_groups": []}}
+    muon = {"optimizer": {"adam": {}, "muon": {}}}
+    assert resume_optimizer("auto", "muon", adam) == "adam" and resume_optimizer("auto", "adam", muon) == "muon"
+    assert resume_optimizer("muon", "muon", adam) == "muon"  # check_resumable then refuses it
+
+
+def test_other_channels_are_refused_and_a_checkpoint_without_them_is_rgb():
+    matte = {"model_size": "small", "architecture": "v3",
+             "config": {"input_channels": "R,G,B", "target_channels": "A"}}
+    check_resumable(matte, "ckpt_00000010.pt", "small", "v3", channels=ChannelPlan(("R", "G", "B"), ("A",)))
+    with pytest.raises(ConfigError, match=r"ckpt_00000010.pt was trained with --input-channels R,G,B "
+                                          r"--target-channels A, but this run has --input-channels R,G,B "
+                                          r"--target-channels R; resume with --input-channels R,G,B "
+                                          r"--target-channels A or start another --run-dir"):
+        check_resumable(matte, "ckpt_00000010.pt", "small", "v3", channels=ChannelPlan(("R", "G", "B"), ("R",)))
+    old = {"model_size": "small", "architecture": "v3", "config": {}}  # written before channels were named
+    check_resumable(old, "ckpt_00000010.pt", "small", "v3")
+    with pytest.raises(ConfigError, match=r"trained with --input-channels R,G,B --target-channels R,G,B, but"):
+        check_resumable(old, "ckpt_00000010.pt", "small", "v3", channels=ChannelPlan(("R", "G", "B"), ("A",)))

@@ -13,7 +13,7 @@ import torch
 from tests.conftest import run_cli
 from trainer.learn import run_writer as outputs_mod
 from trainer.learn import train as train_mod
-from trainer.core.config import TrainConfig
+from trainer.core.config import ConfigError, TrainConfig
 from trainer.core.envvars import DistEnv, read_dist_env
 from trainer.learn.model import build_model
 from trainer.learn.run_writer import load_latest_checkpoint
@@ -166,6 +166,34 @@ def test_resume_continues_to_the_same_result(pairs, tmp_path, monkeypatch, optim
     assert [a["start_step"] for a in record["attempts"]] == [0, 4] and record["state"] == "succeeded"
     steps = [r["step"] for r in read_metrics(RunPaths.of(tmp_path / "resumed"))]
     assert steps == [2, 4, 6, 8]
+
+
+def test_a_run_in_flight_when_auto_changed_resumes_with_its_checkpoints_optimizer(pairs, tmp_path, monkeypatch):
+    """A colour run written by Adam (auto's old choice; the command line omits the default) resumes under
+    ``--optimizer auto``, which now picks Muon, with Adam and Adam's lr: bit for bit the run that never stopped.
+    An explicit ``--optimizer muon`` is still refused."""
+    straight = train_mod.train(cfg(pairs, tmp_path / "straight", optimizer="adam"), NON_DIST)
+    original = train_mod._Loop._outputs
+
+    def crash_after_step_4(self, step, update):
+        original(self, step, update)
+        if step == 4:
+            self.writer.flush()
+            raise RuntimeError("simulated node loss")
+
+    monkeypatch.setattr(train_mod._Loop, "_outputs", crash_after_step_4)
+    with pytest.raises(RuntimeError, match="simulated node loss"):
+        train_mod.train(cfg(pairs, tmp_path / "resumed", optimizer="adam"), NON_DIST)
+    monkeypatch.setattr(train_mod._Loop, "_outputs", original)
+    assert cfg(pairs, tmp_path / "resumed").optimizer_name == "muon"  # what auto picks for a new colour run
+    with pytest.raises(ConfigError, match=r"trained with --optimizer adam, but --optimizer is muon"):
+        train_mod.train(cfg(pairs, tmp_path / "resumed", resume=True, optimizer="muon"), NON_DIST)
+    resumed = train_mod.train(cfg(pairs, tmp_path / "resumed", resume=True), NON_DIST)
+    assert resumed.start_step == 4 and resumed.step == 8
+    for (k, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), k
+    record = json.loads(RunPaths.of(tmp_path / "resumed").run_json.read_text())
+    assert record["state"] == "succeeded" and record["config"]["optimizer_name"] == "adam"
 
 
 def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import make_pairs, make_upres_pairs, run_cli
+from tests.conftest import make_matte_pairs, make_pairs, make_upres_pairs, run_cli
 from trainer.core.config import ConfigError, TrainConfig
 from trainer.core.envvars import DistEnv
 from trainer.data.images import find_sequence, read_image
@@ -106,13 +106,43 @@ def test_init_from_a_model_of_another_scale_fails_as_bad_input_naming_the_mismat
 
 
 def test_two_local_ranks_start_from_the_same_model(tmp_path):
+    """With an lr too small to move anything, the gang's checkpoint holds run A's weights (a gang that skipped the
+    load would hold its own random ones, far from A's: the same run from scratch is checked to differ), and both
+    ranks log the load (each checks the source)."""
     inp, tgt = make_pairs(tmp_path / "data", frames=2)
-    train(cfg(inp, tgt, tmp_path / "a", steps=2), NON_DIST)
-    run = tmp_path / "b"
-    r = run_cli("local", "--world-size", "2", "--input", str(inp), "--target", str(tgt), "--run-dir", str(run),
-                "--steps", "2", "--batch-size", "4", "--crop-size", "8", "--init-from", str(tmp_path / "a"), "-v")
+    source = train(cfg(inp, tgt, tmp_path / "a", steps=2, seed=1, ema_decay=0.0), NON_DIST).model.state_dict()
+    common = ["--world-size", "2", "--input", str(inp), "--target", str(tgt), "--steps", "2", "--batch-size", "4",
+              "--crop-size", "8", "--lr", "1e-12", "--warmup-steps", "0", "--ema-decay", "0",
+              "--checkpoint-interval", "2", "-v"]
+    run, scratch = tmp_path / "b", tmp_path / "c"
+    r = run_cli("local", *common, "--run-dir", str(run), "--init-from", str(tmp_path / "a"))
     assert r.returncode == 0, r.stderr[-3000:]
     record = read_json(RunPaths.of(run).run_json)
     assert record["state"] == "succeeded" and record["init_from"]["kind"] == "run"
     logs = [RunPaths.of(run).rank_log(k).read_text() for k in (0, 1)]
     assert all("weights from" in text for text in logs), logs
+    started = load_latest_checkpoint(RunPaths.of(run))["model"]
+    for k in source:
+        assert torch.allclose(source[k].float(), started[k].float(), atol=1e-6), k
+    r = run_cli("local", *common, "--run-dir", str(scratch))
+    assert r.returncode == 0, r.stderr[-3000:]
+    own = load_latest_checkpoint(RunPaths.of(scratch))["model"]
+    assert any(not torch.allclose(source[k].float(), own[k].float(), atol=1e-3) for k in source)
+
+
+def test_init_from_a_four_channel_run_into_the_same_network(tmp_path):
+    """R,G,B,A in and out (the shot's RGBA frames on both sides): run B starts from run A's weights; a 3-channel
+    run is refused naming both counts, and so is a 4-channel start for an RGB run."""
+    _, rgba = make_matte_pairs(tmp_path / "data", frames=2)
+    four = dict(input_channels="R,G,B,A", target_channels="R,G,B,A")
+    a = train(cfg(rgba, rgba, tmp_path / "a", steps=2, seed=1, ema_decay=0.0, **four), NON_DIST)
+    b = train(cfg(rgba, rgba, tmp_path / "b", steps=2, lr=1e-12, warmup_steps=0, ema_decay=0.0,
+                  init_from=str(tmp_path / "a"), **four), NON_DIST)
+    for k, v in a.model.state_dict().items():
+        assert torch.allclose(v.float(), b.model.state_dict()[k].float(), atol=1e-6), k
+    assert read_json(RunPaths.of(tmp_path / "b").run_json)["init_from"]["channels"] == 4
+    with pytest.raises(ConfigError, match="channels 4 there, 3 here; target channels 4 there, 3 here"):
+        train(cfg(rgba, rgba, tmp_path / "rgb", steps=2, init_from=str(tmp_path / "a")), NON_DIST)
+    train(cfg(rgba, rgba, tmp_path / "rgb_a", steps=2), NON_DIST)
+    with pytest.raises(ConfigError, match="channels 3 there, 4 here; target channels 3 there, 4 here"):
+        train(cfg(rgba, rgba, tmp_path / "c", steps=2, init_from=str(tmp_path / "rgb_a"), **four), NON_DIST)

@@ -126,9 +126,14 @@ def test_an_unreadable_weights_file_is_refused(tmp_path, monkeypatch):
 
 def test_network_of_fills_what_older_metadata_leaves_out():
     assert network_of({"model_size": "small", "step": 7}) == {"architecture": "v1", "model_size": "small", "scale": 1,
-                                                             "channels": 3, "step": 7}
+                                                             "channels": 3, "target_channels": 3, "step": 7}
     ckpt_like = {"model_size": "large", "architecture": "v2", "config": {"scale": 4}, "model_config": {"channels": 1}}
     assert network_of(ckpt_like)["scale"] == 4 and network_of(ckpt_like)["channels"] == 1
+    assert network_of(ckpt_like)["target_channels"] == 1  # out_channels 0 or absent: as many as it reads
+    matte_ckpt = {"model_config": {"channels": 4, "out_channels": 1}}
+    assert (network_of(matte_ckpt)["channels"], network_of(matte_ckpt)["target_channels"]) == (4, 1)
+    model_json = {"channels": 3, "channels_in": ["R", "G", "B"], "channels_out": ["R", "G", "B", "A"]}
+    assert (network_of(model_json)["channels"], network_of(model_json)["target_channels"]) == (3, 4)
     assert set(network_of(None).values()) == {None}  # no metadata: nothing compared, the shapes decide
 
 
@@ -145,8 +150,8 @@ def test_check_source_refuses_a_model_json_of_another_network_in_one_message(tmp
         check_source(paths.root, architecture="v3", model_size="small", scale=2)
     assert str(info.value) == (
         f"--init-from {paths.root}: architecture v1 there, v3 here; model size medium there, small here; scale 1 "
-        "there, 2 here: train with the same --architecture/--model-size/--scale or start from random weights "
-        "(leave --init-from out)")
+        "there, 2 here: train with the same --architecture/--model-size/--scale/--input-channels/--target-channels "
+        "or start from random weights (leave --init-from out)")
     assert check_source(paths.root, architecture="v1", model_size="medium", scale=1).kind == "run"
 
 

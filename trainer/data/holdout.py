@@ -1,0 +1,50 @@
+"""``--stop-when-flat``'s held-out frames: which frame pairs no rank trains on, and the frame source of the rest.
+
+Held out: every :data:`HOLDOUT_EVERY`-th frame pair of the shot (frames 10, 20, ... in shot order; the last frame
+when the shot has fewer than 10). Training crops come from :class:`FrameSubset` over the other pairs; rank 0 scores
+the held-out ones (``trainer.learn.stopping``) and ``trainer.core.stopping.FlatRule`` decides when their gain is flat.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from trainer.data.crops import FrameSource
+from trainer.data.images import DataError
+
+#: One frame pair in this many is held out [frames].
+HOLDOUT_EVERY = 10
+
+
+def split_frames(count: int) -> tuple[list[int], list[int]]:
+    """(training, held-out) frame indices of a shot of ``count`` pairs (module doc).
+
+    Raises:
+        DataError: fewer than 2 pairs (nothing would be left to train on).
+    """
+    if count < 2:
+        raise DataError(f"--stop-when-flat holds out 1 frame in {HOLDOUT_EVERY} and needs at least 2 frame pairs; "
+                        f"the shot has {count}: add frames or train for --steps")
+    held = [i for i in range(count) if (i + 1) % HOLDOUT_EVERY == 0] or [count - 1]
+    return [i for i in range(count) if i not in set(held)], held
+
+
+class FrameSubset:
+    """A :class:`trainer.data.crops.FrameSource` over some frame pairs of another (``indices``, in order)."""
+
+    def __init__(self, source: FrameSource, indices: Sequence[int]) -> None:
+        self.source, self.indices = source, list(indices)
+        self.count, self.size, self.scale = len(self.indices), source.size, source.scale
+
+    def _image(self, image: int) -> int:
+        return 2 * self.indices[image // 2] + image % 2
+
+    def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
+        """(c, c, C) pixels of ``image`` (``2 x pair + side`` in this subset's numbering)."""
+        return self.source.crop(self._image(image), y, x, c)
+
+    def image(self, image: int) -> np.ndarray:
+        """The whole ``image`` (this subset's numbering)."""
+        return self.source.image(self._image(image))
