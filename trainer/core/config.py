@@ -304,6 +304,21 @@ class TrainConfig:
         return "adam" if any(self.channels.matte) else "muon"
 
     @property
+    def optimizer_reason(self) -> str:
+        """One sentence on why :attr:`optimizer_name` trains (``run.json``'s ``optimizer.reason``). The rule names no
+        device: held-out gain per second picked the same optimizer on an AVX512-BF16 CPU (bf16) and on an AVX2-only
+        node (fp32) for colour, upres and matte (docs/studies/optimizer_per_second.md), as gain per step did there
+        and on an H100 (docs/studies/default_recipe.md)."""
+        if self.optimizer != "auto":
+            return f"--optimizer {self.optimizer}"
+        if any(self.channels.matte):
+            return ("auto: adam for a matte target (higher held-out IoU per step and per second on bf16 and fp32 CPUs: "
+                    "docs/studies/default_recipe.md, docs/studies/optimizer_per_second.md)")
+        return ("auto: muon when every target channel corrects an Input channel (more held-out dB per step and per "
+                "second on bf16 and fp32 CPUs and an H100: docs/studies/default_recipe.md, "
+                "docs/studies/optimizer_per_second.md)")
+
+    @property
     def beta2(self) -> float:
         """``adam_beta2``, or :data:`DEFAULT_BETA2` of :attr:`optimizer_name` when it is None [1]."""
         return DEFAULT_BETA2[self.optimizer_name] if self.adam_beta2 is None else self.adam_beta2

@@ -32,6 +32,17 @@ def build_optimizer(cfg: TrainConfig, net: torch.nn.Module, lr: float) -> torch.
     return torch.optim.Adam(net.parameters(), lr=lr, betas=(cfg.adam_beta1, cfg.beta2), fused=True)
 
 
+def optimizer_record(cfg: TrainConfig, opt: torch.optim.Adam | MuonAdam, requested: str, reason: str
+                     ) -> dict[str, str]:
+    """``run.json``'s ``optimizer``: ``name`` (what trains), ``requested`` (``--optimizer`` as given), ``reason``
+    (one sentence, :attr:`TrainConfig.optimizer_reason` or a resume's) and, for Muon, ``newton_schulz``: the dtype of
+    its orthogonalisation on this device (``trainer.learn.optim.orthogonalisation_dtype``)."""
+    record = {"name": cfg.optimizer_name, "requested": requested, "reason": reason}
+    if isinstance(opt, MuonAdam):
+        record["newton_schulz"] = str(opt.muon.ns_dtype).removeprefix("torch.")
+    return record
+
+
 def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
     """Peak LR for ``cfg.batch_size x sync_interval`` crops per update under ``cfg.lr_scaling`` (module doc):
     ``sqrt``: ``lr * sqrt(batch * sync / reference)``; ``linear``: ``lr * batch * sync / reference``; ``none``: lr

@@ -48,7 +48,7 @@ from trainer.learn.run_writer import (RunWriter, check_resumable, config_record,
                                       load_latest_checkpoint, model_config_record, model_meta, resume_optimizer,
                                       wall_clock)
 from trainer.record.rundir import RunPaths
-from trainer.learn.schedule import build_optimizer, effective_lr, lr_at
+from trainer.learn.schedule import build_optimizer, effective_lr, lr_at, optimizer_record
 from trainer.learn.stopping import StopPlan
 from trainer.record import runrecord
 
@@ -143,6 +143,7 @@ class _Loop:
         self.scaler = self.precision.grad_scaler()  # enabled for fp16 only
         self.peak_lr = effective_lr(cfg, self.env.sync_interval)
         self.opt = build_optimizer(cfg, self.net, self.peak_lr)
+        self.optimizer_why = (cfg.optimizer, cfg.optimizer_reason)  # run.json's optimizer (a resume may change it)
         self.step, self.updates, self._last_ckpt = 0, 0, 0
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
@@ -168,7 +169,8 @@ class _Loop:
         self.writer.start(config_record(self.cfg), self.env.world_size, start, self.rt.backend)
         self.stop_plan.start()
         if self.master:
-            runrecord.update_record(self.paths, precision=self.precision.to_dict())
+            runrecord.update_record(self.paths, precision=self.precision.to_dict(),
+                                    optimizer=optimizer_record(self.cfg, self.opt, *self.optimizer_why))
             if started_from is not None:
                 runrecord.update_record(self.paths, init_from=started_from)
         log.info("precision %s (%s), memory format %s", self.precision.name, self.precision.reason,
@@ -405,6 +407,8 @@ class _Loop:
     def _use_optimizer(self, name: str) -> None:
         """Train with ``name`` (``adam`` or ``muon``) from here on: the config, its peak lr, the optimizer and the
         divergence watch follow it (before a checkpoint's optimizer state is loaded)."""
+        self.optimizer_why = (self.cfg.optimizer, f"auto: resumed with {name}, the optimizer of the checkpoint (auto "
+                                                  f"picks {self.cfg.optimizer_name} for a new run)")
         self.cfg = dataclasses.replace(self.cfg, optimizer=name)
         self.peak_lr = effective_lr(self.cfg, self.env.sync_interval)
         self.opt = build_optimizer(self.cfg, self.net, self.peak_lr)

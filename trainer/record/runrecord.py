@@ -119,6 +119,8 @@ class RunRecord:
             restarts [count], members [frame numbers], world_size [ranks], events.
         precision: the latest attempt's forward-pass precision: precision, requested, device, reason
             (``trainer.learn.precision.Precision.to_dict``).
+        optimizer: the latest attempt's optimizer: name, requested, reason (why it trains: ``--optimizer``, auto's
+            rule, or a resume's checkpoint) and Muon's ``newton_schulz`` dtype (``trainer.learn.schedule``).
         data: the latest attempt's training data (``trainer.data.shot_loading``): ``shot`` (folders, frames, file names,
             width/height [pixels], bytes), ``cache`` (where crops come from, data cache [MiB], host cache folder and
             size [bytes]) and ``hosts`` (per host: ranks, bytes read from files during the data phase per
@@ -155,6 +157,7 @@ class RunRecord:
     gang_failure: Mapping[str, Any] = field(default_factory=dict)
     gang: Mapping[str, Any] = field(default_factory=dict)
     precision: Mapping[str, Any] = field(default_factory=dict)
+    optimizer: Mapping[str, Any] = field(default_factory=dict)
     data: Mapping[str, Any] = field(default_factory=dict)
     init_from: Mapping[str, Any] = field(default_factory=dict)
     budget: Mapping[str, Any] = field(default_factory=dict)
@@ -217,7 +220,7 @@ _NULLABLE = {"pid", "final_step", "final_loss", "failed_rank", "exit_code", "sto
 _TYPES: dict[str, Any] = {"state": str, "config": dict, "world_size": int, "versions": dict, "started_at": str,
                           "pid": int, "finished_at": str, "final_step": int, "final_loss": float, "error": str,
                           "failure_kind": str, "failed_rank": int, "failed_at": str, "exit_code": int,
-                          "stopped_step": int, "farm": dict, "gang_failure": dict, "precision": dict,
+                          "stopped_step": int, "farm": dict, "gang_failure": dict, "precision": dict, "optimizer": dict,
                           "gang": dict, "data": dict, "init_from": dict,
                           "budget": dict}
 

@@ -108,6 +108,12 @@ def test_two_ranks_equal_one_rank_with_the_same_global_batch(pairs, tmp_path, sy
     assert record["world_size"] == 2
     assert record["precision"] == {"precision": precision, "requested": precision, "device": "cpu",
                                    "reason": "set by --precision"}
+    if optimizer == "muon":  # the Newton-Schulz dtype this CPU multiplies fast (trainer.learn.optim)
+        from trainer.learn.optim import orthogonalisation_dtype
+
+        ns = str(orthogonalisation_dtype(torch.device("cpu"))).removeprefix("torch.")
+        assert record["optimizer"] == {"name": "muon", "requested": "muon", "reason": "--optimizer muon",
+                                       "newton_schulz": ns}
 
 
 @pytest.mark.parametrize("compression", ["fp16", "powersgd"])
@@ -194,6 +200,10 @@ def test_a_run_in_flight_when_auto_changed_resumes_with_its_checkpoints_optimize
         assert torch.equal(a, b), k
     record = json.loads(RunPaths.of(tmp_path / "resumed").run_json.read_text())
     assert record["state"] == "succeeded" and record["config"]["optimizer_name"] == "adam"
+    assert record["optimizer"] == {"name": "adam", "requested": "auto", "reason": "auto: resumed with adam, the "
+                                   "optimizer of the checkpoint (auto picks muon for a new run)"}
+    fresh = json.loads(RunPaths.of(tmp_path / "straight").run_json.read_text())["optimizer"]
+    assert fresh == {"name": "adam", "requested": "adam", "reason": "--optimizer adam"}
 
 
 def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
