@@ -73,7 +73,23 @@ def cpu_description() -> str:
     limit = f", limited to AVX2 ({' '.join(f'{k}={v}' for k, v in AVX2_ENV.items())})" \
         if os.environ.get("ONEDNN_MAX_CPU_ISA") == "AVX2" else ""
     return (f"{model}, flags {' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + '/'.join(CPU_FLAGS)}, "
-            f"torch kernels {torch.backends.cpu.get_cpu_capability()}{limit}")
+            f"torch kernels {torch.backends.cpu.get_cpu_capability()}{limit}{cpu_quota()}")
+
+
+def cpu_quota() -> str:
+    """``, CPU quota N CPUs`` where this process's cgroup (v1 ``cpu`` or v2) caps its CPU time, else ``""``: a
+    quota emulates a slower node (docs/studies/trainer_speed.md, "A node without fast bf16")."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines() if Path("/proc/self/cgroup").exists() else []:
+        _, controllers, path = line.split(":", 2)
+        v1 = Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+        if "cpu" in controllers.split(",") and (v1 / "cpu.cfs_quota_us").exists():
+            quota, period = int((v1 / "cpu.cfs_quota_us").read_text()), int((v1 / "cpu.cfs_period_us").read_text())
+            return f", CPU quota {quota / period:.2f} CPUs" if quota > 0 else ""
+        v2 = Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.max"
+        if controllers == "" and v2.exists() and not v2.read_text().startswith("max"):
+            quota, period = (int(x) for x in v2.read_text().split())
+            return f", CPU quota {quota / period:.2f} CPUs"
+    return ""
 
 
 def step_costs(steps: int) -> None:
