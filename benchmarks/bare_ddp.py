@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer.core.config import DEFAULT_ARCHITECTURE
+from trainer.core.config import TrainConfig
 from trainer.learn.model import build_model
 from trainer.learn.precision import Precision, configure_backends, memory_format
 from trainer.core.allocator import tune_allocator
@@ -35,7 +35,8 @@ def main() -> None:
     prec = Precision(name, name, device.type, "benchmark")
     configure_backends(device)
     torch.manual_seed(0)
-    model = build_model(size, DEFAULT_ARCHITECTURE).to(device, memory_format=fmt)
+    arch = TrainConfig("i", "t", "r").architecture_name  # what --architecture auto trains on colour: v3
+    model = build_model(size, arch).to(device, memory_format=fmt)
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
                                 rank=rank, world_size=world, timeout=timedelta(seconds=120))
