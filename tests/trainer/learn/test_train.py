@@ -147,9 +147,8 @@ def test_sync_interval_changes_the_result(pairs, tmp_path):
     assert not torch.equal(a.model.tail.weight, b.model.tail.weight)
 
 
-@pytest.mark.parametrize("optimizer", ["adam", "muon"])
-def test_resume_continues_to_the_same_result(pairs, tmp_path, monkeypatch, optimizer):
-    straight = train_mod.train(cfg(pairs, tmp_path / "straight", optimizer=optimizer), NON_DIST)
+def _crash_after_step_4(monkeypatch, config: TrainConfig) -> None:
+    """Train ``config`` until its step-4 checkpoint is written, then fail as a lost node would."""
     original = train_mod._Loop._outputs
 
     def crash_after_step_4(self, step, update):
@@ -160,10 +159,16 @@ def test_resume_continues_to_the_same_result(pairs, tmp_path, monkeypatch, optim
 
     monkeypatch.setattr(train_mod._Loop, "_outputs", crash_after_step_4)
     with pytest.raises(RuntimeError, match="simulated node loss"):
-        train_mod.train(cfg(pairs, tmp_path / "resumed", optimizer=optimizer), NON_DIST)
+        train_mod.train(config, NON_DIST)
+    monkeypatch.setattr(train_mod._Loop, "_outputs", original)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "muon"])
+def test_resume_continues_to_the_same_result(pairs, tmp_path, monkeypatch, optimizer):
+    straight = train_mod.train(cfg(pairs, tmp_path / "straight", optimizer=optimizer), NON_DIST)
+    _crash_after_step_4(monkeypatch, cfg(pairs, tmp_path / "resumed", optimizer=optimizer))
     record = json.loads(RunPaths.of(tmp_path / "resumed").run_json.read_text())
     assert record["state"] == "failed" and "simulated node loss" in record["error"]
-    monkeypatch.setattr(train_mod._Loop, "_outputs", original)
     resumed = train_mod.train(cfg(pairs, tmp_path / "resumed", resume=True, optimizer=optimizer), NON_DIST)
     assert resumed.start_step == 4 and resumed.step == 8
     for (k, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
@@ -179,18 +184,7 @@ def test_a_run_in_flight_when_auto_changed_resumes_with_its_checkpoints_optimize
     ``--optimizer auto``, which now picks Muon, with Adam and Adam's lr: bit for bit the run that never stopped.
     An explicit ``--optimizer muon`` is still refused."""
     straight = train_mod.train(cfg(pairs, tmp_path / "straight", optimizer="adam"), NON_DIST)
-    original = train_mod._Loop._outputs
-
-    def crash_after_step_4(self, step, update):
-        original(self, step, update)
-        if step == 4:
-            self.writer.flush()
-            raise RuntimeError("simulated node loss")
-
-    monkeypatch.setattr(train_mod._Loop, "_outputs", crash_after_step_4)
-    with pytest.raises(RuntimeError, match="simulated node loss"):
-        train_mod.train(cfg(pairs, tmp_path / "resumed", optimizer="adam"), NON_DIST)
-    monkeypatch.setattr(train_mod._Loop, "_outputs", original)
+    _crash_after_step_4(monkeypatch, cfg(pairs, tmp_path / "resumed", optimizer="adam"))
     assert cfg(pairs, tmp_path / "resumed").optimizer_name == "muon"  # what auto picks for a new colour run
     with pytest.raises(ConfigError, match=r"trained with --optimizer adam, but --optimizer is muon"):
         train_mod.train(cfg(pairs, tmp_path / "resumed", resume=True, optimizer="muon"), NON_DIST)
