@@ -115,7 +115,10 @@ def test_the_real_probe_ends_within_a_small_budget(pairs, tmp_path):
                                    lambda *r: reports.append(r))
     elapsed = time.monotonic() - t0
     one = max(t for _, t in probe.fb_s) + probe.optimizer_s + probe.contact_sheet_s + probe.checkpoint_s
-    assert elapsed < 5 + one + 3  # 3 s: the process's exit and join after its result is in
+    # 10 s: spawning the probe and importing torch on a loaded 2-core CI (counted in the budget, but a start-up
+    # longer than the budget still ends in one measurement) and its exit; 10,000 iterations would take minutes.
+    # The exact bound (one measurement past the budget) is the fake-clock test's.
+    assert elapsed < 5 + one + 10
     assert probe.truncated and probe.seconds == pytest.approx(elapsed, abs=1)
     assert sum(probe.fb_samples) >= 3 and any(r[0] == "steps" for r in reports)
 
