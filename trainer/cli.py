@@ -10,11 +10,12 @@ own packages; ``python -m trainer.cli`` runs the trainer's commands alone. This 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, NoReturn, Sequence
+from typing import ContextManager, Mapping, NoReturn, Sequence
 
 from trainer.core.config import PRECISIONS, ConfigError, add_train_arguments, config_from_args
 from trainer.record.rankfailure import record_failure
@@ -110,13 +111,27 @@ def _terminal(verbose: bool) -> None:
     configure_logging(console_level=logging.INFO if verbose else logging.WARNING)
 
 
+def _rank0_lease(run_dir: str) -> ContextManager[object]:
+    """The run directory's lease for ``cuetrain train``: claimed by rank 0 unless its supervisor (``cuetrain local``)
+    holds it; a farm frame's rank 0 holds it for its job (``CUE_JOB_ID``), so a retry of that job takes it over."""
+    from trainer.core.envvars import read_dist_env, read_farm_env, read_run_lease_env
+    from trainer.record.lease import RunLease
+    from trainer.record.rundir import RunPaths
+
+    if read_run_lease_env() or read_dist_env().rank != 0:
+        return contextlib.nullcontext()
+    return RunLease(RunPaths.of(run_dir), "cuetrain train (rank 0)", job=read_farm_env().job_id)
+
+
 def _run(ns: argparse.Namespace) -> int:
     if ns.command == "train":
         from trainer.learn.train import train
         from trainer.core.allocator import tune_allocator
 
         tune_allocator()
-        train(config_from_args(ns))
+        cfg = config_from_args(ns)
+        with _rank0_lease(cfg.run_dir):  # a live run there: LeaseHeld (exit 2) before anything is written
+            train(cfg)
         return 0
     if ns.command == "local":
         from trainer.agent.launch import launch_local

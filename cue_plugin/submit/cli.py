@@ -27,6 +27,7 @@ from cue_plugin.names import RENDEZVOUS_MODES
 from cue_plugin.submit import infer_cli, jsonout, templates
 from cue_plugin.submit.spec import Farm, FarmError, JobHandle, JobStatus, env_from_pairs
 from trainer.record import runrecord
+from trainer.record.lease import check_free
 from trainer.core.config import ConfigError, add_train_arguments, config_from_args
 from trainer.core.envvars import read_farm_env
 from trainer.record.rundir import RunDirError, RunPaths, read_metrics
@@ -118,6 +119,7 @@ def _submit(ns: argparse.Namespace, farm: Farm) -> int:
     if ns.dry_run:
         print(farm.dry_run(job))
         return 0
+    check_free(RunPaths.of(job.train.run_dir))  # a live run there: refused, nothing written (trainer.record.lease)
     handle = farm.submit(job)
     if ns.json:
         return jsonout.emit({"submitted": jsonout.handle_dict(handle), "world_size": job.world_size,

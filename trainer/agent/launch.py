@@ -33,6 +33,7 @@ from trainer.core.config import ConfigError
 from trainer.core.envvars import copycat_env, environ_with, read_export_onnx
 from trainer.core.exitcodes import describe
 from trainer.core.logsetup import log_file
+from trainer.record.lease import RunLease
 from trainer.record.rundir import FILE_MODE, RunDirError, RunPaths, atomic_write_json, read_json
 from trainer.core.timeouts import GRACE
 from trainer.core.ports import PortReservation
@@ -137,24 +138,29 @@ def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_i
 
     Returns: 0 on success, else the failing rank's exit code.
 
+    It holds the run directory's lease (``trainer.record.lease``) for the whole gang, restarts included.
+
     Raises:
         ConfigError: ``world_size`` < 1 or ``max_restarts`` < 0.
+        LeaseHeld: a live run holds the run directory (exit code 2; nothing written).
         EnvError: ``CUETRAIN_EXPORT_ONNX`` is not 0 or 1 (found before any rank starts).
         KeyboardInterrupt: Ctrl-C, after every rank was stopped.
     """
     if world_size < 1 or max_restarts < 0:
         raise ConfigError(f"--world-size {world_size} must be >= 1 and --max-restarts {max_restarts} >= 0")
     paths = RunPaths.of(run_dir)
-    paths.create()
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
     onnx_later = read_export_onnx()  # the ranks write model.pt only; model.onnx follows off the critical path
     with contextlib.ExitStack() as stack:
+        lease = stack.enter_context(RunLease(paths, "cuetrain local"))  # a live run there: LeaseHeld, nothing written
+        paths.create()
         stack.enter_context(log_file(paths.local_log, FILE_MODE))  # this supervisor's INFO records
         console = None if progress_steps is None else stack.enter_context(Console(paths, progress_steps))
         logs = RankLogs(paths, prefix=True, stream=console)
         stack.callback(logs.close)
         role = LocalGang(train_argv, world_size, sync_interval, logs, threads, max_restarts,
-                         {"CUETRAIN_EXPORT_ONNX": "0"} if onnx_later else None)
+                         {"CUETRAIN_RUN_LEASE": lease.lease.holder, **({"CUETRAIN_EXPORT_ONNX": "0"} if onnx_later
+                                                                       else {})})
         code = NodeAgent(role, max_restarts).run()
         if code == 0 and onnx_later:
             start_onnx_export(paths)

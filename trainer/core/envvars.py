@@ -52,6 +52,8 @@ ENV_TABLE: dict[str, str] = {
                         "the ranks of a frame (default: the system temporary folder, TMPDIR or /tmp)",
     "CUETRAIN_ERROR_FILE": "set by cuetrain's rank supervisor: where a failing rank writes its failure record "
                            "(trainer.record.rankfailure; read only there)",
+    "CUETRAIN_RUN_LEASE": "set by cuetrain local for its ranks: the supervisor holds the run directory's lease "
+                          "(trainer.record.lease), so rank 0 claims none",
     "CUETRAIN_EXPORT_ONNX": "optional: 0 skips writing model.onnx at the end of training (default 1; 5-15 s on CPU)",
 }
 
@@ -308,3 +310,8 @@ def read_error_file_env(env: Mapping[str, str] | None = None) -> ErrorFileEnv:
     env = os.environ if env is None else env
     rank = (env.get("COPYCAT_RANK") or "").strip()
     return ErrorFileEnv(path=(env.get("CUETRAIN_ERROR_FILE") or "").strip(), rank=int(rank) if rank.isdigit() else None)
+
+
+def read_run_lease_env(env: Mapping[str, str] | None = None) -> str:
+    """``CUETRAIN_RUN_LEASE``: the id of the lease a supervisor holds for this rank's run directory, or ""."""
+    return (os.environ if env is None else env).get("CUETRAIN_RUN_LEASE", "").strip()

@@ -15,6 +15,7 @@ Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
       model.onnx                   the same model as ONNX (opset 18, dynamic H and W; trainer.export.formats)
       model_nuke.nk                Nuke script: CatFileCreator for model.pt -> Inference (trainer.export.nuke_script)
       model.json                   metadata of model.pt (model size, parameters, step, channels)
+      lease.json                   the live run's lease: host, pid, farm job, expiry (trainer.record.lease)
       logs/rank_N.log              per-rank log (every rank writes its own)
       logs/local.log               cuetrain local's own supervisor log (its INFO records)
       rendezvous/main.json         frame 0's published main address {host, port, attempt, token}
@@ -97,6 +98,10 @@ class RunPaths:
     @property
     def model_meta(self) -> Path:
         return self.root / "model.json"
+
+    @property
+    def lease(self) -> Path:
+        return self.root / "lease.json"
 
     @property
     def logs(self) -> Path:

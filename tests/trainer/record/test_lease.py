@@ -1,0 +1,132 @@
+"""trainer/record/lease.py: one live run per run directory (a renewed lease, no flock), refusals name the live run,
+stale leases never block a resume or a retry, and of racing claimants exactly one wins."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+
+import pytest
+
+from tests.conftest import CHILD_PYTHONPATH
+from trainer.record.lease import Lease, LeaseConfig, LeaseHeld, RunLease, check_free, read_lease
+from trainer.record.rundir import RunPaths, atomic_write_json
+
+FAST = LeaseConfig(ttl_s=3.0, renew_s=0.5, settle_s=0.2)
+
+
+def _plant(paths: RunPaths, **kw) -> Lease:
+    """A lease as another run would have left it (default: live, another host's)."""
+    lease = Lease(**{"holder": "other", "command": "cuetrain local", "host": "render-07", "pid": 4242, "job": "",
+                     "started": time.time() - 10, "expires": time.time() + 60, **kw})
+    paths.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(paths.lease, asdict(lease))
+    return lease
+
+
+def test_a_live_lease_refuses_naming_host_pid_and_job_and_writes_nothing(tmp_path):
+    paths = RunPaths.of(tmp_path / "run")
+    _plant(paths, job="job-1234")
+    before = sorted(os.listdir(paths.root))
+    with pytest.raises(LeaseHeld, match=r"in use by a live run \(cuetrain local on host render-07, pid 4242, farm job "
+                                        r"job-1234; lease renewed until") as err:
+        RunLease(paths, "cuetrain local", config=FAST).claim()
+    assert err.value.exit_code == 2
+    assert sorted(os.listdir(paths.root)) == before and read_lease(paths).holder == "other"
+
+
+def test_stale_leases_never_block_a_resume_or_a_retry(tmp_path):
+    dead = subprocess.Popen(["sleep", "0"])
+    dead.wait()
+    cases = {"expired, another host": dict(expires=time.time() - 1),
+             "this host, its pid gone (SIGKILL)": dict(host=socket.gethostname(), pid=dead.pid),
+             "the same farm job retried on another host": dict(job="job-7")}
+    for name, kw in cases.items():
+        paths = RunPaths.of(tmp_path / name.replace(" ", "_"))
+        _plant(paths, **kw)
+        with RunLease(paths, "cuetrain train (rank 0)", job="job-7" if "job" in kw else "", config=FAST) as mine:
+            assert read_lease(paths).holder == mine.lease.holder, name
+        assert not paths.lease.exists(), name  # released at the end
+
+
+def test_the_holder_renews_and_a_claim_after_release_succeeds(tmp_path):
+    paths = RunPaths.of(tmp_path / "run")
+    with RunLease(paths, "cuetrain local", config=FAST) as mine:
+        first = read_lease(paths).expires
+        time.sleep(1.6)  # three renewals
+        assert read_lease(paths).expires > first and read_lease(paths).holder == mine.lease.holder
+        with pytest.raises(LeaseHeld, match=f"pid {os.getpid()}"):
+            check_free(paths)
+    check_free(paths)
+
+
+def _race(root: str, barrier, results) -> None:  # a claimant process
+    paths = RunPaths.of(root)
+    barrier.wait()
+    try:
+        lease = RunLease(paths, "cuetrain local", config=FAST)
+        lease.claim()
+        results.put(lease.lease.holder)
+    except LeaseHeld:
+        results.put("refused")
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_of_four_racing_claimants_exactly_one_wins(tmp_path, stale):
+    paths = RunPaths.of(tmp_path / "run")
+    if stale:
+        _plant(paths, expires=time.time() - 1)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(str(paths.root), barrier, results)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    winners = [g for g in got if g != "refused"]
+    assert len(winners) == 1, got
+    assert read_lease(paths).holder == winners[0]
+
+
+def test_two_local_runs_into_one_run_directory_give_one_run_and_one_refusal(pairs, tmp_path):
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "cuetrain", "local", "--world-size", "1", "--input", str(pairs[0]), "--target",
+            str(pairs[1]), "--run-dir", str(run), "--steps", "100000", "--batch-size", "2", "--crop-size", "16",
+            "--checkpoint-interval", "1000", "--contact-sheet-interval", "1000", "--log-interval", "10"]
+    env = {**os.environ, "PYTHONPATH": CHILD_PYTHONPATH, "CUETRAIN_EXPORT_ONNX": "0"}
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (RunPaths.of(run).metrics.exists() and read_lease(RunPaths.of(run))):
+        assert time.monotonic() < deadline and first.poll() is None, "the first run did not start"
+        time.sleep(0.2)
+    logs = {p: p.stat().st_size for p in (run / "logs").iterdir()}
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2, second.stderr
+    assert f"in use by a live run (cuetrain local on host {socket.gethostname()}, pid {first.pid}" in second.stderr
+    assert all(p.stat().st_size >= n for p, n in logs.items())  # the second wrote no log of its own
+    assert first.poll() is None  # the live run trains on, untouched
+    first.send_signal(signal.SIGTERM)  # preempted: it checkpoints and ends (exit 75), releasing the lease
+    assert first.wait(timeout=120) == 75, first.stderr
+    record = json.loads(RunPaths.of(run).run_json.read_text())
+    assert len(record["attempts"]) == 1 and record["attempts"][0]["host"] == socket.gethostname()
+    assert not RunPaths.of(run).lease.exists()
+
+
+def test_submit_into_a_live_run_directory_is_refused_before_the_farm_is_asked(tmp_path, capsys):
+    from cue_plugin.submit import cli
+    from tests.cue_plugin.test_cli import FakeFarm, train_args
+
+    _plant(RunPaths.of(tmp_path / "run"), job="job-99", host="render-02", pid=77)
+    farm = FakeFarm()
+    assert cli.main(["submit", "--template", "cpu-test", "--show", "demo", "--shot", "sh010", "--user", "artist",
+                     "--world-size", "2", "--batch-size", "8", *train_args(tmp_path)], farm=farm) == 2
+    assert farm.submitted == []
+    assert "host render-02, pid 77, farm job job-99" in capsys.readouterr().err
