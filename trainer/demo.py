@@ -20,7 +20,7 @@ two baselines: the mean keyframe matte, and holding the nearest keyframe's matte
 
 The demo trains to a time budget (:data:`DEMO_BUDGET`, the whole command's wall clock) with :data:`DEMO_STEPS` as
 its cap: the ranks get ``--time-budget`` set to the moment the command must end less :data:`AFTER_TRAINING_S`, so
-their plan (``trainer.learn.budget``) ends training, export included, in time for the held-out inference. A CPU
+their plan (``trainer.core.stopping``) ends training, export included, in time for the held-out inference. A CPU
 with fast bf16 reaches the cap first; an AVX2-only CPU trains fewer steps in the same time. ``--steps N`` alone
 trains exactly N steps.
 """
