@@ -142,10 +142,11 @@ def test_disk_full_while_checkpointing_fails_the_run_and_leaves_no_partial_files
 
 
 def test_disk_full_at_start_writes_no_run_json(pairs, tmp_path, clean_env, capsys):
+    """The first write is rank 0's claim of the run directory's lease (trainer.record.lease)."""
     run = RunPaths.of(tmp_path / "run")
     full_disk_under(clean_env, run.root)
     code, err = run_main(cli.main, train_argv(pairs, run.root), capsys)
-    assert code == 2 and f"cannot write {run.run_json}: No space left on device" in err
+    assert code == 2 and f"cannot write {run.lease}: No space left on device" in err
     assert files_in(run.root) == []
 
 

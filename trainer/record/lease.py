@@ -30,7 +30,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from trainer.record.rundir import RunDirError, RunPaths, atomic_write_json, read_json
+from trainer.record.rundir import RunDirError, RunPaths, atomic_write_json, make_folder, read_json
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +180,12 @@ class RunLease:
         if not create:
             atomic_write_json(self.paths.lease, asdict(self.lease))
             return True
-        os.makedirs(self.paths.root, exist_ok=True)
+        make_folder(self.paths.root)
         tmp = self.paths.lease.with_name(f".lease.{self.lease.holder}.tmp")
-        atomic_write_json(tmp, asdict(self.lease))
+        try:
+            atomic_write_json(tmp, asdict(self.lease))
+        except RunDirError as exc:  # name the lease, not its temp file
+            raise RunDirError(str(exc).replace(str(tmp), str(self.paths.lease))) from exc
         try:
             os.link(tmp, self.paths.lease)  # fails when the name exists: atomic create-if-absent
             return True

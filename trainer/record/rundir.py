@@ -159,15 +159,22 @@ class RunPaths:
             RunDirError: the directory cannot be created or is not writable.
         """
         for d in (self.root, self.contact_sheets, self.previews, self.checkpoints, self.logs, self.rendezvous.parent):
-            try:
-                d.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-            except OSError as exc:
-                raise RunDirError(
-                    f"cannot create run directory folder {d}: {exc.strerror}; "
-                    "choose a --run-dir on writable shared storage"
-                ) from exc
+            make_folder(d)
         if not os.access(self.root, os.W_OK):
             raise RunDirError(f"run directory {self.root} is not writable; fix its permissions or choose another --run-dir")
+
+
+def make_folder(folder: Path) -> None:
+    """Create ``folder`` and its parents (mode :data:`DIR_MODE`).
+
+    Raises:
+        RunDirError: it cannot be created; names the folder and the fix.
+    """
+    try:
+        folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(f"cannot create run directory folder {folder}: {exc.strerror}; "
+                          "choose a --run-dir on writable shared storage") from exc
 
 
 def _list_steps(folder: Path, ext: str) -> list[tuple[int, Path]]:
