@@ -65,3 +65,9 @@ def test_bench_recipe_hands_the_rest_of_the_line_to_the_task(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         bench_recipe.main(["matte", "--no-such-option"])
     assert e.value.code == 2
+
+
+def test_the_bare_ddp_baseline_trains_the_network_cuetrain_trains():
+    """bench_trainer.py's baseline (lib/bare_ddp.py, one rank, 2 timed steps after its warm-up) runs and reports
+    images/s; it once built the architecture ``auto``, which is a choice, not a network, and failed."""
+    assert common.run_bare(1, 8, 2, crop=32) > 0
