@@ -21,8 +21,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import netns
 from common import demo_data, run_cuetrain
+from lib import netns
 
 from trainer.advise.advisor import describe_link, describe_probe, measure_link, run_probe
 from trainer.advise.budget import ProbeSettings

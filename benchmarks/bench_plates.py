@@ -18,7 +18,7 @@
     restart on the same host).
 
 Plates (kept outside the repository; ``make`` writes them, about 9 GiB): 30 2K pairs, 100 4K pairs (scanline
-ZIP), 24 4K pairs (64 px tiled ZIP), and 24- and 200-pair shots of links to the 100 (``benchmarks/plates.py``).
+ZIP), 24 4K pairs (64 px tiled ZIP), and 24- and 200-pair shots of links to the 100 (``benchmarks/lib/plates.py``).
 
 Run: .venv/bin/python benchmarks/bench_plates.py make --plates /work/plates
      .venv/bin/python benchmarks/bench_plates.py run --plates /work/plates [--sections abcd] [--repeats 3]
@@ -39,8 +39,7 @@ from pathlib import Path
 
 import psutil
 from common import ROOT, images_per_s, read_rows
-
-import plates
+from lib import plates
 from trainer.core.procstat import stat_rss_bytes
 
 GiB = 2**30

@@ -53,7 +53,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import numpy as np
@@ -252,49 +252,37 @@ def train_recipe(r: Recipe, train: list, held: list, scale: float, evals: int, p
 
 
 def train_averages(r: Recipe, train: list, held: list, scale: float, evals: int, precision: str,
-                   warmups: Sequence[float] = (), seed: int = 0,
-                   device: torch.device = torch.device("cpu")) -> list[list[tuple[float, int, float]]]:
+                   warmups: Sequence[float] = (), seed: int = 0, device: torch.device = torch.device("cpu"),
+                   build: Callable[..., torch.nn.Module] = build_model, adam: type = torch.optim.Adam,
+                   sampler: type = CropSampler) -> list[list[tuple[float, int, float]]]:
     """Train ``r`` once and return one curve per EMA of its weights, one EMA per warm-up constant in ``warmups``
     (default ``r.ema_warmup``): the averages differ, the training does not. With ``r.ema`` 0, one curve: the
-    network's own. The clock counts one EMA update a step, as the trainer keeps one. ``seed`` draws the initial
-    weights and the crops (0: the figures in docs/studies/time_to_quality.md); ``device`` trains there (a GPU's clock is
-    synchronised each step)."""
+    network's own. The clock counts one EMA update a step, as the trainer keeps one (``common.train_loop``). ``seed``
+    draws the initial weights and the crops (0: the figures in docs/studies/time_to_quality.md); ``device`` trains
+    there (a GPU's clock is synchronised each step). ``build`` (``build_model``'s signature), ``adam`` (Adam's class,
+    when ``r.optimizer`` is adam) and ``sampler`` (``CropSampler``'s class) let a screen swap in its own network,
+    optimizer step or crops (``lib/variants.py``); the defaults are the trainer's."""
     torch.manual_seed(seed)
-    net = build_model(r.size, r.architecture, r.skip_init).to(device, memory_format=torch.channels_last)
+    net = build(r.size, r.architecture, r.skip_init).to(device, memory_format=torch.channels_last)
     emas = [WeightEMA(net, r.ema, k) for k in warmups or [r.ema_warmup]] if r.ema else []  # the trainer's EMA
     evaluated = [e.module for e in emas] or [net]
     if r.optimizer == "muon":
         opt = MuonAdam(net, r.lr, (r.beta1, r.beta2))
     else:
-        opt = torch.optim.Adam(net.parameters(), lr=r.lr, betas=(r.beta1, r.beta2), fused=r.fused)
-    prec = resolve_precision(precision, device)
+        opt = adam(net.parameters(), lr=r.lr, betas=(r.beta1, r.beta2), fused=r.fused)
     steps, warmup = max(1, round(r.steps * scale)), round(r.warmup * scale)
-    sampler = CropSampler(train, r.crop, r.batch, seed=seed, device=device, memory_format=torch.channels_last)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    every = max(1, steps // evals)
+    crops = sampler(train, r.crop, r.batch, seed=seed, device=device, memory_format=torch.channels_last)
     start = heldout_psnr(net, held)
-    curves, clock = [[(0.0, 0, start)] for _ in evaluated], 0.0
-    for step in range(steps):
-        t0 = time.perf_counter()
-        batch = sampler.batch(step)
-        with prec.autocast():
-            out = net(batch.input)
-        per_crop_loss(r, out.float(), batch.target.float()).mean().backward()
-        for group in opt.param_groups:
-            group["lr"] = lr_for(r, step, steps, warmup)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sync()
-        t1 = time.perf_counter()
-        for ema in emas:
-            ema.update(net)
-        sync()
-        clock += t1 - t0 + (time.perf_counter() - t1) / max(1, len(emas))
-        if (step + 1) % every == 0 or step + 1 == steps:
-            for curve, model in zip(curves, evaluated):
-                curve.append((clock, step + 1, heldout_psnr(model, held)))
-            print(f"    step {step + 1}/{steps}  {clock:6.1f} s  " + "  ".join(f"{c[-1][2]:.2f} dB" for c in curves),
-                  flush=True)
+    curves = [[(0.0, 0, start)] for _ in evaluated]
+
+    def evaluate(done: int, clock: float) -> None:
+        for curve, model in zip(curves, evaluated):
+            curve.append((clock, done, heldout_psnr(model, held)))
+        print(f"    step {done}/{steps}  {clock:6.1f} s  " + "  ".join(f"{c[-1][2]:.2f} dB" for c in curves), flush=True)
+
+    common.train_loop(net, opt, crops, steps, lambda out, target: per_crop_loss(r, out.float(), target.float()),
+                      lambda step: lr_for(r, step, steps, warmup), resolve_precision(precision, device).autocast,
+                      emas, evaluate, max(1, steps // evals), cuda=device.type == "cuda")
     return curves
 
 

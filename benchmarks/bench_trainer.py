@@ -1,7 +1,7 @@
 """Trainer speed: cuetrain against a bare DDP loop, on the CPU or one CUDA GPU, printed as ratios from one run.
 
 cuetrain runs with its defaults (``--precision auto``, ``--memory-format channels_last``) and includes its
-data pipeline, logging, contact sheets and checkpoints. The bare loop (``benchmarks/bare_ddp.py``) has the
+data pipeline, logging, contact sheets and checkpoints. The bare loop (``benchmarks/lib/bare_ddp.py``) has the
 same model, optimizer, L1 loss and per-rank batch on pre-made crops, with no data pipeline and no outputs;
 on CUDA it synchronises the GPU before reading the clock. The variants run interleaved (A B C A B C ...) so
 a noisy neighbour slows all alike; every figure is the median images/s of ``--repeats`` runs.

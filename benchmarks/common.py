@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: data, timed cuetrain runs, a bare DDP loop, medians.
+"""Shared pieces of the benchmarks: data, timed cuetrain runs, a bare DDP loop, medians, and the one in-process
+training loop (:func:`train_loop`) that every benchmark training a network in its own process steps through.
 
 Every figure is measured side by side in one run and reported as a median over repeats, with
 runs of the compared variants interleaved (A B A B ...) so a noisy neighbour hits both alike.
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, ContextManager, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -61,7 +62,7 @@ def run_bare(world: int, batch: int, steps: int, model_size: str = "small", crop
     ``precision``/``memory_format`` as cuetrain's flags (default: the plain fp32, NCHW loop)."""
     port = free_port()
     extra = [precision, memory_format, device] + (["compile"] if compile else [])
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "bare_ddp.py"), str(rank), str(world),
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "lib" / "bare_ddp.py"), str(rank), str(world),
                                str(port), str(batch), str(steps), model_size, str(crop), *extra],
                               env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": child_pythonpath()},
                               stdout=subprocess.PIPE, text=True) for rank in range(world)]
@@ -115,3 +116,46 @@ def make_free_ports(count: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def train_loop(net: Any, opt: Any, sampler: Any, steps: int, loss: Callable[[Any, Any], Any],
+               lr: Callable[[int], float], autocast: Callable[[], ContextManager], emas: Sequence[Any] = (),
+               evaluate: Callable[[int, float], None] | None = None, every: int = 0, cuda: bool = False) -> float:
+    """Train ``net`` for ``steps`` steps, as every in-process benchmark does; returns the training seconds.
+
+    Each step: ``sampler.batch(step)`` (a ``trainer.data.crops.CropBatch``: input (B, C, h, w), target (B, C', H, W)),
+    the forward pass under ``autocast()`` (e.g. ``trainer.learn.precision.Precision.autocast``), ``loss(output,
+    target)`` -> (B,) per-crop losses whose mean is backpropagated, every parameter group's lr set to ``lr(step)``,
+    ``opt.step()``, the gradients freed, then each EMA of ``emas`` (``trainer.learn.ema.WeightEMA``) updated.
+
+    The clock counts the steps and one EMA update per step (as the trainer keeps one, however many averages a study
+    keeps), not evaluation: ``evaluate(steps_done, seconds)`` runs every ``every`` steps and after the last one
+    (``every`` 0: never). ``cuda``: synchronise the GPU before each reading of the clock.
+    """
+    if cuda:
+        import torch
+
+        sync: Callable[[], None] = torch.cuda.synchronize
+    else:
+        def sync() -> None:
+            return None
+    clock = 0.0
+    for step in range(steps):
+        t0 = time.perf_counter()
+        batch = sampler.batch(step)
+        with autocast():
+            out = net(batch.input)
+        loss(out, batch.target).mean().backward()
+        for group in opt.param_groups:
+            group["lr"] = lr(step)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        t1 = time.perf_counter()
+        for ema in emas:
+            ema.update(net)
+        sync()
+        clock += t1 - t0 + (time.perf_counter() - t1) / max(1, len(emas))
+        if evaluate is not None and every and ((step + 1) % every == 0 or step + 1 == steps):
+            evaluate(step + 1, clock)
+    return clock

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# bench_default_recipe.py's grid on one GPU host, in lanes run side by side (the GPU is launch-bound at these
+# bench_recipe.py default-recipe's grid on one GPU host, in lanes run side by side (the GPU is launch-bound at these
 # sizes, so concurrent processes add throughput): every lane of benchmarks/gpu_default_recipe.cells is one process.
 #
 # Prepare here (the host has neither PyAV nor OpenImageIO; .gpu/ is git-ignored and travels as a carried path):
-#     mkdir -p .gpu/stub && .venv/bin/python benchmarks/bench_default_recipe.py --save-decoded .gpu/clips.npz
+#     mkdir -p .gpu/stub && .venv/bin/python benchmarks/bench_recipe.py default-recipe --save-decoded .gpu/clips.npz
 #     echo '"""Stand-in: the benchmark reads no image files."""' > .gpu/stub/OpenImageIO.py
 # Run there:  bash benchmarks/gpu_default_recipe.sh OUT_DIR [START_DEADLINE_S] [KILL_AFTER_S]
 # No cell starts after START_DEADLINE_S (default 330 s); a lane still running at KILL_AFTER_S (default 480 s) is
@@ -23,7 +23,7 @@ mkdir -p "$out"
  "$py" -c 'import torch; print("torch", torch.__version__)') | tee "$out/log.txt"
 awk -v d="$lanes" '!/^#/ && NF == 6 {f = $1; $1 = ""; print substr($0, 2) > (d "/" f ".txt")}' "$cells"
 for f in "$lanes"/*.txt; do
-    timeout "$kill_after" "$py" "$here/bench_default_recipe.py" --device "${DEVICE:-cuda}" \
+    timeout "$kill_after" "$py" "$here/bench_recipe.py" default-recipe --device "${DEVICE:-cuda}" \
         --decoded "$here/../.gpu/clips.npz" --cells "$f" --deadline "$start_deadline" --threads 1 \
         --json "${f%.txt}.json" >"${f%.txt}.log" 2>&1 &
 done
@@ -36,4 +36,4 @@ rows = [r for f in sorted(Path(sys.argv[1]).glob("*.json")) for r in json.loads(
 Path(sys.argv[2]).write_text(json.dumps({"rows": rows}, indent=1))
 print(len(rows), "rows")
 PY
-"$py" "$here/bench_default_recipe.py" --from-json "$out/default_recipe_gpu.json" | tee "$out/table.md"
+"$py" "$here/bench_recipe.py" default-recipe --from-json "$out/default_recipe_gpu.json" | tee "$out/table.md"

@@ -57,7 +57,7 @@ MATTE_TRAIN_ARGS = ["--target-channels", "A"]
 SKIN_CB, SKIN_CR = (77.0, 127.0), (133.0, 173.0)
 
 #: The demo trains the farm's recipe, ``TrainConfig``'s defaults (v3, Muon for the hidden convolutions on colour
-#: tasks, Adam's beta2 0.9, lr 2e-3 at the small size, batch 8, 64 px crops; ``benchmarks/bench_default_recipe.py``
+#: tasks, Adam's beta2 0.9, lr 2e-3 at the small size, batch 8, 64 px crops; ``bench_recipe.py default-recipe``
 #: and docs/studies/time_to_quality.md have the measurements). It sets only the run length and the intervals of its
 #: outputs: 3,000 steps (the shortest measured setting that reaches its gain; fewer steps lose quality), and fewer
 #: checkpoints, contact sheets and progress lines than a farm run writes (tests/trainer/test_cli.py pins this).

@@ -5,7 +5,7 @@ Each variant is an in-process ``cuetrain train`` (``trainer.cli.main``), 1 rank,
 frames; its figure is the median step time of the 25-step log windows after the first two (warm-up), in ms,
 from ``metrics.jsonl``. Variants: the defaults; ``--noise-interval 1`` (the noise scale's two-halves split on
 every step, the behaviour before stop 31); ``--noise-interval 0``; ``--ema-decay 0``. The bare loop is
-``benchmarks/bare_ddp.py`` with the same precision and memory format. Stop 31 (one H200) found the small
+``benchmarks/lib/bare_ddp.py`` with the same precision and memory format. Stop 31 (one H200) found the small
 model's step bound by kernel launches (host 22 ms per step against 5 ms of kernels), see
 docs/studies/trainer_speed.md.
 

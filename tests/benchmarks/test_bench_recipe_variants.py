@@ -1,4 +1,5 @@
-"""benchmarks/bench_recipe_variants.py: its two options do what they say, and nothing outside the run changes."""
+"""benchmarks/bench_recipe.py variants (benchmarks/lib/variants.py): its two options do what they say, and nothing
+outside the run changes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_recipe_variants as brv  # noqa: E402
+from lib import variants as brv  # noqa: E402
 import bench_time_to_quality as ttq  # noqa: E402
 
 
@@ -19,29 +20,33 @@ def _pairs(n: int = 2, size: int = 32) -> list[tuple[np.ndarray, np.ndarray]]:
             for _ in range(n)]
 
 
-def test_zero_init_and_gradient_clipping_apply_inside_the_run_only(monkeypatch):
-    seen: dict[str, object] = {}
-    real_train = ttq.train_recipe
+def test_zero_init_clipping_and_transposed_crops_reach_the_run_and_nothing_outside_it(monkeypatch):
+    seen: list[dict[str, object]] = []
+    real_train = ttq.train_averages
 
     def spy(recipe, train, held, scale, evals, precision, **kw):
-        net = ttq.build_model(recipe.size, recipe.architecture, recipe.skip_init)  # as train_averages builds it
+        net = kw["build"](recipe.size, recipe.architecture, recipe.skip_init)  # as train_averages builds it
         blocks = [m for m in net.modules() if isinstance(m, brv.model_mod.ResBlock)]
-        seen["zeroed"] = bool(blocks) and all(not b.conv2.weight.any() and not b.conv2.bias.any() for b in blocks)
         p = torch.nn.Parameter(torch.ones(4))
-        opt = torch.optim.Adam([p], lr=0.0)
+        opt = kw["adam"]([p], lr=0.0)
         p.grad = torch.full((4,), 10.0)  # L2 norm 20
         opt.step()
-        seen["norm"] = float(p.grad.norm())
+        seen.append({"zeroed": bool(blocks) and all(not b.conv2.weight.any() and not b.conv2.bias.any() for b in blocks),
+                     "norm": float(p.grad.norm()), "sampler": kw["sampler"], "fre": type(kw["build"]("fre"))})
         return real_train(recipe, train, held, scale, evals, precision, **kw)
 
-    monkeypatch.setattr(ttq, "train_recipe", spy)
-    build_before, adam_before = ttq.build_model, torch.optim.Adam
-    variant = brv.Variant(ttq.Recipe("v2", "small", 4, batch=2, crop=16, skip_init=True), clip=0.1)
-    curve = brv.run_variant(variant, _pairs(), _pairs(1), evals=1)
-    assert seen["zeroed"] is True and abs(seen["norm"] - 0.1) < 1e-6  # clipped from 20 to 0.1 before the step
+    monkeypatch.setattr(ttq, "train_averages", spy)
+    adam_before = torch.optim.Adam
+    recipe = ttq.Recipe("v2", "small", 4, batch=2, crop=16, skip_init=True)
+    curve = brv.run_variant(brv.Variant(recipe, clip=0.1, transpose=True), _pairs(), _pairs(1), evals=1)
+    brv.run_variant(brv.Variant(recipe), _pairs(), _pairs(1), evals=1)
+    clipped, plain = seen
+    assert clipped["zeroed"] is True and abs(clipped["norm"] - 0.1) < 1e-6  # clipped from 20 to 0.1 before the step
+    assert clipped["sampler"] is brv.TransposingSampler and clipped["fre"] is brv.FullResEnds
+    assert plain["norm"] == pytest.approx(20.0) and plain["sampler"] is brv.CropSampler  # no clip, no transpose
     assert [step for _, step, _ in curve] == [0, 4]
-    assert ttq.build_model is build_before and torch.optim.Adam is adam_before  # restored after the run
-    net = ttq.build_model("small", "v2")  # outside the run: the product's initialisation again
+    assert torch.optim.Adam is adam_before  # nothing global was patched
+    net = brv.model_mod.build_model("small", "v2")  # outside the run: the product's initialisation
     assert any(m.conv2.weight.any() for m in net.modules() if isinstance(m, brv.model_mod.ResBlock))
 
 

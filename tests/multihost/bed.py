@@ -43,7 +43,7 @@ _TOOL_NAMES = {"ip": "ip (iproute2)", "unshare": "unshare (util-linux)", "tc": "
 
 
 def run_ip(*args: str) -> None:
-    """``ip ARGS``, checked (also ``benchmarks/netns.py``'s).
+    """``ip ARGS``, checked (also ``benchmarks/lib/netns.py``'s).
 
     Raises:
         subprocess.CalledProcessError: ip failed (its stderr is on the exception).
@@ -55,7 +55,7 @@ def run_ip(*args: str) -> None:
 def unavailable(tools: tuple[str, ...] = ("ip", "unshare")) -> str | None:
     """None when network namespaces can be made here, else why not (for a skip message).
 
-    The one probe of the tests' bed and the benchmarks' veth pair (``benchmarks/netns.py``): Linux, the
+    The one probe of the tests' bed and the benchmarks' veth pair (``benchmarks/lib/netns.py``): Linux, the
     commands in ``tools`` on PATH (the bed runs ``unshare``, the benchmark ``tc``), root, and a namespace
     actually created and deleted.
     """

@@ -28,7 +28,7 @@ MODEL_SIZES = ("small", "medium", "large")
 DEFAULT_LR = {"small": 1e-3, "medium": 5e-4, "large": 1e-4}
 #: Muon's default lr by model size [1], for ``lr_reference_batch`` crops: about one lr for every size, since
 #: ``match_rms_adamw`` scales Muon's step to Adam's update size whatever the width. Searched on an H100 at batch 8,
-#: 1,000 steps (``benchmarks/bench_default_recipe.py``, docs/studies/default_recipe.md, "On a GPU"): medium best at
+#: 1,000 steps (``bench_recipe.py default-recipe``, docs/studies/default_recipe.md, "On a GPU"): medium best at
 #: 2e-3 of 5e-4 to 8e-3 (+4.24 dB; 8e-3 diverged), large best at 1.6e-3 of 1e-4 to 3.2e-3 (+4.55 dB, +3.51 at
 #: 3.2e-3); small 2e-3 is ``cuetrain demo``'s (4e-3 gained +0.08 dB more at 3,000 steps: within noise).
 DEFAULT_MUON_LR = {"small": 2e-3, "medium": 2e-3, "large": 1.6e-3}
@@ -101,7 +101,7 @@ class TrainConfig:
             until ~19,000 updates); 0 = the last weights (see ``trainer.learn.ema``; chosen with the v3 network by
             the time-to-quality benchmark, docs/studies/time_to_quality.md) [1].
         optimizer: ``auto`` (the default: :attr:`optimizer_name` picks ``muon`` for colour and upres, ``adam`` for a
-            matte; ``benchmarks/bench_default_recipe.py``, docs/studies/default_recipe.md), ``adam`` or ``muon``:
+            matte; ``bench_recipe.py default-recipe``, docs/studies/default_recipe.md), ``adam`` or ``muon``:
             ``torch.optim.Muon`` for every convolution but the first and last, Adam (these betas) for the rest, one lr
             (``trainer.learn.optim``). A checkpoint resumes with the optimizer it was written with.
         adam_beta1: decay of Adam's first-moment (gradient) average, its momentum [1]: 0.9 (Kingma & Ba, the
@@ -286,7 +286,7 @@ class TrainConfig:
     def architecture_name(self) -> str:
         """The network trained: ``architecture``, or for ``auto`` the default recipe's choice by case: ``unet`` when
         the targets hold a matte (a segmentation trunk: held-out IoU 0.9417 against v3's 0.9379 from 12 keyframes
-        with the same loss, mean of 3 seeds, ``benchmarks/bench_matte.py``, docs/studies/matte_network.md), else
+        with the same loss, mean of 3 seeds, ``bench_recipe.py matte``, docs/studies/matte_network.md), else
         ``v3`` (time-to-quality on colour repair, docs/studies/time_to_quality.md)."""
         if self.architecture != "auto":
             return self.architecture
@@ -296,8 +296,8 @@ class TrainConfig:
     def optimizer_name(self) -> str:
         """The optimizer trained: ``optimizer``, or for ``auto`` the default recipe's choice by case: ``muon`` when
         every target channel corrects an Input channel (repair, upres), at every size (``benchmarks/
-        bench_default_recipe.py``, each optimizer at its size's lr: ahead in every cell, from +0.5 to +2.9 dB,
-        docs/studies/default_recipe.md); ``adam`` when the targets hold a matte (``benchmarks/bench_matte.py``: Adam
+        bench_recipe.py default-recipe``, each optimizer at its size's lr: ahead in every cell, from +0.5 to +2.9 dB,
+        docs/studies/default_recipe.md); ``adam`` when the targets hold a matte (``bench_recipe.py matte``: Adam
         reached IoU 0.937 where Muon reached 0.930 from 12 keyframes)."""
         if self.optimizer != "auto":
             return self.optimizer

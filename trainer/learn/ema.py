@@ -22,7 +22,7 @@ import torch
 
 #: k of the warm-up decay ``(1 + n) / (k + n)``. 20, not TensorFlow's 10: on one trajectory of the default
 #: recipe, 20 was 0.02-0.05 dB higher than 10 at every evaluation on both clips of the time-to-quality benchmark,
-#: 40 the same as 20, 4 and 2 lower (studies/bench_ema_warmup.py, bench_recipe_variants.py;
+#: 40 the same as 20, 4 and 2 lower (studies/bench_ema_warmup.py, bench_recipe.py variants;
 #: docs/studies/time_to_quality.md).
 EMA_WARMUP = 20
 

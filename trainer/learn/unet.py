@@ -11,7 +11,7 @@ the trunk's last ReLU a zero row locked the inside of a face at 0.81 on 2 seeds 
 (``trainer.learn.heads.tail_and_output``).
 
 What it is for: mattes. Segmentation is what this trunk was made for; at the small size (16/32/64 channels, half v3
-small's weights) it measured better on a matte from 12 keyframes than v3 small (``benchmarks/bench_matte.py``,
+small's weights) it measured better on a matte from 12 keyframes than v3 small (``benchmarks/bench_recipe.py matte``,
 docs/studies/matte_network.md), so ``--architecture auto`` picks it for a run with a matte channel
 (``trainer.core.config.TrainConfig.architecture_name``).
 

@@ -19,7 +19,7 @@ Printed: held-out PSNR of B's Input and of each B model (``cuetrain infer``'s ou
 head start with a third of the steps reaches the from-scratch run's gain at each length; also each run's wall time.
 
 Run (under the heavy lock on a shared host; ~9 min at the defaults on 2 cores):
-    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_head_start.py [--steps 1000,3000] [--world-size 2]
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_recipe.py head-start [--steps 1000,3000] [--world-size 2]
 """
 
 from __future__ import annotations
@@ -86,19 +86,20 @@ def heldout(run_dir: Path, shot: Path) -> float:
     return mean_psnr(out, shot / "holdout/target")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", default="1000,3000", help="run lengths of B from scratch, comma-separated (default "
                     "1000 (the farm's default) and 3000 (the demo's)); each head start gets a third")
     ap.add_argument("--a-steps", type=int, default=3000, help="steps of shot A's model (default 3000)")
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--work", type=Path, help="folder for the shots and runs (default: a temporary one)")
     ap.add_argument("--json", type=Path, help="also write the results here")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-head-start-"))
     shot_a, shot_b = shots(work)
     lengths = [int(n) for n in a.steps.split(",")]
-    print(f"bench_head_start: A {a.a_steps} steps, B {lengths} steps from scratch and a third of each from A, "
+    print(f"bench_recipe head-start: A {a.a_steps} steps, B {lengths} steps from scratch and a third of each from A, "
           f"{a.world_size} ranks, in {work}, load {os.getloadavg()[0]:.2f}", flush=True)
     wall = {"A": train(shot_a, work / "run_A", a.a_steps, a.world_size, [])}
     base = mean_psnr(shot_b / "holdout/input", shot_b / "holdout/target")
@@ -120,6 +121,3 @@ def main() -> None:
         tmp.write_text(json.dumps({"input_psnr": base, "a_steps": a.a_steps, "rows": rows, "wall_s": wall}, indent=1))
         tmp.replace(a.json)
 
-
-if __name__ == "__main__":
-    main()

@@ -35,7 +35,7 @@ with ``--seeds 0,1,2`` each variant trains once per seed (weights and crops), an
 seed's IoU (the spread between seeds is about as large as the differences between variants: compare means).
 
 Run (under the heavy lock on a shared host; ~2 min per variant and seed on 2 quiet cores):
-    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_matte.py [--steps 3000] [--variants ...] \
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_recipe.py matte [--steps 3000] [--variants ...] \
         [--seeds 0,1,2] [--json out.json]
 """
 
@@ -45,10 +45,9 @@ import argparse
 import json
 from dataclasses import replace
 import os
-import time
 from pathlib import Path
 
-import common  # noqa: F401  (puts the checkout on sys.path)
+import common
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -150,19 +149,12 @@ def train(name: str, keys: list, held: list, steps: int, precision: str, seed: i
                           grade_sides="none" if "-nograde" in name else "input")
     peak = opt.param_groups[0]["lr"]
     ema = WeightEMA(net, 0.999)
-    prec = resolve_precision(precision, torch.device("cpu"))
-    t0 = time.perf_counter()
-    for step in range(steps):
-        batch = sampler.batch(step)
-        with prec.autocast():
-            out = net(batch.input)
-        per_crop_loss(out.float(), batch.target, PLAN, loss).mean().backward()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, peak, 50, "cosine")
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        ema.update(net)
-    secs = time.perf_counter() - t0
+
+    def matte_loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:  # (B,) per crop
+        return per_crop_loss(out.float(), target, PLAN, loss)
+
+    secs = common.train_loop(net, opt, sampler, steps, matte_loss, lambda step: lr_at(step, steps, peak, 50, "cosine"),
+                             resolve_precision(precision, torch.device("cpu")).autocast, [ema])
     iou, mae = scores(ema.module, held)
     print(f"  {name} seed {seed}: IoU {iou:.4f}  MAE {mae:.4f}  ({secs:.0f} s, {count_parameters(net):,} parameters)",
           flush=True)
@@ -183,8 +175,9 @@ def baselines(keys: list, held: list) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--precision", default="auto")
@@ -192,10 +185,10 @@ def main() -> None:
     ap.add_argument("--seeds", default="0", help="seeds of weights and crops, e.g. 0,1,2: each variant trains once "
                     "per seed; the table shows the mean and each seed's IoU")
     ap.add_argument("--json", type=Path, help="also write the results here")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     keys, held = load()
-    print(f"bench_matte: {len(keys)} keyframes, {len(held)} held out, {a.steps} steps, training "
+    print(f"bench_recipe matte: {len(keys)} keyframes, {len(held)} held out, {a.steps} steps, training "
           f"{resolve_precision(a.precision, torch.device('cpu')).name}, load {os.getloadavg()[0]:.2f}", flush=True)
     seeds = [int(x) for x in a.seeds.split(",")]
     results = baselines(keys, held)
@@ -212,6 +205,3 @@ def main() -> None:
         per = ", ".join(f"{x['iou']:.4f}" for x in r.get("seeds", {}).values())
         print(f"| {name} | {r['iou']:.4f} | {r['mae']:.4f} | {per} |")
 
-
-if __name__ == "__main__":
-    main()

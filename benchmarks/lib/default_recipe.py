@@ -23,7 +23,7 @@ A recipe named ``NAME@F`` (e.g. ``muon@4``, ``adam@2``) trains ``NAME`` at ``F``
 search; ``adam`` is ``adam@1`` and ``muon`` is ``muon@2``. Such rows are printed in a second table.
 
 Run (under the heavy lock on a shared host; the small grid takes ~25 min on 2 cores in bf16):
-    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_default_recipe.py \\
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_recipe.py default-recipe \\
         [--sizes small,medium,large] [--batches 8,32,128] [--steps 400,1000,3000] [--clips carphone,bikes-blur-noise]
 
 On a GPU host without PyAV or OpenImageIO (``benchmarks/gpu_default_recipe.sh`` does this): decode the clips here
@@ -124,8 +124,9 @@ def grid(a: argparse.Namespace) -> list[tuple[str, str, int, int, str]]:
             for name in a.recipes.split(",")]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clips", default=",".join(ttq.CLIPS))
     ap.add_argument("--sizes", default="small")
     ap.add_argument("--batches", default="8,32,128", help="global batches [crops], multiples of 8")
@@ -141,7 +142,7 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, help="start no run after this many seconds [s]")
     ap.add_argument("--json", type=Path, default=Path("default_recipe.json"))
     ap.add_argument("--from-json", type=Path, help="print the table of a saved JSON; no training")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.from_json:
         print(table(json.loads(a.from_json.read_text())["rows"]))
         return
@@ -175,6 +176,3 @@ def main() -> None:
         ttq.write_json(a.json, saved)
     print(table(saved["rows"]))
 
-
-if __name__ == "__main__":
-    main()

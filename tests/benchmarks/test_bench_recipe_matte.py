@@ -1,4 +1,4 @@
-"""benchmarks/bench_matte.py: each variant name builds the network, optimizer and loss it names, and a variant
+"""benchmarks/bench_recipe.py matte (benchmarks/lib/matte.py): each variant name builds the network, optimizer and loss it names, and a variant
 trains and is scored on the held-out pairs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_matte as bm  # noqa: E402
+from lib import matte as bm  # noqa: E402
 from trainer.learn.optim import MuonAdam  # noqa: E402
 from trainer.learn.unet import PlainUNet as UNetTrunk  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Recipe variants outside the product: what docs/studies/time_to_quality.md's "Exploration" section measured.
 
-Each variant trains through :func:`bench_time_to_quality.train_recipe` (the same crops, seed, schedule code,
+Each variant trains through :func:`bench_time_to_quality.train_averages` (the same crops, seed, schedule code,
 EMA and held-out evaluation as the time-to-quality benchmark), one after the other in this process, and
 prints its held-out gain [dB] against training seconds. The variant networks are registered here only
 (``VARIANT_SIZES``, added to ``trainer.learn.model.MODEL_SIZES_V2`` at run time); three options the trainer does not
@@ -22,9 +22,9 @@ benchmark reports). Parallel processes (one per seed or variant, each with its o
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_recipe_variants.py [--variants v1,v2-1c,...] [--clips bikes-blur-noise]
+    .venv/bin/python benchmarks/bench_recipe.py variants [--variants v1,v2-1c,...] [--clips bikes-blur-noise]
         [--scale 1.0] [--json out.json] [--seeds 6] [--device cuda --data carphone=FOLDER]
-    .venv/bin/python benchmarks/bench_recipe_variants.py --from-json a.json b.json
+    .venv/bin/python benchmarks/bench_recipe.py variants --from-json a.json b.json
 """
 
 from __future__ import annotations
@@ -178,29 +178,24 @@ VARIANTS: dict[str, Variant] = {
 
 def run_variant(v: Variant, train: list, held: list, evals: int, scale: float = 1.0, seed: int = 0,
                 device: torch.device = torch.device("cpu")) -> list[tuple[float, int, float]]:
-    """Train ``v`` as ``ttq.train_recipe`` does (``seed``, ``device`` as there), with its ``clip`` applied and the
-    ``fre`` network built; returns the curve [(training seconds, step, held-out PSNR dB)]."""
-    build, adam = ttq.build_model, torch.optim.Adam
+    """Train ``v`` as ``ttq.train_recipe`` does (``seed``, ``device`` as there), with its ``clip`` applied, its crops
+    transposed and the ``fre`` network built (handed to ``ttq.train_averages``; nothing global is patched); returns
+    the curve [(training seconds, step, held-out PSNR dB)]."""
 
     def built(size: str, architecture: str = "v1", skip_init: bool = False) -> torch.nn.Module:
         if size != "fre":
-            return build(size, architecture, skip_init)
+            return model_mod.build_model(size, architecture, skip_init)
         return model_mod.zero_residual_branches(FullResEnds()) if skip_init else FullResEnds()
 
-    class ClippedAdam(adam):
+    class ClippedAdam(torch.optim.Adam):
         def step(self, closure=None):  # noqa: ANN001, ANN202 - torch's signature
             params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
             torch.nn.utils.clip_grad_norm_(params, v.clip)
             return super().step(closure)
 
-    sampler = ttq.CropSampler
-    ttq.build_model = built
-    torch.optim.Adam = ClippedAdam if v.clip else adam
-    ttq.CropSampler = TransposingSampler if v.transpose else sampler
-    try:
-        return ttq.train_recipe(v.recipe, train, held, scale, evals, "auto", seed=seed, device=device)
-    finally:
-        ttq.build_model, torch.optim.Adam, ttq.CropSampler = build, adam, sampler
+    return ttq.train_averages(v.recipe, train, held, scale, evals, "auto", seed=seed, device=device, build=built,
+                              adam=ClippedAdam if v.clip else torch.optim.Adam,
+                              sampler=TransposingSampler if v.transpose else CropSampler)[0]
 
 
 def at_step(curve: list, step: float) -> float:
@@ -248,8 +243,9 @@ def summary(clip: str, record: dict) -> list[str]:
     return lines
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"from {', '.join(VARIANTS)}")
     ap.add_argument("--clips", default=",".join(ttq.CLIPS))
     ap.add_argument("--evals", type=int, default=15, help="held-out evaluations per run")
@@ -262,7 +258,7 @@ def main() -> None:
     ap.add_argument("--data", action="append", default=[], metavar="CLIP=FOLDER",
                     help="read a clip from a folder trainer.demo.extract wrote instead of decoding it (repeatable)")
     ap.add_argument("--from-json", nargs="+", help="print the summary of these --json files (merged) and exit")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.from_json:
         merged = merge([json.loads(Path(f).read_text()) for f in a.from_json])
         print("\n".join(line for clip, rec in merged.items() for line in summary(clip, rec)))
@@ -304,6 +300,3 @@ def merge(records: list[dict]) -> dict:
                 dest["runs"].setdefault(name, {}).update(per_seed)
     return out
 
-
-if __name__ == "__main__":
-    main()

@@ -24,6 +24,8 @@ from trainer.learn.precision import Precision, configure_backends, memory_format
 from trainer.core.allocator import tune_allocator
 
 WARMUP = 20  # untimed steps
+#: The network cuetrain trains for a colour task (``--architecture auto`` resolves to it; ``auto`` is not a network).
+ARCHITECTURE = TrainConfig("-", "-", "-").architecture_name
 
 
 def main() -> None:
@@ -35,8 +37,7 @@ def main() -> None:
     prec = Precision(name, name, device.type, "benchmark")
     configure_backends(device)
     torch.manual_seed(0)
-    arch = TrainConfig("i", "t", "r").architecture_name  # what --architecture auto trains on colour: v3
-    model = build_model(size, arch).to(device, memory_format=fmt)
+    model = build_model(size, ARCHITECTURE).to(device, memory_format=fmt)
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
                                 rank=rank, world_size=world, timeout=timedelta(seconds=120))

@@ -21,7 +21,7 @@ Printed per clip: held-out PSNR of the bicubic upscale, of each network's fp32 o
 and the median ms of fp32 inference per 2K output frame (1024x540 in, 2048x1080 out) with ``--threads`` threads.
 
 Run (under the heavy lock on a shared host; ~6 min at the defaults on 2 cores):
-    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_upscale.py [--steps 3000] [--clips carphone,bikes]
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_recipe.py upscale [--steps 3000] [--clips carphone,bikes]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import statistics
 import time
 from pathlib import Path
 
-import common  # noqa: F401  (puts the checkout on sys.path)
+import common
 import numpy as np
 import torch
 
@@ -107,21 +107,14 @@ def train(name: str, sampler: CropSampler, held: list, steps: int, precision: st
     net, opt = build(name)
     peak = opt.param_groups[0]["lr"]
     ema = WeightEMA(net, 0.999)
-    prec = resolve_precision(precision, torch.device("cpu"))
-    t0 = time.perf_counter()
-    for step in range(steps):
-        batch = sampler.batch(step)
-        with prec.autocast():
-            out = net(batch.input)
-        per_crop_l1(out, batch.target).mean().backward()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, peak, 50, "cosine")
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        ema.update(net)
-        if (step + 1) % max(1, steps // 4) == 0:
-            print(f"    {name} step {step + 1}/{steps}  {time.perf_counter() - t0:.0f} s", flush=True)
-    return heldout_psnr(ema.module, held), time.perf_counter() - t0
+
+    def progress(done: int, clock: float) -> None:
+        print(f"    {name} step {done}/{steps}  {clock:.0f} s", flush=True)
+
+    secs = common.train_loop(net, opt, sampler, steps, per_crop_l1, lambda step: lr_at(step, steps, peak, 50, "cosine"),
+                             resolve_precision(precision, torch.device("cpu")).autocast, [ema], progress,
+                             max(1, steps // 4))
+    return heldout_psnr(ema.module, held), secs
 
 
 @torch.no_grad()
@@ -138,8 +131,9 @@ def ms_per_2k(name: str, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3000, help="training steps of each network (default 3000)")
     ap.add_argument("--batch", type=int, default=8, help="crops per step (default 8)")
     ap.add_argument("--crop", type=int, default=32, help="Input crop side [px] (default 32: 64 px Ground Truth)")
@@ -148,11 +142,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--networks", default="cuetrain,espcn", help=f"from {', '.join(NETWORKS)} (cuetrain first)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     nets = tuple(a.networks.split(","))
     torch.set_num_threads(a.threads)
     prec = resolve_precision(a.precision, torch.device("cpu")).name
-    print(f"bench_upscale: x{SCALE}, {a.steps} steps, batch {a.batch}, Input crop {a.crop}, training {prec}, "
+    print(f"bench_recipe upscale: x{SCALE}, {a.steps} steps, batch {a.batch}, Input crop {a.crop}, training {prec}, "
           f"{a.threads} threads, load {os.getloadavg()[0]:.2f}", flush=True)
     ms = {n: ms_per_2k(n) for n in nets}
     params = {n: count_parameters(build(n)[0]) for n in nets}
@@ -182,6 +176,3 @@ def main() -> None:
         tmp.write_text(json.dumps(results, indent=1))
         tmp.replace(a.json)
 
-
-if __name__ == "__main__":
-    main()

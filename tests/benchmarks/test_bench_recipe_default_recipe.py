@@ -1,4 +1,4 @@
-"""benchmarks/bench_default_recipe.py: recipe names with an lr factor, the cells file of a GPU run, and the decoded
+"""benchmarks/bench_recipe.py default-recipe (benchmarks/lib/default_recipe.py): recipe names with an lr factor, the cells file of a GPU run, and the decoded
 clips a GPU host reads instead of the videos (the figures themselves come from running the benchmark)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from trainer.core.config import DEFAULT_LR
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_default_recipe as bdr  # noqa: E402
+from lib import default_recipe as bdr  # noqa: E402
 import bench_time_to_quality as ttq  # noqa: E402
 
 CELLS = Path(__file__).resolve().parents[2] / "benchmarks"
