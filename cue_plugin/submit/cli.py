@@ -94,6 +94,29 @@ def _default_farm(ns: argparse.Namespace) -> Farm:
     return OpenCueFarm(hosts=ns.cuebot)
 
 
+def _refuse_live_job(paths: RunPaths, farm: Farm) -> None:
+    """Refuse a run directory whose ``run.json`` records a farm job the farm still has queued or running (a
+    double-clicked Submit: the first job holds no lease until its rank 0 starts); a job the farm cannot describe has
+    ended.
+
+    Raises:
+        FarmError: names the job, its state and the fix (exit code 2).
+    """
+    record = runrecord.read_record_or_empty(paths).farm_record
+    if not record.submitted:
+        return
+    try:
+        state = farm.describe(JobHandle(record.job_id, record.job_name, str(paths.root))).state
+    except FarmError as exc:
+        log.info("the run directory's previous job %s cannot be described (%s); taking it as ended",
+                 record.job_name or record.job_id, exc)
+        return
+    if not state.is_terminal():
+        raise FarmError(f"run directory {paths.root} belongs to farm job {record.job_name or '?'} (id "
+                        f"{record.job_id or '?'}), which is still {state.value} on the farm; wait for it, cancel it "
+                        f"(cuetrain cancel {paths.root}) or choose another --run-dir")
+
+
 def _submit(ns: argparse.Namespace, farm: Farm) -> int:
     if ns.list_templates and ns.json:
         return jsonout.emit({"templates": templates.list_templates()})
@@ -120,6 +143,7 @@ def _submit(ns: argparse.Namespace, farm: Farm) -> int:
         print(farm.dry_run(job))
         return 0
     check_free(RunPaths.of(job.train.run_dir))  # a live run there: refused, nothing written (trainer.record.lease)
+    _refuse_live_job(RunPaths.of(job.train.run_dir), farm)  # a queued job holds no lease yet
     handle = farm.submit(job)
     if ns.json:
         return jsonout.emit({"submitted": jsonout.handle_dict(handle), "world_size": job.world_size,

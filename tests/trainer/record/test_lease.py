@@ -130,3 +130,22 @@ def test_submit_into_a_live_run_directory_is_refused_before_the_farm_is_asked(tm
                      "--world-size", "2", "--batch-size", "8", *train_args(tmp_path)], farm=farm) == 2
     assert farm.submitted == []
     assert "host render-02, pid 77, farm job job-99" in capsys.readouterr().err
+
+
+def test_a_double_clicked_submit_is_refused_while_the_first_job_is_queued(tmp_path, capsys):
+    """The first job holds no lease until its rank 0 starts: submit asks the farm about the job run.json records."""
+    from cue_plugin.submit import cli
+    from tests.cue_plugin.test_cli import FakeFarm, train_args
+    from trainer.record.runrecord import update_record
+
+    paths = RunPaths.of(tmp_path / "run")
+    paths.create()
+    update_record(paths, farm={"job_id": "id-1", "job_name": "demo-sh010-artist_cuetrain_run"})
+    argv = ["submit", "--template", "cpu-test", "--show", "demo", "--shot", "sh010", "--user", "artist",
+            "--world-size", "2", "--batch-size", "8", *train_args(tmp_path)]
+    farm = FakeFarm()  # describes every job as running
+    assert cli.main(argv, farm=farm) == 2 and farm.submitted == []
+    assert "belongs to farm job demo-sh010-artist_cuetrain_run (id id-1), which is still running" in \
+        capsys.readouterr().err
+    farm.down = True  # a job the farm cannot describe has ended: the run directory is free again
+    assert cli.main(argv, farm=farm) == 0 and len(farm.submitted) == 1
