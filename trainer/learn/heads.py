@@ -141,7 +141,7 @@ class ChannelOutput(nn.Module):
 
 
 def channel_fields(plan: ChannelPlan | None) -> dict[str, Any]:
-    """The channel fields of a ModelConfig for ``plan`` (``trainer.learn.model``): ``{}`` for None and the RGB
+    """The channel fields of a network config for ``plan`` (``trainer.learn.model``): ``{}`` for None and the RGB
     default (today's network exactly); ``{"channels": C}`` when the targets are the inputs (identity mapping of C
     channels); else ``channels`` (Cin), ``out_channels`` (Cout), ``residual`` and ``bounded`` (the plan's
     ``matte``)."""
@@ -153,8 +153,8 @@ def channel_fields(plan: ChannelPlan | None) -> dict[str, Any]:
             "bounded": tuple(plan.matte)}
 
 
-def check_channels(channels: int, out_channels: int, residual: Sequence[int], bounded: Sequence[bool]) -> int:
-    """The output channel count Cout of a ModelConfig's channel fields (``out_channels`` 0: ``channels``).
+def check_channel_fields(channels: int, out_channels: int, residual: Sequence[int], bounded: Sequence[bool]) -> int:
+    """The output channel count Cout of a network config's channel fields (``out_channels`` 0: ``channels``).
 
     Raises:
         ValueError: a count below 1; ``residual`` or ``bounded`` not one entry per output channel; a residual

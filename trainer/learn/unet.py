@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.learn.heads import check_channels, check_scale, pad_to_multiple, tail_and_output
+from trainer.learn.heads import check_channel_fields, check_scale, pad_to_multiple, tail_and_output
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class UNetConfig:
             resolution of the one above [channels per level]; at least 2 levels.
         channels: Input channels Cin (RGB: 3) [channels].
         scale: output size over input size in both dimensions (1: same size; 2, 4: upres) [1].
-        out_channels, residual, bounded: as ``trainer.learn.model.ModelConfig``'s (0, (), (): the identity mapping).
+        out_channels, residual, bounded: as ``trainer.learn.model.ModelConfigV1``'s (0, (), (): the identity mapping).
     """
 
     widths: tuple[int, ...]
@@ -83,7 +83,7 @@ class PlainUNet(nn.Module):
 
     Raises:
         ValueError: fewer than 2 levels, ``cfg.scale`` not an int >= 1, or bad channel fields
-            (``trainer.learn.heads.check_channels``).
+            (``trainer.learn.heads.check_channel_fields``).
     """
 
     def __init__(self, cfg: UNetConfig) -> None:
@@ -92,7 +92,7 @@ class PlainUNet(nn.Module):
             raise ValueError(f"widths {cfg.widths}: a U-Net needs at least 2 levels")
         check_scale(cfg.scale)
         self.in_channels = cfg.channels  # Cin [channels]
-        self.out_channels = check_channels(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
+        self.out_channels = check_channel_fields(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
         self.multiple = cfg.multiple
         w = cfg.widths
         self.downs = nn.ModuleList([_double_conv(cfg.channels if i == 0 else w[i - 1], w[i]) for i in range(len(w))])
