@@ -57,35 +57,25 @@ from torch import nn
 
 from trainer.core.channels import ChannelPlan
 # SubPixelUpscale, bilinear, check_scale and pad_to_multiple live in heads; callers import them from here too.
-from trainer.learn.heads import (SubPixelUpscale, bilinear, channel_fields, check_channel_fields,  # noqa: F401
-                                 check_scale, pad_to_multiple, tail_and_output)
+from trainer.learn.heads import (ChannelFields, SubPixelUpscale, bilinear, channel_fields,  # noqa: F401
+                                 check_channel_fields, check_scale, pad_to_multiple, tail_and_output)
 from trainer.learn.unet import MODEL_SIZES_UNET, PlainUNet, UNetConfig
 
 
 @dataclass(frozen=True)
-class ModelConfigV1:
-    """Shape of the network.
+class ModelConfigV1(ChannelFields):
+    """Shape of the v1 network (:class:`CopyCatUNetV1`).
 
     Attributes:
         base_channels: feature channels at full resolution; doubles at each level down [channels].
         depth: number of 2x downsamplings [levels]; frames are padded to a multiple of 2**depth.
         blocks: residual blocks per level [count].
-        channels: Input channels Cin (RGB: 3) [channels].
-        scale: output size over input size in both dimensions (1: same size; 2, 4: upres, module doc) [1].
-        out_channels: output channels Cout; 0 = ``channels`` [channels].
-        residual: per output channel, the Input channel it corrects, or -1 for a new channel; () = the identity
-            mapping (output channel j corrects Input channel j; Cout = Cin) (module doc, "Named channels").
-        bounded: per output channel, True for a sigmoid (0..1, a matte); () = none.
+        channels, scale, out_channels, residual, bounded: :class:`trainer.learn.heads.ChannelFields` (keyword-only).
     """
 
     base_channels: int
     depth: int
     blocks: int
-    channels: int = 3
-    scale: int = 1
-    out_channels: int = 0
-    residual: tuple[int, ...] = ()
-    bounded: tuple[bool, ...] = ()
 
 
 #: The v1 sizes. Parameter counts (measured by ``count_parameters``): small 169,843 (0.17 M), medium
@@ -144,7 +134,8 @@ class CopyCatUNetV1(nn.Module):
     Values are whatever the training data holds (0..1 for integer formats, scene-linear for EXR; mattes 0..1).
 
     Raises:
-        ValueError: ``cfg.scale`` is not an int >= 1, or bad channel fields (``trainer.learn.heads.check_channel_fields``).
+        ValueError: ``cfg.scale`` is not an int >= 1, or bad channel fields
+            (``trainer.learn.heads.check_channel_fields``).
     """
 
     def __init__(self, cfg: ModelConfigV1) -> None:
@@ -175,7 +166,7 @@ class CopyCatUNetV1(nn.Module):
 
 
 @dataclass(frozen=True)
-class ModelConfigV3:
+class ModelConfigV3(ChannelFields):
     """Shape of the v3 network (:class:`CopyCatUNetV3`).
 
     Attributes:
@@ -187,9 +178,7 @@ class ModelConfigV3:
         stem: space-to-depth factor: the first level runs at 1/stem resolution [pixels]; v3 is 1 (full
             resolution). No default: records written before v3 existed omit it and mean 2, the v2 network
             (:func:`model_config_from_dict`), which only ``benchmarks/baselines.py`` still builds.
-        channels: Input channels Cin (RGB: 3) [channels].
-        scale: output size over input size in both dimensions (1: same size; 2, 4: upres, module doc) [1].
-        out_channels, residual, bounded: as :class:`ModelConfigV1`'s (0, (), (): the identity mapping).
+        channels, scale, out_channels, residual, bounded: :class:`trainer.learn.heads.ChannelFields` (keyword-only).
     """
 
     width: int
@@ -197,11 +186,6 @@ class ModelConfigV3:
     mid_blocks: int
     dec_blocks: tuple[int, ...]
     stem: int
-    channels: int = 3
-    scale: int = 1
-    out_channels: int = 0
-    residual: tuple[int, ...] = ()
-    bounded: tuple[bool, ...] = ()
 
     @property
     def multiple(self) -> int:
@@ -215,7 +199,7 @@ class CopyCatUNetV3(nn.Module):
 
     Raises:
         ValueError: ``enc_blocks`` and ``dec_blocks`` differ in length or are empty, ``cfg.scale`` is not an
-            int >= 1, or bad channel fields (``trainer.learn.heads.check_channel_fields``).
+            int >= 1, or bad channel fields (``heads.check_channel_fields``).
     """
 
     def __init__(self, cfg: ModelConfigV3) -> None:

@@ -27,27 +27,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.learn.heads import check_channel_fields, check_scale, pad_to_multiple, tail_and_output
+from trainer.learn.heads import ChannelFields, check_channel_fields, check_scale, pad_to_multiple, tail_and_output
 
 
 @dataclass(frozen=True)
-class UNetConfig:
+class UNetConfig(ChannelFields):
     """Shape of the ``unet`` network (:class:`PlainUNet`).
 
     Attributes:
         widths: feature channels of each level, top (full resolution) first; each further level is at half the
             resolution of the one above [channels per level]; at least 2 levels.
-        channels: Input channels Cin (RGB: 3) [channels].
-        scale: output size over input size in both dimensions (1: same size; 2, 4: upres) [1].
-        out_channels, residual, bounded: as ``trainer.learn.model.ModelConfigV1``'s (0, (), (): the identity mapping).
+        channels, scale, out_channels, residual, bounded: :class:`trainer.learn.heads.ChannelFields` (keyword-only).
     """
 
     widths: tuple[int, ...]
-    channels: int = 3
-    scale: int = 1
-    out_channels: int = 0
-    residual: tuple[int, ...] = ()
-    bounded: tuple[bool, ...] = ()
 
     @property
     def multiple(self) -> int:
