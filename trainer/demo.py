@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from trainer.core.budget import BudgetError, parse_time_budget
-from trainer.data.images import DataError, find_sequence, read_image, write_image
+from trainer.data.images import DataError, read_image, write_image
+from trainer.data.sequences import find_sequence
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ import torch
 from trainer.core.channels import RGB, ChannelPlan
 from trainer.data.colour import ColourSpec, from_working_channels, to_working_channels
 from trainer.data.holdout import psnr  # noqa: F401  (its home is trainer.data.holdout; benchmarks import it here)
-from trainer.data.images import DataError, find_sequence, read_channels, read_image
+from trainer.data.images import DataError, read_channels, read_image
+from trainer.data.sequences import find_sequence
 from trainer.data.write_like import output_factor
 
 log = logging.getLogger(__name__)
