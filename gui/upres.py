@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from gui.task import propose_task
 from trainer.core.config import SCALES
-from trainer.record.initsource import network_of
+from trainer.record.netcheck import network_mismatches, network_of, run_network
 from trainer.record.rundir import RunPaths
 from trainer.record.runrecord import RunRecord, read_record_or_empty
 
@@ -227,14 +227,15 @@ def _loose_file(path: str) -> StartCandidate:
 
 
 def start_mismatch(candidate: StartCandidate | None, scale: int, model_size: str) -> str:
-    """Why ``candidate``'s weights cannot start a ``scale`` x ``model_size`` run ("" when they can or it is unknown)."""
+    """Why ``candidate``'s weights cannot start a ``scale`` x ``model_size`` run ("" when they can or it is unknown);
+    the comparison is the trainer's own (``trainer.record.netcheck.network_mismatches``), on what the candidate
+    records (its scale and model size)."""
     if candidate is None:
         return ""
-    problems = []
-    if candidate.scale is not None and candidate.scale != scale:
-        problems.append(f"was trained at {scale_text(candidate.scale)}, but this run is {scale_text(scale)}")
-    if candidate.model_size and candidate.model_size != model_size:
-        problems.append(f"is a {candidate.model_size} model, but this run is {model_size}")
+    there = {"scale": candidate.scale, "model_size": candidate.model_size or None}
+    words = {"scale": lambda m: f"was trained at {scale_text(m.there)}, but this run is {scale_text(m.here)}",
+             "model_size": lambda m: f"is a {m.there} model, but this run is {m.here}"}
+    problems = [words[m.key](m) for m in network_mismatches(there, run_network(None, model_size, scale, None))]
     if not problems:
         return ""
     return (f"Start from {candidate.name} {' and '.join(problems)}: its weights do not fit; choose a run of the "

@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from trainer.core.budget import BudgetError, parse_time_budget
-from trainer.data.images import DataError, find_sequence, read_image, write_image
+from trainer.data.images import DataError, read_image, write_image
+from trainer.data.sequences import find_sequence
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +224,7 @@ def extract(data_dir: Path, task: str = "repair") -> DemoData:
 
 def mean_psnr(folder_a: Path, folder_b: Path) -> float:
     """Mean per-frame PSNR [dB] between two sequences paired by frame number."""
-    from trainer.export.infer import psnr  # torch: imported when used, so `cuetrain local`'s parser does not pay for it
+    from trainer.data.holdout import psnr  # torch (via crops): imported when used, for `cuetrain local`
 
     a, b = find_sequence(folder_a), find_sequence(folder_b)
     return float(np.mean([psnr(read_image(a[n]), read_image(b[n])) for n in sorted(b)]))
@@ -268,7 +269,7 @@ def train_demo(run_dir: Path, data: DemoData, world_size: int, steps: int, train
 def bicubic_psnr(input_dir: Path, target_dir: Path) -> float:
     """Mean PSNR [dB] of the bicubic upscale of each Input (:func:`bicubic_resize` to its Ground Truth's size)
     against the Ground Truth: the upscale task's baseline."""
-    from trainer.export.infer import psnr
+    from trainer.data.holdout import psnr
 
     a, b = find_sequence(input_dir), find_sequence(target_dir)
     scores = []

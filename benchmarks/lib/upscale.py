@@ -14,7 +14,7 @@ Input crops of ``--crop`` px, Ground Truth crops twice that), in this process, o
 - ``cuetrain``: ``trainer.learn.model.build_model("small", "v3", scale=2)`` with the demo's recipe (Muon for the
   hidden convolutions and Adam with betas (0.9, 0.9) for the rest, lr 2e-3, 50 warmup updates then cosine to lr/10,
   EMA 0.999 of the weights evaluated), L1 loss: what ``cuetrain demo --task upscale`` trains.
-- ``espcn``: ``trainer.learn.baselines.build_espcn(2)`` (Shi et al. 2016, over a bilinear upsample), Adam (lr 1e-3,
+- ``espcn``: ``baselines.build_espcn(2)`` (Shi et al. 2016, over a bilinear upsample), Adam (lr 1e-3,
   betas (0.9, 0.999), Kingma & Ba's), the same schedule, EMA and loss.
 
 Printed per clip: held-out PSNR of the bicubic upscale, of each network's fp32 output and its gain over bicubic,
@@ -41,7 +41,7 @@ from trainer.data.crops import CropSampler, FramesInMemory, per_crop_l1
 from trainer.demo import HOLDOUT_EVERY, _decode, bicubic_resize, clip_path
 from trainer.export.infer import psnr
 from trainer.learn.ema import WeightEMA
-from trainer.learn.baselines import build_espcn
+from baselines import build_espcn
 from trainer.learn.model import build_model, count_parameters
 from trainer.learn.optim import MuonAdam
 from trainer.learn.precision import resolve_precision

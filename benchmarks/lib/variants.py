@@ -3,7 +3,7 @@
 Each variant trains through :func:`bench_time_to_quality.train_averages` (the same crops, seed, schedule code,
 EMA and held-out evaluation as the time-to-quality benchmark), one after the other in this process, and
 prints its held-out gain [dB] against training seconds. The variant networks are registered here only
-(``VARIANT_SIZES``, added to ``trainer.learn.model.MODEL_SIZES_V2`` at run time); three options the trainer does not
+(``VARIANT_SIZES``, added to ``baselines.MODEL_SIZES_V2`` at run time); three options the trainer does not
 have are applied here (:class:`Variant`): ``clip`` (gradient-norm clipping before each Adam step, value in L2
 norm) and ``transpose`` (crops also transposed: all 8 dihedral views). SkipInit (every residual block's second
 convolution zero-initialised: De & Smith 2020; variants named ``z``), the loss, Adam's betas and the optimizer
@@ -40,26 +40,26 @@ import torch
 import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
-from trainer.learn import model as model_mod
+import baselines as model_mod  # v2 (benchmarks/baselines.py) and the product's network classes
 from trainer.data.crops import CropBatch, CropSampler
-from trainer.learn.model import ModelConfigV2
+from trainer.learn.model import ModelConfigV3
 
 #: Variant networks (v2 structure): ``w48`` 1.27 M parameters, ``w40d`` 0.94 M, ``s1`` = no space-to-depth stem;
 #: ``fre`` (1.04 M) is :class:`FullResEnds`. Stop 33's v3 variants (stem 1): ``v3l3`` a third level (1.02 M),
 #: ``v3s`` one block per way at the second level (0.22 M), ``v3e0`` no full-resolution block on the way down
 #: (0.25 M), ``v3e0x`` that with three blocks per way at the second level.
 VARIANT_SIZES = {
-    "w48": ModelConfigV2(width=48, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1)),
-    "w40d": ModelConfigV2(width=40, enc_blocks=(2, 1), mid_blocks=1, dec_blocks=(2, 1)),
-    "s1": ModelConfigV2(width=16, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1), stem=1),
-    "v3l3": ModelConfigV2(width=16, enc_blocks=(1, 1, 2), mid_blocks=2, dec_blocks=(1, 1, 2), stem=1),
-    "v3e0": ModelConfigV2(width=16, enc_blocks=(0, 2), mid_blocks=2, dec_blocks=(1, 2), stem=1),
-    "v3e0x": ModelConfigV2(width=16, enc_blocks=(0, 3), mid_blocks=2, dec_blocks=(1, 3), stem=1),
-    "v3s": ModelConfigV2(width=16, enc_blocks=(1, 1), mid_blocks=2, dec_blocks=(1, 1), stem=1),
+    "w48": ModelConfigV3(width=48, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1), stem=2),
+    "w40d": ModelConfigV3(width=40, enc_blocks=(2, 1), mid_blocks=1, dec_blocks=(2, 1), stem=2),
+    "s1": ModelConfigV3(width=16, enc_blocks=(1, 1), mid_blocks=1, dec_blocks=(1, 1), stem=1),
+    "v3l3": ModelConfigV3(width=16, enc_blocks=(1, 1, 2), mid_blocks=2, dec_blocks=(1, 1, 2), stem=1),
+    "v3e0": ModelConfigV3(width=16, enc_blocks=(0, 2), mid_blocks=2, dec_blocks=(1, 2), stem=1),
+    "v3e0x": ModelConfigV3(width=16, enc_blocks=(0, 3), mid_blocks=2, dec_blocks=(1, 3), stem=1),
+    "v3s": ModelConfigV3(width=16, enc_blocks=(1, 1), mid_blocks=2, dec_blocks=(1, 1), stem=1),
 }
 
 
-class FullResEnds(model_mod.CopyCatUNetV2):
+class FullResEnds(model_mod.CopyCatUNetV3):
     """v2 small with full-resolution ends (size name ``fre``): a 3x3 conv (3 -> 16, ReLU) before the space-to-depth
     stem and a 3x3 conv (16 -> 3, zero-initialised: the identity at the start) after the depth-to-space tail.
     (B, 3, H, W) -> (B, 3, H, W)."""

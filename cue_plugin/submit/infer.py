@@ -54,7 +54,8 @@ def make_layer(model: str | Path, input_dir: str | Path, output_dir: str | Path,
     Raises:
         FarmError: the input folder is missing, holds no frame sequence, or a path a job spec cannot carry.
     """
-    from trainer.data.images import DataError, find_sequence
+    from trainer.data.images import DataError
+    from trainer.data.sequences import find_sequence
 
     try:
         frames = tuple(find_sequence(input_dir))

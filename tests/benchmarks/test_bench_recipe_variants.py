@@ -63,9 +63,11 @@ def test_transposed_crops_are_the_samplers_own_crops_half_of_them_transposed():
 
 
 def test_variant_networks_are_registered_only_when_the_benchmark_runs():
-    from trainer.learn.model import MODEL_SIZES_V2
+    from baselines import MODEL_SIZES_V2
+    from trainer.learn.model import ARCHITECTURES
 
-    assert not set(brv.VARIANT_SIZES) & set(MODEL_SIZES_V2)  # importing it changes nothing in the product
+    assert not set(brv.VARIANT_SIZES) & set(MODEL_SIZES_V2)  # importing it changes nothing, not even baselines
+    assert not any(set(brv.VARIANT_SIZES) & set(sizes) for sizes in ARCHITECTURES.values())  # nor the product
 
 
 def test_full_resolution_ends_start_as_the_identity_at_any_size():

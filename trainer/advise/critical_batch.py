@@ -249,12 +249,12 @@ class _Runs:
 
 def probe_frames(cfg: TrainConfig, count: int = PROBE_FRAMES) -> list[tuple[np.ndarray, np.ndarray]]:
     """Up to ``count`` pairs of ``cfg``'s Input and Ground Truth sequences, evenly spread over the shot, decoded
-    ((H, W, 3) float16 each; ``trainer.data.images.load_pairs``).
+    ((H, W, 3) float16 each; ``trainer.data.sequences.load_pairs``).
 
     Raises:
-        DataError: what ``trainer.data.images.pair_frames`` and ``load_pairs`` raise (missing or unpaired frames).
+        DataError: what ``trainer.data.sequences.pair_frames`` and ``load_pairs`` raise (missing or unpaired frames).
     """
-    from trainer.data.images import load_pairs, pair_frames
+    from trainer.data.sequences import load_pairs, pair_frames
 
     pairs = pair_frames(cfg.input_dir, cfg.target_dir)
     step = max(1, math.ceil(len(pairs) / count))

@@ -144,7 +144,7 @@ class _Timed:
 def _probe(cfg: TrainConfig, sizes: list[int], settings: ProbeSettings, deadline_unix: float, gang: _Gang,
            report: Report | None = None) -> Probe:
     from trainer.gang.compression import sync_calls, sync_payload
-    from trainer.data.images import load_pairs, pair_frames
+    from trainer.data.sequences import load_pairs, pair_frames
     from trainer.learn.model import build_model, count_parameters
     from trainer.learn.precision import configure_backends, memory_format, resolve_precision
     from trainer.learn.schedule import build_optimizer

@@ -36,8 +36,9 @@ DEFAULT_MUON_LR = {"small": 2e-3, "medium": 2e-3, "large": 1.6e-3}
 #: al. 2022; the demo's recipe), 0.999 with Adam alone (Kingma & Ba; 0.9 measured 0.2 dB worse at lr 1e-3).
 DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}
 #: ``--architecture`` (see trainer.learn.model; v1 is the network cuetrain started with); ``auto`` picks one by case
-#: (:attr:`TrainConfig.architecture_name`).
-ARCHITECTURES = ("auto", "v1", "v2", "v3", "unet")
+#: (:attr:`TrainConfig.architecture_name`). v2 (a space-to-depth stem; never a default) is a benchmark's only
+#: (benchmarks/baselines.py); a v2 checkpoint is refused by name (``trainer.record.netcheck``).
+ARCHITECTURES = ("auto", "v1", "v3", "unet")
 #: ``--architecture`` when not given: ``auto``, v3 for colour and upres (docs/studies/time_to_quality.md), unet for a
 #: matte (docs/studies/matte_network.md).
 DEFAULT_ARCHITECTURE = "auto"
@@ -79,9 +80,9 @@ class TrainConfig:
         crop_size: side of the square random crops [pixels].
         model_size: ``small``, ``medium`` or ``large`` (see ``trainer.learn.model``).
         architecture: ``auto`` (the default, :data:`DEFAULT_ARCHITECTURE`: :attr:`architecture_name` picks ``v3``
-            for colour and upres, ``unet`` for a matte), ``v3`` (v2's blocks with a full-resolution first level),
-            ``v1`` (the first network; checkpoints without an architecture are v1), ``v2`` (space-to-depth stem,
-            capacity at low resolution) or ``unet`` (a plain U-Net trunk) (see ``trainer.learn.model``).
+            for colour and upres, ``unet`` for a matte), ``v3`` (added skips, sub-pixel upsampling), ``v1`` (the
+            first network; checkpoints without an architecture are v1) or ``unet`` (a plain U-Net trunk) (see
+            ``trainer.learn.model``).
         lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update; None = the model
             size's Adam lr, :data:`DEFAULT_LR` (small 1e-3, medium 5e-4, large 1e-4), or with Muon its
             :data:`DEFAULT_MUON_LR` (small 2e-3, medium 2e-3, large 1.6e-3); see :attr:`base_lr` [1].
@@ -386,9 +387,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--crop-size", type=int, help=f"crop side in pixels (default {d['crop_size']})")
     g.add_argument("--model-size", choices=MODEL_SIZES, help=f"model size (default {d['model_size']})")
     g.add_argument("--architecture", choices=ARCHITECTURES,
-                   help=f"network (default {DEFAULT_ARCHITECTURE}: v3 for colour and upres, unet for a matte): v3 (v2's "
-                        "blocks, full-resolution first level), v1 (the first one), v2 (space-to-depth stem) or unet "
-                        "(a plain U-Net trunk); see trainer.learn.model")
+                   help=f"network (default {DEFAULT_ARCHITECTURE}: v3 for colour and upres, unet for a matte): v3 (added "
+                        "skips, sub-pixel upsampling), v1 (the first one) or unet (a plain U-Net trunk); see "
+                        "trainer.learn.model")
     g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size, Adam: "
                    + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + "; Muon: "
                    + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_MUON_LR.items()) + ")")

@@ -9,9 +9,11 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   frame source of the rest.
 - :mod:`trainer.data.hostcache`: The host's decoded copy of a shot on local scratch: decoded once per host, read by
   every rank of the frame.
-- :mod:`trainer.data.images`: Image I/O and frame-sequence pairing for training data (no torch here).
+- :mod:`trainer.data.images`: Image I/O for training data: reading frames by channel, writing them (no torch here).
 - :mod:`trainer.data.shot`: A training shot on the file server: its frame pairs, the signature of every file, and
   reading them in bands.
+- :mod:`trainer.data.sequences`: Frame sequences of training data: indexing a folder by frame number, pairing Input
+  with Ground Truth, loading the pairs and the identity check (no torch here).
 - :mod:`trainer.data.shot_loading`: The data phase of an attempt: list the shot, decode it once per host, agree
   across the gang, record it.
 - :mod:`trainer.data.write_like`: Write a processed frame exactly like its source: same file name, format, bit
@@ -25,6 +27,7 @@ __all__ = [
     'hostcache',
     'images',
     'shot',
+    'sequences',
     'shot_loading',
     'write_like',
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -101,12 +101,23 @@ def colour_channels(names: Sequence[str]) -> tuple[int, ...]:
 def to_working_channels(spec: ColourSpec, pixels: np.ndarray, names: Sequence[str]) -> np.ndarray:
     """(H, W, C) with channel ``names`` -> (H, W, C) float32 with only its colour channels (:func:`colour_channels`)
     converted to the working space; a copy. For C = 3 named R, G, B exactly :meth:`ColourSpec.to_working`."""
+    return _convert_channels(spec.to_working, spec.active, pixels, names)
+
+
+def from_working_channels(spec: ColourSpec, pixels: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """:func:`to_working_channels`'s inverse: the colour channels of (H, W, C) ``pixels`` (channel ``names``) from
+    the working space back to the footage's (:meth:`ColourSpec.from_working`); a float32 copy."""
+    return _convert_channels(spec.from_working, spec.active, pixels, names)
+
+
+def _convert_channels(convert: Callable[[np.ndarray], np.ndarray], active: bool, pixels: np.ndarray,
+                      names: Sequence[str]) -> np.ndarray:
     idx = list(colour_channels(names))
     if idx == [0, 1, 2] and pixels.shape[2] == 3:
-        return spec.to_working(pixels)
+        return convert(pixels)
     out = _f32(pixels)
-    if idx and spec.active:
-        out[..., idx] = spec.to_working(out[..., idx])
+    if idx and active:
+        out[..., idx] = convert(out[..., idx])
     return out
 
 

@@ -105,7 +105,7 @@ class FrameSource(Protocol):
 
 class FramesInMemory:
     """A :class:`FrameSource` over decoded pairs ``[(input, target)]``: inputs (H, W, Cin), targets
-    (scale*H, scale*W, Cout), every pair the size and channels of the first (``trainer.data.images.load_pairs``
+    (scale*H, scale*W, Cout), every pair the size and channels of the first (``trainer.data.sequences.load_pairs``
     checks files).
 
     Args:
@@ -365,7 +365,7 @@ def _side_names(counts: tuple[int, ...], plan: ChannelPlan | None) -> tuple[tupl
     if tuple(len(n) for n in names) != counts:
         raise DataError(f"the frames have {counts[0]} Input and {counts[1]} Ground Truth channels but the channel plan "
                         f"reads {', '.join(plan.inputs)} -> {', '.join(plan.targets)}; load the frames with that plan "
-                        "(trainer.data.images.load_pairs(channels=...), trainer.data.shot.list_shot(channels=...))")
+                        "(trainer.data.sequences.load_pairs(channels=...), trainer.data.shot.list_shot(channels=...))")
     return names
 
 
@@ -402,12 +402,12 @@ def crop_index(rows: torch.Tensor, crop: int, scale: int) -> tuple[torch.Tensor,
 def warn_identity(input_dir: str, target_dir: str, channels: ChannelPlan | None = None) -> None:
     """Log a WARNING when the trained channels are the Input's own: Input and Ground Truth are the same folder or
     every pair of files is byte-identical, and every target channel is an Input channel of the same name
-    (``trainer.data.images.identity_warning``; always so for RGB -> RGB, ``channels`` None). A plan with a new
+    (``trainer.data.sequences.identity_warning``; always so for RGB -> RGB, ``channels`` None). A plan with a new
     channel (RGB in, alpha out) is a matte job, never warned about. Compares files, not decoded frames, so a long
     4K shot is not decoded for it; stops at the first pair that differs (usually the first)."""
     import filecmp
 
-    from trainer.data.images import identity_warning, pair_frames
+    from trainer.data.sequences import identity_warning, pair_frames
 
     message = identity_warning(input_dir, target_dir, [], channels)
     if message is None and (channels is None or min(channels.residual) >= 0):

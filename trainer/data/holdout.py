@@ -48,3 +48,19 @@ class FrameSubset:
     def image(self, image: int) -> np.ndarray:
         """The whole ``image`` (this subset's numbering)."""
         return self.source.image(self._image(image))
+
+
+def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
+    """Peak signal-to-noise ratio [dB] of two same-shape images (any shape, e.g. (H, W, C)), both clipped to
+    0..``peak`` first: ``10 log10(peak^2 / MSE)``, infinite for identical images.
+
+    The one PSNR of cuetrain: the held-out score (``trainer.learn.stopping.HeldOut``), ``cuetrain demo`` and the
+    benchmarks. The definition is the standard one (e.g. Huynh-Thu & Ghanbari 2008, "Scope of validity of PSNR in
+    image/video quality assessment", Electronics Letters 44(13)) with the peak of 0..1 frames; clipping both images
+    to the displayable range scores what a viewer sees, and keeps a scene-linear highlight above 1 in the Ground
+    Truth from counting as error the output cannot show (the held-out score once clipped only the output).
+    """
+    a = np.clip(np.asarray(a, dtype=np.float64), 0, peak)
+    b = np.clip(np.asarray(b, dtype=np.float64), 0, peak)
+    mse = float(np.mean((a - b) ** 2))
+    return float("inf") if mse == 0 else 10.0 * float(np.log10(peak * peak / mse))

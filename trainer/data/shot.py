@@ -33,9 +33,9 @@ import OpenImageIO as oiio
 from trainer.core.channels import RGB, ChannelPlan
 from trainer.data.colour import ColourSpec, to_working_channels
 from trainer.core.exitcodes import ExitCode
-from trainer.data.images import (DataError, FramePair, check_channels, check_pair_origin, check_pair_size,
-                                 data_origin, find_sequence, pair_frames,
-                                 pick_channels, to_half)
+from trainer.data.images import DataError, check_channels, pick_channels
+from trainer.data.sequences import (FramePair, check_pair_origin, check_pair_size, data_origin, find_sequence,
+                                    pair_frames, to_half)
 from trainer.record.runrecord import FailureKind
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ def _recorded_pairs(input_dir: str, target_dir: str, recorded: Mapping[str, Any]
 
 def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | None = None, scale: int = 1,
               channels: ChannelPlan | None = None) -> Shot:
-    """List and sign the shot (``trainer.data.images.pair_frames``), sized and its channels checked from the first
+    """List and sign the shot (``trainer.data.sequences.pair_frames``), sized and its channels checked from the first
     pair's headers.
 
     Args:
@@ -203,7 +203,7 @@ def list_shot(input_dir: str, target_dir: str, recorded: Mapping[str, Any] | Non
 
     Raises:
         DataError: as ``pair_frames``; the first pair cannot be opened, its Ground Truth is not ``scale``
-            times its Input (``trainer.data.images.check_pair_size``: both files, both sizes and the fix), its data
+            times its Input (``trainer.data.sequences.check_pair_size``: both files, both sizes and the fix), its data
             window does not start where the Input's does (``check_pair_origin``: both files and windows), or one of
             its files lacks a named channel (``trainer.data.images.check_channels``: the file, the channel, the
             channels it has and the fix).

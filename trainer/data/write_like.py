@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 import OpenImageIO as oiio
 
+from trainer.core.channels import is_alpha
 from trainer.data.images import DataError, write_oiio  # the same checked OIIO write as write_image
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,8 @@ def write_like(path: str | Path, rgb: np.ndarray, like: str | Path, channels: Se
     rgb = np.asarray(rgb, dtype=np.float32)
     names = None if channels is None or tuple(channels) == ("R", "G", "B") else tuple(channels)
     count = 3 if names is None else len(names)
-    factor = rgb.shape[0] // spec.height if rgb.ndim == 3 else 0
-    if rgb.ndim != 3 or factor < 1 or rgb.shape != (factor * spec.height, factor * spec.width, count):
+    factor = output_factor((spec.height, spec.width), rgb.shape, count)
+    if not factor:
         raise ValueError(f"write_like({path}): got an image of shape {rgb.shape}, but {like} is "
                          f"{spec.width}x{spec.height}; the output must be (s*{spec.height}, s*{spec.width}, {count}) "
                          "for a whole s >= 1 (s = 1: the input's size; 2 or 4: an upres model's)")
@@ -98,6 +99,16 @@ def write_like(path: str | Path, rgb: np.ndarray, like: str | Path, channels: Se
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)  # only left behind on error
+
+
+def output_factor(in_hw: tuple[int, ...], out_shape: tuple[int, ...], channels: int) -> int:
+    """The whole factor s >= 1 by which an (sH, sW, C) model output ``out_shape`` is the size of an input of
+    ``in_hw`` = (H, W, ...) [pixels], or 0 when it is not one (another aspect, a fraction, fewer pixels, or C not
+    ``channels``). The one output-size rule of ``write_like`` and ``trainer.export.infer``."""
+    if len(out_shape) != 3 or not in_hw[0]:
+        return 0
+    factor = out_shape[0] // in_hw[0]
+    return factor if factor >= 1 and tuple(out_shape) == (factor * in_hw[0], factor * in_hw[1], channels) else 0
 
 
 def _read_all(like: Path) -> tuple[oiio.ImageSpec, np.ndarray]:
@@ -129,12 +140,6 @@ def scale_windows(spec: oiio.ImageSpec, factor: int) -> None:
                                                spec.height * factor)
     spec.full_x, spec.full_y = spec.full_x * factor, spec.full_y * factor
     spec.full_width, spec.full_height = spec.full_width * factor, spec.full_height * factor
-
-
-def is_alpha(name: str) -> bool:
-    """Whether a channel name is an alpha: ``A``, ``alpha``, or a layer's ``*.A`` (EXR layer naming)."""
-    last = name.rsplit(".", 1)[-1]
-    return last in ("A", "a") or last.lower() == "alpha"
 
 
 def _resize_others(pixels: np.ndarray, factor: int, names: tuple[str, ...]) -> np.ndarray:

@@ -23,8 +23,11 @@ import numpy as np
 import torch
 
 from trainer.core.channels import RGB, ChannelPlan
-from trainer.data.colour import ColourSpec, colour_channels
-from trainer.data.images import DataError, find_sequence, read_channels, read_image
+from trainer.data.colour import ColourSpec, from_working_channels, to_working_channels
+from trainer.data.holdout import psnr  # noqa: F401  (its home is trainer.data.holdout; benchmarks import it here)
+from trainer.data.images import DataError, read_channels, read_image
+from trainer.data.sequences import find_sequence
+from trainer.data.write_like import output_factor
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ def apply_model(model: torch.nn.Module, rgb: np.ndarray, device: torch.device | 
     return y[0].permute(1, 2, 0).float().cpu().numpy()
 
 
-def model_meta(model_path: str | Path) -> dict:
+def read_model_meta(model_path: str | Path) -> dict:
     """``model.json`` beside ``model_path`` ({} when there is none).
 
     Raises:
@@ -79,7 +82,7 @@ def model_channels(model_path: str | Path) -> ChannelPlan:
     Raises:
         DataError: a recorded channel list is not a non-empty list of names (names the file and the fix).
     """
-    meta = model_meta(model_path)
+    meta = read_model_meta(model_path)
     lists = []
     for key in ("channels_in", "channels_out"):
         names = meta.get(key, list(RGB))
@@ -97,7 +100,7 @@ def model_colour(model_path: str | Path) -> ColourSpec:
         ColourError: a recorded colour space is unknown (or OpenColorIO is missing).
         DataError: model.json cannot be read.
     """
-    meta = model_meta(model_path)
+    meta = read_model_meta(model_path)
     spec = ColourSpec.from_dict(meta.get("colour"))
     spec.check()
     if spec.active:
@@ -212,40 +215,20 @@ def infer_frame(model: torch.nn.Module, src: Path, dst: Path, plan: ChannelPlan,
         return dst
     frame = read_channels(src, plan.inputs, option="--input-channels when training the model, or infer on frames "
                                                    "that have its channels_in (model.json)")
-    out = _convert(colour, apply_model(model, _convert(colour, frame, plan.inputs, True), device), plan.targets, False)
+    out = from_working_channels(colour, apply_model(model, to_working_channels(colour, frame, plan.inputs), device),
+                                plan.targets)
     _check_output_size(frame.shape, out.shape, model_path, src, len(plan.targets))
     write_like(dst, out, like=src, channels=plan.targets)
     return dst
-
-
-def _convert(colour: ColourSpec, pixels: np.ndarray, names: tuple[str, ...], to_working: bool) -> np.ndarray:
-    """(H, W, C) with channel ``names`` -> a float32 copy with only its R, G, B channels
-    (``trainer.data.colour.colour_channels``) converted to (``to_working``) or from the model's working space."""
-    out = np.array(pixels, dtype=np.float32, copy=True)
-    idx = list(colour_channels(names))
-    if idx and colour.active:
-        convert = colour.to_working if to_working else colour.from_working
-        out[..., idx] = convert(out[..., idx])
-    return out
 
 
 def _check_output_size(in_shape: tuple[int, ...], out_shape: tuple[int, ...], model_path: str | Path,
                        src: Path, channels: int = 3) -> None:
     """Raises DataError: the model's (sH, sW, C) output is not a whole multiple s >= 1 of the (H, W, Cin) input,
     or C is not the model's ``channels`` (model.json ``channels_out``)."""
-    factor = out_shape[0] // in_shape[0] if in_shape[0] else 0
-    if factor < 1 or tuple(out_shape) != (factor * in_shape[0], factor * in_shape[1], channels):
+    if not output_factor(in_shape, out_shape, channels):
         got = f" with {out_shape[-1]} channels, not {channels} (model.json channels_out)" \
             if out_shape[-1] != channels else ""
         raise DataError(f"{model_path} returned {out_shape[1]}x{out_shape[0]} for {src} ({in_shape[1]}x"
                         f"{in_shape[0]}){got}; a cuetrain model returns the input's size times its scale (1, 2 or 4): "
                         "re-export the model with this cuetrain")
-
-
-def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
-    """Peak signal-to-noise ratio in dB of two same-shape images, values clipped to 0..peak:
-    ``10 log10(peak^2 / MSE)`` (infinite for identical images)."""
-    a = np.clip(a.astype(np.float64), 0, peak)
-    b = np.clip(b.astype(np.float64), 0, peak)
-    mse = float(np.mean((a - b) ** 2))
-    return float("inf") if mse == 0 else 10.0 * np.log10(peak * peak / mse)

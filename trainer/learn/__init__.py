@@ -2,8 +2,6 @@
 
 Modules (its public surface; names starting with ``_`` stay inside their module):
 
-- :mod:`trainer.learn.baselines`: Baseline networks for benchmarks, not offered for training: what cuetrain's own
-  networks must beat.
 - :mod:`trainer.learn.divergence`: The divergence watch: a run whose loss blows up stops with one clear error (exit
   81), not garbage weights.
 - :mod:`trainer.learn.ema`: Exponential moving average (EMA) of the weights, the model rank 0 exports when ``--ema-
@@ -35,7 +33,6 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 """
 
 __all__ = [
-    'baselines',
     'divergence',
     'ema',
     'heads',

@@ -31,6 +31,7 @@ Network", ESPCN, CVPR 2016, arXiv:1609.05158).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, List
 
 import torch
@@ -140,8 +141,30 @@ class ChannelOutput(nn.Module):
         return torch.cat(outs, dim=1)  # (B, Cout, sH, sW)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ChannelFields:
+    """The channel and scale fields every network config shares (``trainer.learn.model.ModelConfigV1``,
+    ``ModelConfigV3``, ``trainer.learn.unet.UNetConfig`` subclass it; keyword-only, after each network's own fields).
+
+    Attributes:
+        channels: Input channels Cin (RGB: 3) [channels].
+        scale: output size over input size in both dimensions (1: same size; 2, 4: upres) [1].
+        out_channels: output channels Cout; 0 = ``channels`` [channels].
+        residual: per output channel, the Input channel it corrects, or -1 for a new channel; () = the identity
+            mapping (output channel j corrects Input channel j; Cout = Cin) (``trainer.learn.model``, "Named
+            channels").
+        bounded: per output channel, True for a sigmoid (0..1, a matte); () = none.
+    """
+
+    channels: int = 3
+    scale: int = 1
+    out_channels: int = 0
+    residual: tuple[int, ...] = ()
+    bounded: tuple[bool, ...] = ()
+
+
 def channel_fields(plan: ChannelPlan | None) -> dict[str, Any]:
-    """The channel fields of a ModelConfig for ``plan`` (``trainer.learn.model``): ``{}`` for None and the RGB
+    """The channel fields of a network config for ``plan`` (``trainer.learn.model``): ``{}`` for None and the RGB
     default (today's network exactly); ``{"channels": C}`` when the targets are the inputs (identity mapping of C
     channels); else ``channels`` (Cin), ``out_channels`` (Cout), ``residual`` and ``bounded`` (the plan's
     ``matte``)."""
@@ -153,8 +176,8 @@ def channel_fields(plan: ChannelPlan | None) -> dict[str, Any]:
             "bounded": tuple(plan.matte)}
 
 
-def check_channels(channels: int, out_channels: int, residual: Sequence[int], bounded: Sequence[bool]) -> int:
-    """The output channel count Cout of a ModelConfig's channel fields (``out_channels`` 0: ``channels``).
+def check_channel_fields(channels: int, out_channels: int, residual: Sequence[int], bounded: Sequence[bool]) -> int:
+    """The output channel count Cout of a network config's channel fields (``out_channels`` 0: ``channels``).
 
     Raises:
         ValueError: a count below 1; ``residual`` or ``bounded`` not one entry per output channel; a residual

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from trainer.record.initsource import InitFromError, InitSource, mismatch_error, mismatches, network_of, \
-    read_meta_file, resolve
+from trainer.record.initsource import InitFromError, InitSource, mismatch_error, read_meta_file, resolve
+from trainer.record.netcheck import network_mismatches, network_of, run_network
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +137,7 @@ def apply_init_from(net: torch.nn.Module, path: str, *, architecture: str, model
     source = resolve(path)
     state, meta, loaded = load_source(source)
     there = network_of(meta)
-    found = mismatches(there, architecture=architecture, model_size=model_size, scale=scale, channels=channels,
-                       target_channels=target_channels)
+    found = network_mismatches(there, run_network(architecture, model_size, scale, channels, target_channels))
     if found:
         raise mismatch_error(source, found)
     misfit = shape_mismatches(net, state)

@@ -5,26 +5,22 @@ identity and training learns the correction (denoise, de-artifact, beauty work),
 Fully convolutional: any frame size works; inputs are padded (replicate) to a multiple of the
 network's total downsampling and the output is cropped back, so inference runs on full frames.
 
-Four architectures, each in three sizes (:data:`ARCHITECTURES`):
+Three architectures, each in three sizes (:data:`ARCHITECTURES`); each class is named for its architecture:
 
-- ``v3`` (:class:`CopyCatUNetV2` with ``stem=1``, the default): v2's cheaper blocks with
-  v1's full-resolution first level. The first level keeps one residual block each way at full
-  resolution (what blur and noise need: v2's stem cost ~0.35 dB there); the way up is a 1x1
-  convolution + ``pixel_shuffle`` and skips are added, so the full-resolution work costs less than v1's
-  (v1 runs a 3x3 convolution on the upsampled features and a 1x1 merge of a concatenation there), and
-  what that saves buys more residual blocks at the lower levels. Chosen by the time-to-quality
-  benchmark (docs/studies/time_to_quality.md, "v3: the default network"): better than v1 on both of its
-  clips at the same inference cost.
-  Its residual blocks start as the identity (:data:`SKIP_INIT_ARCHITECTURES`).
-- ``v1`` (:class:`CopyCatUNet`): the U-Net cuetrain started with, at full resolution from the first
-  convolution. Kept unchanged so runs and checkpoints made with it still resume (checkpoints without an
+- ``v3`` (:class:`CopyCatUNetV3`, :class:`ModelConfigV3`, the default for colour and upres): residual blocks at
+  every level, the first at full resolution (one residual block each way there: what blur and noise need); down:
+  2x2 stride-2 convolutions; up: a 1x1 convolution + ``pixel_shuffle`` (Shi et al. 2016's sub-pixel layout) and
+  skips are added (NAFNet), not concatenated, so the full-resolution work costs less than v1's (v1 runs a 3x3
+  convolution on the upsampled features and a 1x1 merge of a concatenation there), and what that saves buys more
+  residual blocks at the lower levels. Chosen by the time-to-quality benchmark (docs/studies/time_to_quality.md,
+  "v3: the default network"): better than v1 on both of its clips at the same inference cost. Its residual blocks
+  start as the identity (:data:`SKIP_INIT_ARCHITECTURES`). ``ModelConfigV3.stem`` > 1 adds a space-to-depth stem
+  (``pixel_unshuffle``) that puts the first level at 1/stem resolution: the v2 network of the time-to-quality
+  study, which the product no longer offers (``benchmarks/baselines.py`` keeps it; a v2 checkpoint is refused by
+  :func:`trainer.record.netcheck.network_mismatches`); v3 records ``stem`` 1.
+- ``v1`` (:class:`CopyCatUNetV1`, :class:`ModelConfigV1`): the U-Net cuetrain started with, at full resolution from
+  the first convolution. Kept unchanged so runs and checkpoints made with it still resume (checkpoints without an
   architecture are v1) and the time-to-quality comparison keeps it as its baseline.
-- ``v2`` (:class:`CopyCatUNetV2`, opt-in with ``--architecture v2``): a space-to-depth stem (``pixel_unshuffle``,
-  Shi et al. 2016's sub-pixel layout, as NAFNet and Restormer use it) puts the first level at half resolution,
-  so full-resolution work costs a quarter; the compute saved goes into more residual blocks at the
-  low-resolution levels, where capacity is cheapest. Down: 2x2 stride-2 convolutions; up: 1x1
-  convolution + ``pixel_shuffle``; skips are added (NAFNet), not concatenated. The best of the three on
-  compression artefacts, the worst on blur and noise (docs/studies/time_to_quality.md, "Exploration").
 - ``unet`` (:class:`trainer.learn.unet.PlainUNet`): a plain U-Net trunk (two 3x3 convolutions with ReLU per level,
   max pooling down, bilinear upsampling and concatenated skips up; Ronneberger et al. 2015) under the same tail
   and heads; small is the plain small U-Net's 16/32/64 channels. What ``--architecture auto`` trains for a matte
@@ -33,10 +29,10 @@ Four architectures, each in three sizes (:data:`ARCHITECTURES`):
 **Upres** (``scale`` s of 2 or 4, ``TrainConfig.scale``): (B, 3, H, W) -> (B, 3, sH, sW). Every architecture
 becomes ``output = bilinear(input, s) + pixel_shuffle(tail(features), s)`` (:class:`SubPixelUpscale`, the sub-pixel
 convolution of Shi et al. 2016, ESPCN, arXiv:1609.05158): the tail returns 3 s^2 channels at the features'
-resolution and still starts at zero, so an untrained upres model returns the bilinearly interpolated input. v2's
+resolution and still starts at zero, so an untrained upres model returns the bilinearly interpolated input. A
 stem composes with it: the tail returns 3 (stem s)^2 channels and one ``pixel_shuffle`` by stem s reaches s x the
 input (the tail is learnt, so which sub-pixel goes to which channel is immaterial). ``scale`` 1 builds exactly the
-networks above. :class:`trainer.learn.baselines.ESPCN` is the paper's own small network, a benchmark baseline.
+networks above. ``benchmarks/baselines.py`` keeps the paper's own small network (ESPCN), a benchmark baseline.
 
 **Named channels** (``channels``, a :class:`trainer.core.channels.ChannelPlan`; the output heads are in
 :mod:`trainer.learn.heads`): the head convolution reads Cin Input channels, the tail returns Cout (x s^2) raw
@@ -61,43 +57,33 @@ from torch import nn
 
 from trainer.core.channels import ChannelPlan
 # SubPixelUpscale, bilinear, check_scale and pad_to_multiple live in heads; callers import them from here too.
-from trainer.learn.heads import (SubPixelUpscale, bilinear, channel_fields, check_channels,  # noqa: F401
-                                 check_scale, pad_to_multiple, tail_and_output)
+from trainer.learn.heads import (ChannelFields, SubPixelUpscale, bilinear, channel_fields,  # noqa: F401
+                                 check_channel_fields, check_scale, pad_to_multiple, tail_and_output)
 from trainer.learn.unet import MODEL_SIZES_UNET, PlainUNet, UNetConfig
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    """Shape of the network.
+class ModelConfigV1(ChannelFields):
+    """Shape of the v1 network (:class:`CopyCatUNetV1`).
 
     Attributes:
         base_channels: feature channels at full resolution; doubles at each level down [channels].
         depth: number of 2x downsamplings [levels]; frames are padded to a multiple of 2**depth.
         blocks: residual blocks per level [count].
-        channels: Input channels Cin (RGB: 3) [channels].
-        scale: output size over input size in both dimensions (1: same size; 2, 4: upres, module doc) [1].
-        out_channels: output channels Cout; 0 = ``channels`` [channels].
-        residual: per output channel, the Input channel it corrects, or -1 for a new channel; () = the identity
-            mapping (output channel j corrects Input channel j; Cout = Cin) (module doc, "Named channels").
-        bounded: per output channel, True for a sigmoid (0..1, a matte); () = none.
+        channels, scale, out_channels, residual, bounded: :class:`trainer.learn.heads.ChannelFields` (keyword-only).
     """
 
     base_channels: int
     depth: int
     blocks: int
-    channels: int = 3
-    scale: int = 1
-    out_channels: int = 0
-    residual: tuple[int, ...] = ()
-    bounded: tuple[bool, ...] = ()
 
 
 #: The v1 sizes. Parameter counts (measured by ``count_parameters``): small 169,843 (0.17 M), medium
 #: 4,730,211 (4.7 M), large 42,790,419 (42.8 M); checked in tests/trainer/learn/test_model.py.
-MODEL_SIZES_V1: dict[str, ModelConfig] = {
-    "small": ModelConfig(base_channels=16, depth=2, blocks=1),
-    "medium": ModelConfig(base_channels=32, depth=3, blocks=2),
-    "large": ModelConfig(base_channels=48, depth=4, blocks=2),
+MODEL_SIZES_V1: dict[str, ModelConfigV1] = {
+    "small": ModelConfigV1(base_channels=16, depth=2, blocks=1),
+    "medium": ModelConfigV1(base_channels=32, depth=3, blocks=2),
+    "large": ModelConfigV1(base_channels=48, depth=4, blocks=2),
 }
 
 
@@ -141,21 +127,22 @@ class Up(nn.Module):
         return self.blocks(F.relu(self.merge(torch.cat([x, skip], dim=1))))
 
 
-class CopyCatUNet(nn.Module):
+class CopyCatUNetV1(nn.Module):
     """Residual U-Net. (B, Cin, H, W) float32 -> (B, Cout, sH, sW) float32 (s = ``cfg.scale``; RGB: Cin = Cout
     = 3), any H, W >= 1.
 
     Values are whatever the training data holds (0..1 for integer formats, scene-linear for EXR; mattes 0..1).
 
     Raises:
-        ValueError: ``cfg.scale`` is not an int >= 1, or bad channel fields (``trainer.learn.heads.check_channels``).
+        ValueError: ``cfg.scale`` is not an int >= 1, or bad channel fields
+            (``trainer.learn.heads.check_channel_fields``).
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfigV1) -> None:
         super().__init__()
         check_scale(cfg.scale)
         self.in_channels = cfg.channels  # Cin [channels]
-        self.out_channels = check_channels(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
+        self.out_channels = check_channel_fields(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
         c = cfg.base_channels
         self.multiple = 2 ** cfg.depth
         self.head = nn.Conv2d(cfg.channels, c, 3, padding=1)
@@ -179,8 +166,8 @@ class CopyCatUNet(nn.Module):
 
 
 @dataclass(frozen=True)
-class ModelConfigV2:
-    """Shape of the v2 network (:class:`CopyCatUNetV2`).
+class ModelConfigV3(ChannelFields):
+    """Shape of the v3 network (:class:`CopyCatUNetV3`).
 
     Attributes:
         width: feature channels of the top level, at 1/``stem`` resolution; doubles at each level down [channels].
@@ -188,23 +175,17 @@ class ModelConfigV2:
             its length is the number of 2x downsamplings below the stem.
         mid_blocks: residual blocks of the lowest level [count].
         dec_blocks: residual blocks of each level after its skip is added, top level first [count per level].
-        stem: space-to-depth factor of the stem: the first level runs at 1/stem resolution [pixels]; 1 = no
-            stem (v3: the first level at full resolution).
-        channels: Input channels Cin (RGB: 3) [channels].
-        scale: output size over input size in both dimensions (1: same size; 2, 4: upres, module doc) [1].
-        out_channels, residual, bounded: as :class:`ModelConfig`'s (0, (), (): the identity mapping).
+        stem: space-to-depth factor: the first level runs at 1/stem resolution [pixels]; v3 is 1 (full
+            resolution). No default: records written before v3 existed omit it and mean 2, the v2 network
+            (:func:`model_config_from_dict`), which only ``benchmarks/baselines.py`` still builds.
+        channels, scale, out_channels, residual, bounded: :class:`trainer.learn.heads.ChannelFields` (keyword-only).
     """
 
     width: int
     enc_blocks: tuple[int, ...]
     mid_blocks: int
     dec_blocks: tuple[int, ...]
-    stem: int = 2
-    channels: int = 3
-    scale: int = 1
-    out_channels: int = 0
-    residual: tuple[int, ...] = ()
-    bounded: tuple[bool, ...] = ()
+    stem: int
 
     @property
     def multiple(self) -> int:
@@ -212,22 +193,22 @@ class ModelConfigV2:
         return self.stem * 2 ** len(self.enc_blocks)
 
 
-class CopyCatUNetV2(nn.Module):
-    """The v2 residual U-Net (module doc). (B, Cin, H, W) float32 -> (B, Cout, sH, sW) float32 (s = ``cfg.scale``;
+class CopyCatUNetV3(nn.Module):
+    """The v3 residual U-Net (module doc). (B, Cin, H, W) float32 -> (B, Cout, sH, sW) float32 (s = ``cfg.scale``;
     RGB: Cin = Cout = 3), any H, W >= 1.
 
     Raises:
         ValueError: ``enc_blocks`` and ``dec_blocks`` differ in length or are empty, ``cfg.scale`` is not an
-            int >= 1, or bad channel fields (``trainer.learn.heads.check_channels``).
+            int >= 1, or bad channel fields (``heads.check_channel_fields``).
     """
 
-    def __init__(self, cfg: ModelConfigV2) -> None:
+    def __init__(self, cfg: ModelConfigV3) -> None:
         super().__init__()
         if len(cfg.enc_blocks) != len(cfg.dec_blocks) or not cfg.enc_blocks:
             raise ValueError(f"enc_blocks {cfg.enc_blocks} and dec_blocks {cfg.dec_blocks} need one entry per level")
         check_scale(cfg.scale)
         self.in_channels = cfg.channels  # Cin [channels]
-        self.out_channels = check_channels(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
+        self.out_channels = check_channel_fields(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
         self.stem, self.multiple = cfg.stem, cfg.multiple
         packed = cfg.channels * cfg.stem ** 2  # channels after space-to-depth
         widths = [cfg.width * 2 ** i for i in range(len(cfg.enc_blocks) + 1)]
@@ -264,30 +245,22 @@ def _blocks(ch: int, count: int) -> nn.Sequential:
     return nn.Sequential(*[ResBlock(ch) for _ in range(count)])
 
 
-#: The v2 sizes. Parameter counts (measured by ``count_parameters``; tests/trainer/learn/test_model.py):
-#: small 1,012,204 (1.0 M), medium 9,499,740 (9.5 M), large 68,418,252 (68.4 M).
-MODEL_SIZES_V2: dict[str, ModelConfigV2] = {
-    "small": ModelConfigV2(width=32, enc_blocks=(1, 2), mid_blocks=2, dec_blocks=(1, 2)),
-    "medium": ModelConfigV2(width=48, enc_blocks=(1, 2, 2), mid_blocks=2, dec_blocks=(1, 2, 2)),
-    "large": ModelConfigV2(width=64, enc_blocks=(2, 2, 2, 2), mid_blocks=2, dec_blocks=(2, 2, 2, 2)),
-}
-
-#: The v3 sizes (v2's blocks, no stem: the first level at full resolution), each about the parameter count
+#: The v3 sizes (no stem: the first level at full resolution), each about the parameter count
 #: of the v1 size it replaces. Counts (``count_parameters``; tests/trainer/learn/test_model.py): small 252,627
 #: (0.25 M), medium 4,220,579 (4.2 M), large 38,483,379 (38.5 M).
-MODEL_SIZES_V3: dict[str, ModelConfigV2] = {
-    "small": ModelConfigV2(width=16, enc_blocks=(1, 2), mid_blocks=2, dec_blocks=(1, 2), stem=1),
-    "medium": ModelConfigV2(width=32, enc_blocks=(1, 2, 2), mid_blocks=2, dec_blocks=(1, 2, 2), stem=1),
-    "large": ModelConfigV2(width=48, enc_blocks=(2, 2, 2, 2), mid_blocks=2, dec_blocks=(2, 2, 2, 2), stem=1),
+MODEL_SIZES_V3: dict[str, ModelConfigV3] = {
+    "small": ModelConfigV3(width=16, enc_blocks=(1, 2), mid_blocks=2, dec_blocks=(1, 2), stem=1),
+    "medium": ModelConfigV3(width=32, enc_blocks=(1, 2, 2), mid_blocks=2, dec_blocks=(1, 2, 2), stem=1),
+    "large": ModelConfigV3(width=48, enc_blocks=(2, 2, 2, 2), mid_blocks=2, dec_blocks=(2, 2, 2, 2), stem=1),
 }
 
 #: Architecture name -> its sizes (every architecture offers the same three size names).
-ARCHITECTURES: dict[str, dict[str, ModelConfig] | dict[str, ModelConfigV2] | dict[str, UNetConfig]] = {
-    "v1": MODEL_SIZES_V1, "v2": MODEL_SIZES_V2, "v3": MODEL_SIZES_V3, "unet": MODEL_SIZES_UNET}
+ARCHITECTURES: dict[str, dict[str, ModelConfigV1] | dict[str, ModelConfigV3] | dict[str, UNetConfig]] = {
+    "v1": MODEL_SIZES_V1, "v3": MODEL_SIZES_V3, "unet": MODEL_SIZES_UNET}
 #: Any network's constructor arguments.
-AnyConfig = ModelConfig | ModelConfigV2 | UNetConfig
+AnyConfig = ModelConfigV1 | ModelConfigV3 | UNetConfig
 #: The size names artists pick from.
-MODEL_SIZES = tuple(MODEL_SIZES_V2)
+MODEL_SIZES = tuple(MODEL_SIZES_V3)
 
 
 def model_config(size: str, architecture: str, scale: int = 1,
@@ -309,20 +282,24 @@ def model_config(size: str, architecture: str, scale: int = 1,
 
 
 def model_config_from_dict(data: Mapping[str, Any]) -> AnyConfig:
-    """A ModelConfig back from its ``dataclasses.asdict`` (a checkpoint's or model.json's ``model_config``; JSON
-    lists become tuples); :class:`ModelConfigV2` when it has ``width``, :class:`UNetConfig` when it has ``widths``.
-    Keys written before channels were named take their defaults (RGB).
+    """A network config back from its ``dataclasses.asdict`` (a checkpoint's or model.json's ``model_config``; JSON
+    lists become tuples): :class:`ModelConfigV3` when it has ``width``, :class:`UNetConfig` when it has ``widths``,
+    else :class:`ModelConfigV1`. Keys written before channels were named take their defaults (RGB); a ``width``
+    record without ``stem`` was written before v3 existed and is the v2 network (stem 2), so an old v2 run's
+    ``model.pt`` still exports to ONNX.
 
     Raises:
         ValueError: a key the config has not, or a missing required one (both named, with the valid keys).
     """
-    cls = UNetConfig if "widths" in data else ModelConfigV2 if "width" in data else ModelConfig
+    cls = UNetConfig if "widths" in data else ModelConfigV3 if "width" in data else ModelConfigV1
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"model_config keys {unknown} are not {cls.__name__} fields ({', '.join(sorted(names))}); "
                          "the file was written by another cuetrain: re-export it with this one")
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    if cls is ModelConfigV3:
+        values.setdefault("stem", 2)
     try:
         return cls(**values)
     except TypeError as exc:
@@ -330,18 +307,18 @@ def model_config_from_dict(data: Mapping[str, Any]) -> AnyConfig:
 
 
 def network(cfg: AnyConfig) -> nn.Module:
-    """The network a config describes, with torch's init (:class:`CopyCatUNet`, :class:`CopyCatUNetV2` or
+    """The network a config describes, with torch's init (:class:`CopyCatUNetV1`, :class:`CopyCatUNetV3` or
     :class:`PlainUNet`)."""
     if isinstance(cfg, UNetConfig):
         return PlainUNet(cfg)
-    return CopyCatUNet(cfg) if isinstance(cfg, ModelConfig) else CopyCatUNetV2(cfg)
+    return CopyCatUNetV1(cfg) if isinstance(cfg, ModelConfigV1) else CopyCatUNetV3(cfg)
 
 
 #: Architectures whose residual blocks start as the identity (SkipInit, De & Smith 2020, "Batch Normalization
 #: Biases Residual Blocks Towards the Identity Function in Deep Networks": each block's last convolution starts
 #: at zero, as Goyal et al. 2017 zero each block's last batch-norm scale): v3, chosen by the time-to-quality
 #: benchmark (docs/studies/time_to_quality.md, "SkipInit and Adam's beta2 0.9": better at lr 2e-3, the same
-#: at 1e-3). v1 and v2 keep torch's init.
+#: at 1e-3). v1 keeps torch's init.
 SKIP_INIT_ARCHITECTURES = ("v3",)
 
 

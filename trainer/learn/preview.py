@@ -42,7 +42,8 @@ import torch.nn.functional as F
 
 from trainer.core.channels import ChannelPlan
 from trainer.data.colour import ColourSpec, colour_channels, to_display, to_working_channels
-from trainer.data.images import IMAGE_EXTENSIONS, DataError, frame_number, read_channels
+from trainer.data.images import IMAGE_EXTENSIONS, DataError, read_channels
+from trainer.data.sequences import frame_number
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from trainer.learn.model import count_parameters, model_config
 from trainer.learn.optim import optimizer_of
 from trainer.learn.preview import cell, columns, header_band, label_width
 from trainer.record import runrecord
+from trainer.record.netcheck import network_mismatches, network_of, run_network
 from trainer.record.rundir import RunPaths, append_metrics, atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -277,26 +278,26 @@ def saved_channels(ckpt: dict[str, Any]) -> ChannelPlan:
 def check_resumable(ckpt: dict[str, Any], path: os.PathLike | str, model_size: str, architecture: str,
                     optimizer: str = "adam", scale: int = 1, channels: ChannelPlan | None = None) -> None:
     """Refuse a checkpoint of another network than the run's ``--model-size`` / ``--architecture`` / ``--scale`` /
-    ``--input-channels`` / ``--target-channels`` (``channels``; None: R,G,B in and out), or of another
-    ``--optimizer`` (its state cannot continue another optimizer's; pass :func:`resume_optimizer`'s choice).
+    Input and target channel counts (``trainer.record.netcheck.network_mismatches``, the check ``--init-from`` and
+    the GUI use), of other ``--input-channels`` / ``--target-channels`` names (``channels``; None: R,G,B in and out),
+    or of another ``--optimizer`` (its state cannot continue another optimizer's; pass :func:`resume_optimizer`'s
+    choice).
 
     Checkpoints written before architectures were named are v1, before channels were named R,G,B
     (:func:`saved_channels`); the optimizer is read from the state (``trainer.learn.optim.optimizer_of``). Raises:
-        ConfigError: the size, architecture, scale, channels or optimizer differs (names the file, both values and
-            the fix).
+        ConfigError: the network, channels or optimizer differs, or the checkpoint is of an architecture the
+            trainer no longer builds (names the file, both values and the fix).
     """
-    if ckpt["model_size"] != model_size:
-        raise ConfigError(f"checkpoint {path} is a {ckpt['model_size']} model, but --model-size is {model_size}; "
-                          "use the same size or another --run-dir")
-    saved = ckpt.get("architecture", "v1")
-    if saved != architecture:
-        raise ConfigError(f"checkpoint {path} is a {saved} network, but --architecture is {architecture}; "
-                          f"resume with --architecture {saved} or start another --run-dir")
-    saved_scale = ckpt.get("scale", 1)  # checkpoints written before --scale existed are same-size models
-    if saved_scale != scale:
-        raise ConfigError(f"checkpoint {path} is a --scale {saved_scale} model, but --scale is {scale}; resume with "
-                          f"--scale {saved_scale} or start another --run-dir")
     plan, here = saved_channels(ckpt), channels or ChannelPlan()
+    # channels: compared by name below (the counts follow)
+    found = network_mismatches(network_of(ckpt), run_network(architecture, model_size, scale, None))
+    if any(m.removed for m in found):
+        raise ConfigError(f"checkpoint {path}: {'; '.join(str(m) for m in found if m.removed)}; start another "
+                          "--run-dir")
+    if found:
+        flags = " ".join(f"--{m.key.replace('_', '-')} {m.there}" for m in found)
+        raise ConfigError(f"checkpoint {path} is another network ({'; '.join(map(str, found))}): resume with "
+                          f"{flags} or start another --run-dir")
     if plan != here:
         flags = lambda p: f"--input-channels {','.join(p.inputs)} --target-channels {','.join(p.targets)}"  # noqa: E731
         raise ConfigError(f"checkpoint {path} was trained with {flags(plan)}, but this run has {flags(here)}; resume "

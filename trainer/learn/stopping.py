@@ -15,7 +15,6 @@ the alpha). A crop, not the whole frame, keeps the cost bounded on 4K plates.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -25,7 +24,7 @@ from trainer.core.config import TrainConfig
 from trainer.core.stopping import (BudgetClock, FlatRule, StopReason, StopRule, deadline_passed,
                                    late_start_error)
 from trainer.data.crops import FrameSource
-from trainer.data.holdout import FrameSubset, split_frames
+from trainer.data.holdout import FrameSubset, psnr, split_frames
 from trainer.learn.run_writer import wall_clock
 from trainer.record import runrecord
 from trainer.record.rundir import RunPaths
@@ -38,6 +37,8 @@ RECORD_EVERY_S = 15.0
 EVAL_FRAMES = 8
 #: Side of the centre square scored per held-out frame, in Input pixels at most [pixels].
 EVAL_CROP = 256
+#: The most a held-out crop scores [dB]: an MSE of 1e-10 (what the score's floor on the MSE was before it used psnr).
+PSNR_CAP = 100.0
 
 
 class HeldOut:
@@ -57,7 +58,8 @@ class HeldOut:
 
     @torch.no_grad()
     def score(self, model: torch.nn.Module, device: torch.device, autocast: Any) -> float:
-        """The mean PSNR [dB] of ``model`` on the held-out crops (outputs clamped to 0..1, peak 1)."""
+        """The mean PSNR [dB] of ``model`` on the held-out crops (``trainer.data.holdout.psnr``: output and target
+        clipped to 0..1, peak 1), each crop's capped at :data:`PSNR_CAP` (a perfect crop would be infinite)."""
         was = model.training
         model.eval()
         scores = []
@@ -66,9 +68,7 @@ class HeldOut:
                 x = torch.from_numpy(np.ascontiguousarray(inp, dtype=np.float32)).permute(2, 0, 1)[None].to(device)
                 with autocast:
                     out = model(x)
-                y = torch.from_numpy(np.ascontiguousarray(tgt, dtype=np.float32)).permute(2, 0, 1)[None].to(device)
-                mse = float(((out.float().clamp(0, 1) - y) ** 2).mean())
-                scores.append(10.0 * math.log10(1.0 / max(mse, 1e-10)))
+                scores.append(min(PSNR_CAP, psnr(out[0].float().permute(1, 2, 0).cpu().numpy(), tgt)))
         finally:
             model.train(was)
         return float(np.mean(scores))

@@ -27,27 +27,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.learn.heads import check_channels, check_scale, pad_to_multiple, tail_and_output
+from trainer.learn.heads import ChannelFields, check_channel_fields, check_scale, pad_to_multiple, tail_and_output
 
 
 @dataclass(frozen=True)
-class UNetConfig:
+class UNetConfig(ChannelFields):
     """Shape of the ``unet`` network (:class:`PlainUNet`).
 
     Attributes:
         widths: feature channels of each level, top (full resolution) first; each further level is at half the
             resolution of the one above [channels per level]; at least 2 levels.
-        channels: Input channels Cin (RGB: 3) [channels].
-        scale: output size over input size in both dimensions (1: same size; 2, 4: upres) [1].
-        out_channels, residual, bounded: as ``trainer.learn.model.ModelConfig``'s (0, (), (): the identity mapping).
+        channels, scale, out_channels, residual, bounded: :class:`trainer.learn.heads.ChannelFields` (keyword-only).
     """
 
     widths: tuple[int, ...]
-    channels: int = 3
-    scale: int = 1
-    out_channels: int = 0
-    residual: tuple[int, ...] = ()
-    bounded: tuple[bool, ...] = ()
 
     @property
     def multiple(self) -> int:
@@ -83,7 +76,7 @@ class PlainUNet(nn.Module):
 
     Raises:
         ValueError: fewer than 2 levels, ``cfg.scale`` not an int >= 1, or bad channel fields
-            (``trainer.learn.heads.check_channels``).
+            (``trainer.learn.heads.check_channel_fields``).
     """
 
     def __init__(self, cfg: UNetConfig) -> None:
@@ -92,7 +85,7 @@ class PlainUNet(nn.Module):
             raise ValueError(f"widths {cfg.widths}: a U-Net needs at least 2 levels")
         check_scale(cfg.scale)
         self.in_channels = cfg.channels  # Cin [channels]
-        self.out_channels = check_channels(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
+        self.out_channels = check_channel_fields(cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded)  # Cout
         self.multiple = cfg.multiple
         w = cfg.widths
         self.downs = nn.ModuleList([_double_conv(cfg.channels if i == 0 else w[i - 1], w[i]) for i in range(len(w))])

@@ -4,6 +4,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 
 - :mod:`trainer.record.initsource`: ``--init-from PATH``: what PATH is, which file holds its weights, and what its
   metadata says (stdlib only).
+- :mod:`trainer.record.netcheck`: Which network a recorded model is, and whether it fits a run's: the one
+  compatibility check (stdlib only).
 - :mod:`trainer.record.rankfailure`: A rank's structured failure record: what the node agent reads instead of
   scraping ``rank_N.log``.
 - :mod:`trainer.record.rundir`: The run directory: the one contract between trainer, farm and GUI.
@@ -14,6 +16,7 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 
 __all__ = [
     'initsource',
+    'netcheck',
     'rankfailure',
     'rundir',
     'runrecord',

@@ -17,8 +17,8 @@ A checkpoint and a TorchScript file are both zip archives; TorchScript's holds `
 (``torch.jit.save``'s format), ``torch.save``'s does not, so the kind is read here without torch. This module
 resolves and checks what a process without torch can see: existence, readability, an absolute path (the farm's
 render nodes resolve a relative one from another folder) and, where ``model.json`` gives it, the network's
-architecture, size, scale and channels. ``cue_plugin`` checks a submit with it; :mod:`trainer.learn.init_from`
-reads checkpoints (torch) and loads the weights.
+architecture, size, scale and channels (compared by :mod:`trainer.record.netcheck`). ``cue_plugin`` checks a
+submit with it; :mod:`trainer.learn.init_from` reads checkpoints (torch) and loads the weights.
 
 Errors are :class:`InitFromError`, a :class:`~trainer.core.config.ConfigError` (bad input): the trainer's front
 door prints it as one ``cuetrain: error:`` line and exits 2 (:data:`trainer.core.exitcodes.ExitCode.USAGE`), and
@@ -37,6 +37,7 @@ from typing import Any
 
 from trainer.core.config import ConfigError
 from trainer.core.exitcodes import ExitCode
+from trainer.record.netcheck import Mismatch, network_mismatches, network_of, run_network
 from trainer.record.rundir import RunPaths
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,6 @@ log = logging.getLogger(__name__)
 KINDS = ("run", "checkpoint", "model")
 #: What the user can do about a source that cannot be used (every error ends with it).
 FIX = "give a run directory, a checkpoint .pt or a model.pt on shared storage, or leave --init-from out"
-#: Metadata a model.json or checkpoint that has it but omits a key means (older cuetrain): architecture v1
-#: (``trainer.learn.run_writer.check_resumable``), scale 1 (same size), channels 3 (RGB); target channels as many as
-#: the Input's (every network before channels were named returned what it read).
-META_DEFAULTS: dict[str, Any] = {"architecture": "v1", "scale": 1, "channels": 3}
 #: What to do about a source of another network (every mismatch error ends with it).
 MISMATCH_FIX = ("train with the same --architecture/--model-size/--scale/--input-channels/--target-channels or start "
                 "from random weights (leave --init-from out)")
@@ -210,67 +207,19 @@ def read_meta_file(source: InitSource) -> dict[str, Any] | None:
     return meta
 
 
-def network_of(meta: dict[str, Any] | None) -> dict[str, Any]:
-    """The network a source's metadata (a ``model.json`` or a checkpoint dict) describes: ``architecture``,
-    ``model_size``, ``scale``, ``channels`` (Input channels), ``target_channels`` (output channels) and ``step``; a
-    key the metadata lacks takes :data:`META_DEFAULTS` (``model_size`` and ``step`` None; ``target_channels`` as many
-    as ``channels``). No metadata at all (None): every value None (unknown).
-
-    Scale is read from ``scale``, else the recorded ``config``'s; channels from ``channels`` (model.json: the Input
-    channel count), else ``model_config``'s; target channels from ``channels_out`` (model.json: their names), else
-    ``model_config``'s ``out_channels`` (0: as many as ``channels``).
-    """
-    if meta is None:
-        return {"architecture": None, "model_size": None, "scale": None, "channels": None, "target_channels": None,
-                "step": None}
-    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    model_config = meta.get("model_config") if isinstance(meta.get("model_config"), dict) else {}
-    recorded = meta.get("channels")
-    if isinstance(recorded, dict):  # a ChannelPlan.to_dict() ({"in": [...], "out": [...]}), as model_meta holds it
-        recorded = len(recorded.get("in") or ()) or None
-    channels = _as_int(recorded or model_config.get("channels") or META_DEFAULTS["channels"])
-    names_out = meta.get("channels_out")
-    out = len(names_out) if isinstance(names_out, list) and names_out else model_config.get("out_channels") or channels
-    return {"architecture": meta.get("architecture") or META_DEFAULTS["architecture"],
-            "model_size": meta.get("model_size"),
-            "scale": _as_int(meta.get("scale") or config.get("scale") or META_DEFAULTS["scale"]),
-            "channels": channels, "target_channels": _as_int(out), "step": meta.get("step")}
-
-
-def _as_int(value: Any) -> Any:
-    """``value`` as an int when it is one (``2``, ``"2"``), else as recorded (a mismatch then shows it)."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return value
-
-
-def mismatches(there: dict[str, Any], *, architecture: str, model_size: str, scale: int,
-               channels: int = 3, target_channels: int | None = None) -> list[str]:
-    """Each way the source's network (:func:`network_of`) differs from this run's, e.g. ``"scale 1 there, 2
-    here"``; a value the source does not record (None) is not compared (the weights' shapes decide).
-
-    ``channels``: this run's Input channel count (``len(TrainConfig.channels.inputs)``); ``target_channels``: its
-    output channel count (``len(...targets)``; None: as many as ``channels``) [channels].
-    """
-    here = {"architecture": architecture, "model size": model_size, "scale": scale, "channels": channels,
-            "target channels": channels if target_channels is None else target_channels}
-    keys = {"architecture": "architecture", "model size": "model_size", "scale": "scale", "channels": "channels",
-            "target channels": "target_channels"}
-    return [f"{name} {there[keys[name]]} there, {value} here" for name, value in here.items()
-            if there.get(keys[name]) is not None and there[keys[name]] != value]
-
-
-def mismatch_error(source: InitSource, found: list[str]) -> InitFromError:
-    """One error naming every mismatch of :func:`mismatches` and the fix (:data:`MISMATCH_FIX`)."""
-    return _error(source.path, "; ".join(found), MISMATCH_FIX)
+def mismatch_error(source: InitSource, found: list[Mismatch]) -> InitFromError:
+    """One error naming every mismatch of :func:`trainer.record.netcheck.network_mismatches` and the fix
+    (:data:`MISMATCH_FIX`; for a removed architecture, its own fix is in the mismatch's text)."""
+    fix = "start from random weights (leave --init-from out)" if any(m.removed for m in found) else MISMATCH_FIX
+    return _error(source.path, "; ".join(map(str, found)), fix)
 
 
 def check_source(path: str | os.PathLike[str], *, architecture: str, model_size: str, scale: int,
                  channels: int = 3, target_channels: int | None = None, require_absolute: bool = False) -> InitSource:
     """Resolve ``path`` (:func:`resolve`) and, where its ``model.json`` says, check it is this run's network.
 
-    ``channels``, ``target_channels``: this run's Input and output channel counts (:func:`mismatches`).
+    ``channels``, ``target_channels``: this run's Input and output channel counts
+    (:func:`trainer.record.netcheck.run_network`).
     A checkpoint's metadata is inside the file and needs torch: :func:`trainer.learn.init_from.apply_init_from`
     checks it when the run starts.
 
@@ -280,8 +229,8 @@ def check_source(path: str | os.PathLike[str], *, architecture: str, model_size:
     source = resolve(path, require_absolute=require_absolute)
     meta = read_meta_file(source)
     if meta is not None:
-        found = mismatches(network_of(meta), architecture=architecture, model_size=model_size, scale=scale,
-                           channels=channels, target_channels=target_channels)
+        found = network_mismatches(network_of(meta), run_network(architecture, model_size, scale, channels,
+                                                                 target_channels))
         if found:
             raise mismatch_error(source, found)
     return source

@@ -142,7 +142,7 @@ def test_probe_times_the_real_step(pairs, tmp_path):
     assert not (tmp_path / "run").exists()  # the probe writes nothing into the run directory
 
 
-@pytest.mark.parametrize("architecture,parameters", [("v1", 169_843), ("v2", 1_012_204)])
+@pytest.mark.parametrize("architecture,parameters", [("v1", 169_843), ("unet", 118_691)])
 def test_probe_times_the_configured_architecture(pairs, tmp_path, architecture, parameters):
     """The probe builds the network the run would train (it built v1 whatever --architecture said)."""
     cfg = TrainConfig(str(pairs[0]), str(pairs[1]), str(tmp_path / "run"), batch_size=2, crop_size=16,

@@ -235,3 +235,13 @@ def test_rgb_channels_named_take_the_colour_path(tmp_path):
     assert tuple(spec.channelnames) == ("Y", "A")
     assert np.abs(pixels[..., 0] - values[..., :3] @ LUMA_709).max() <= 0.5 / 65535 + 1e-6
     assert np.abs(pixels[..., 1] - values[..., 3]).max() <= 0.5 / 65535 + 1e-6
+
+
+def test_output_factor_is_the_one_output_size_rule():
+    from trainer.data.write_like import output_factor
+
+    assert output_factor((9, 14), (9, 14, 3), 3) == 1 and output_factor((9, 14, 3), (36, 56, 3), 3) == 4
+    assert output_factor((9, 14), (18, 29, 3), 3) == 0  # another aspect
+    assert output_factor((9, 14), (4, 7, 3), 3) == 0  # fewer pixels
+    assert output_factor((9, 14), (18, 28, 4), 3) == 0  # another channel count
+    assert output_factor((0, 14), (0, 14, 3), 3) == 0 and output_factor((9, 14), (9, 14), 3) == 0

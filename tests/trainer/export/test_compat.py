@@ -49,8 +49,8 @@ def test_every_model_size_loads_at_the_floor(size, architecture, tmp_path):
     report = check_torchscript(path)
     assert report.missing == (), f"{architecture} {size}: libtorch {MIN_LIBTORCH} lacks {report.missing}"
     assert "aten::pad" not in report.used and "aten::conv2d" in report.used
-    assert ("aten::cat" in report.used) == (architecture in ("v1", "unet"))  # concatenated skips; v2, v3 add them
-    assert ("aten::pixel_shuffle" in report.used) == (architecture in ("v2", "v3"))  # v2's and v3's way up
+    assert ("aten::cat" in report.used) == (architecture in ("v1", "unet"))  # concatenated skips; v3 adds them
+    assert ("aten::pixel_shuffle" in report.used) == (architecture == "v3")  # v3's way up
     assert ("aten::max_pool2d" in report.used) == (architecture == "unet")  # unet's way down
     assert report.archive_version <= 3  # the record 1.12 reads (issue 21: the demo's archive had 3)
 

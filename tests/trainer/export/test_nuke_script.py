@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.learn.model import CopyCatUNet, ModelConfig
+from trainer.learn.model import CopyCatUNetV1, ModelConfigV1
 from trainer.export.nuke_script import NUKE_SCRIPT_NAME, nk_quote, nuke_script
 from trainer.learn.run_writer import export_model
 from trainer.record.rundir import RunPaths
@@ -89,7 +89,7 @@ def test_nk_quote_escapes_tcl_specials_and_leaves_plain_values_bare():
 def test_export_model_writes_model_nuke_nk_beside_model_pt(tmp_path):
     paths = RunPaths.of(tmp_path / "my run")
     paths.create()
-    net = CopyCatUNet(ModelConfig(base_channels=4, depth=1, blocks=1))
+    net = CopyCatUNetV1(ModelConfigV1(base_channels=4, depth=1, blocks=1))
     export_model(paths, net, {"step": 0}, onnx=False)
     nk = paths.root / NUKE_SCRIPT_NAME
     assert nk == paths.model_nuke and nk.is_file() and paths.model.is_file()
@@ -122,7 +122,7 @@ def test_export_model_of_an_upres_run_records_the_scale(tmp_path):
     meta = json.loads(paths.model_meta.read_text())
     assert meta["scale"] == 2 and meta["exports"]["model.pt"]["output"]["shape"] == [1, 3, "2*H", "2*W"]
     assert dict(parse_nodes(paths.model_nuke.read_text()))["CatFileCreator"]["outputScale"] == "2"
-    net = CopyCatUNet(ModelConfig(base_channels=4, depth=1, blocks=1))
+    net = CopyCatUNetV1(ModelConfigV1(base_channels=4, depth=1, blocks=1))
     export_model(paths, net, {"step": 0}, onnx=False)  # a meta without "scale": a same-size model
     assert json.loads(paths.model_meta.read_text())["scale"] == 1
     assert dict(parse_nodes(paths.model_nuke.read_text()))["CatFileCreator"]["outputScale"] == "1"

@@ -66,15 +66,6 @@ def test_pad_to_multiple_gradients_equal_replicate_f_pad():
     torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-5)  # sums of up to 40 terms: order differs
 
 
-@pytest.mark.parametrize("size,params", [("small", 1_012_204), ("medium", 9_499_740), ("large", 68_418_252)])
-def test_v2_parameter_counts_identity_and_odd_sizes(size, params):
-    net = build_model(size, "v2")
-    assert count_parameters(net) == params
-    if size == "small":
-        x = torch.rand(1, 3, 37, 51)
-        assert torch.equal(net(x), x)  # zero-initialised tail: the untrained v2 network is the identity too
-
-
 @pytest.mark.parametrize("size,params", [("small", 252_627), ("medium", 4_220_579), ("large", 38_483_379)])
 def test_v3_parameter_counts_and_full_resolution_first_level(size, params):
     net = build_model(size, "v3")
@@ -84,8 +75,10 @@ def test_v3_parameter_counts_and_full_resolution_first_level(size, params):
 
 
 def test_unknown_architecture_is_named():
-    with pytest.raises(ValueError, match="v1, v2, v3"):
+    with pytest.raises(ValueError, match="'v4' is not one of v1, v3, unet"):
         build_model("small", "v4")
+    with pytest.raises(ValueError, match="'v2' is not one of v1, v3, unet"):  # a benchmark's only (issue 49)
+        build_model("small", "v2")
 
 
 def test_v3_residual_blocks_start_as_the_identity_and_only_they_change():
@@ -101,8 +94,7 @@ def test_v3_residual_blocks_start_as_the_identity_and_only_they_change():
     assert torch.equal(blocks[0](x), x)
     a, b = skip.state_dict(), plain.state_dict()
     assert {k for k in a if not torch.equal(a[k], b[k])} == {k for k in a if ".conv2." in k}  # the rest: same draw
-    for architecture in ("v1", "v2"):  # torch's init, as their runs and checkpoints were made
-        net = build_model("small", architecture)
-        assert all(m.conv2.weight.any() for m in net.modules() if isinstance(m, ResBlock))
+    net = build_model("small", "v1")  # torch's init, as its runs and checkpoints were made
+    assert all(m.conv2.weight.any() for m in net.modules() if isinstance(m, ResBlock))
     forced = build_model("small", "v1", skip_init=True)
     assert not any(m.conv2.weight.any() for m in forced.modules() if isinstance(m, ResBlock))

@@ -17,9 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from trainer.core.channels import ChannelPlan
-from trainer.learn.baselines import build_espcn
-from trainer.learn.heads import channel_fields, check_channels
-from trainer.learn.model import (ModelConfig, ModelConfigV2, build_model, model_config, model_config_from_dict,
+from trainer.learn.heads import channel_fields, check_channel_fields
+from trainer.learn.model import (ModelConfigV1, ModelConfigV3, build_model, model_config, model_config_from_dict,
                                  network)
 
 #: The commit before channels were named: its model.py is the reference for the RGB default.
@@ -64,6 +63,14 @@ def test_the_reference_is_that_commits_file():
     assert REFERENCE.read_text(encoding="utf-8") == source
 
 
+def built(architecture: str, scale: int = 1, plan: ChannelPlan | None = None) -> torch.nn.Module:
+    """``build_model``, plus ``v3-stem2``: v3's small network with a 2x space-to-depth stem (``ModelConfigV3.stem``;
+    the v2 network's layout, which a v2 run's model_config still builds through ``model_config_from_dict``)."""
+    if architecture == "v3-stem2":
+        return network(dataclasses.replace(model_config("small", "v3", scale, plan), stem=2))
+    return build_model("small", architecture, scale=scale, channels=plan)
+
+
 def perturbed(net: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     """Every weight moved off its init by the same draws (a zero tail would hide the whole network)."""
     g = torch.Generator().manual_seed(seed)
@@ -73,8 +80,7 @@ def perturbed(net: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return net.eval()
 
 
-@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v2", 1), ("v3", 1), ("v1", 2), ("v2", 2), ("v3", 2),
-                                                ("v3", 4)])
+@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v3", 1), ("v1", 2), ("v3", 2), ("v3", 4)])
 @pytest.mark.parametrize("plan", [None, ChannelPlan()], ids=["none", "rgb"])
 def test_rgb_default_is_the_network_of_before_channels(old_model, architecture, scale, plan):
     torch.manual_seed(7)
@@ -92,10 +98,10 @@ def test_rgb_default_is_the_network_of_before_channels(old_model, architecture, 
     assert new_cfg == {**old_cfg, "out_channels": 0, "residual": (), "bounded": ()}
 
 
-@pytest.mark.parametrize("architecture", ["v1", "v2", "v3", "unet"])
+@pytest.mark.parametrize("architecture", ["v1", "v3", "v3-stem2", "unet"])
 @pytest.mark.parametrize("scale", [1, 2])
 def test_untrained_matte_network_returns_one_channel_of_one_half(architecture, scale):
-    net = build_model("small", architecture, scale=scale, channels=MATTE).eval()
+    net = built(architecture, scale, MATTE).eval()
     assert (net.in_channels, net.out_channels) == (3, 1)
     with torch.no_grad():
         y = net(torch.rand(2, 3, 11, 9))
@@ -106,9 +112,9 @@ def test_untrained_matte_network_returns_one_channel_of_one_half(architecture, s
         assert torch.equal(y, torch.full_like(y, 0.5))  # sigmoid(0): the zero tail, no prior (trainer.learn.heads)
 
 
-@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v2", 2), ("v3", 2), ("unet", 1)])
+@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v3-stem2", 2), ("v3", 2), ("unet", 1)])
 def test_untrained_colour_alpha_network_returns_its_input_and_one_half(architecture, scale):
-    net = build_model("small", architecture, scale=scale, channels=RGBA_OUT).eval()
+    net = built(architecture, scale, RGBA_OUT).eval()
     x = torch.rand(1, 3, 10, 7)
     with torch.no_grad():
         y = net(x)
@@ -150,12 +156,12 @@ def test_a_correction_adds_to_the_input_channel_of_the_same_name():
     assert torch.equal(y[:, 1], torch.full_like(y[:, 1], 0.5))
 
 
-@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v1", 2), ("v2", 1), ("v2", 2), ("v3", 2), ("unet", 1),
-                                                ("unet", 2)])
+@pytest.mark.parametrize("architecture,scale", [("v1", 1), ("v1", 2), ("v3-stem2", 1), ("v3-stem2", 2), ("v3", 2),
+                                                ("unet", 1), ("unet", 2)])
 def test_trained_output_is_input_plus_raw_sigmoid_and_raw(architecture, scale):
     """Output j = base[residual j] + raw_j, sigmoid(raw_j) for a matte, raw_j for a plain new channel."""
     plan = ChannelPlan(("R", "G", "B"), ("G", "A", "Z"))  # a correction, a matte, a plain channel
-    net = perturbed(build_model("small", architecture, scale=scale, channels=plan))
+    net = perturbed(built(architecture, scale, plan))
     captured = {}
     net.tail.register_forward_hook(lambda module, args, out: captured.__setitem__("raw", out))
     x = torch.rand(1, 3, 9, 10)
@@ -175,7 +181,7 @@ def test_trained_output_is_input_plus_raw_sigmoid_and_raw(architecture, scale):
 def test_a_plan_whose_targets_are_its_inputs_keeps_the_identity_path():
     plan = ChannelPlan(("R", "G", "B", "A"), ("R", "G", "B", "A"))
     assert channel_fields(plan) == {"channels": 4}
-    net = build_model("small", "v2", channels=plan).eval()
+    net = built("v3-stem2", 1, plan).eval()
     assert net.output.named is None and (net.in_channels, net.out_channels) == (4, 4)
     x = torch.rand(1, 4, 6, 6)
     with torch.no_grad():
@@ -196,22 +202,24 @@ def test_model_config_of_before_channels_loads_as_rgb():
     old = {"width": 16, "enc_blocks": [1, 2], "mid_blocks": 2, "dec_blocks": [1, 2], "stem": 1, "channels": 3,
            "scale": 1}
     assert model_config_from_dict(old) == model_config("small", "v3")
+    v2 = {"width": 32, "enc_blocks": [1, 2], "mid_blocks": 2, "dec_blocks": [1, 2], "channels": 3}  # before stem
+    assert model_config_from_dict(v2).stem == 2  # the v2 network it was: an old v2 run still exports to ONNX
     assert model_config_from_dict({"base_channels": 16, "depth": 2, "blocks": 1}) == model_config("small", "v1")
-    with pytest.raises(ValueError, match=r"\['colour'\] are not ModelConfig fields"):
+    with pytest.raises(ValueError, match=r"\['colour'\] are not ModelConfigV1 fields"):
         model_config_from_dict({"base_channels": 16, "depth": 2, "blocks": 1, "colour": 1})
     with pytest.raises(ValueError, match="incomplete"):
         model_config_from_dict({"base_channels": 16})
 
 
 def test_matte_fields_and_parameter_shapes():
-    cfg = model_config("small", "v2", 2, MATTE)
-    assert isinstance(cfg, ModelConfigV2)
+    cfg = dataclasses.replace(model_config("small", "v3", 2, MATTE), stem=2)
+    assert isinstance(cfg, ModelConfigV3)
     assert (cfg.channels, cfg.out_channels, cfg.residual, cfg.bounded) == (3, 1, (-1,), (True,))
     net = network(cfg)
     assert net.head.in_channels == 3 * 2 ** 2  # Cin stem^2
     assert net.tail.out_channels == 1 * 2 ** 2 * 2 ** 2  # Cout (stem scale)^2
     cfg1 = model_config("small", "v1", 1, ChannelPlan(("R", "G", "B", "A"), ("A",)))
-    assert isinstance(cfg1, ModelConfig) and cfg1.residual == (3,)  # an A in the Input: corrected, not a matte
+    assert isinstance(cfg1, ModelConfigV1) and cfg1.residual == (3,)  # an A in the Input: corrected, not a matte
     assert network(cfg1).head.in_channels == 4
 
 
@@ -223,7 +231,7 @@ def test_matte_fields_and_parameter_shapes():
 ])
 def test_bad_channel_fields_are_refused(args, match):
     with pytest.raises(ValueError, match=match):
-        check_channels(*args)
+        check_channel_fields(*args)
 
 
 def test_matte_network_trains_towards_its_matte():
@@ -243,15 +251,3 @@ def test_matte_network_trains_towards_its_matte():
         loss.backward()
         opt.step()
     assert float(loss.detach()) < 0.8 * first
-
-
-@pytest.mark.parametrize("scale", [1, 2])
-def test_espcn_baseline_takes_a_plan(scale):
-    net = build_espcn(scale, plan=RGBA_OUT).eval()
-    x = torch.rand(1, 3, 5, 6)
-    with torch.no_grad():
-        y = net(x)
-    base = x if scale == 1 else F.interpolate(x, scale_factor=float(scale), mode="bilinear", align_corners=False)
-    assert y.shape == (1, 4, 5 * scale, 6 * scale)
-    assert torch.equal(y[:, :3], base) and torch.equal(y[:, 3], torch.full_like(y[:, 3], 0.5))
-    assert build_espcn(scale).tail.out_channels == 3 * scale ** 2  # the RGB baseline as before

@@ -1,5 +1,5 @@
 """Upres networks (trainer.learn.model, ``scale`` 2 and 4): bilinear at init, s x output at any size, scriptable,
-recorded in the config; scale 1 is the network it always was; the ESPCN baseline."""
+recorded in the config; scale 1 is the network it always was (the ESPCN baseline: tests/benchmarks/test_baselines.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.learn.baselines import build_espcn
-from trainer.learn.model import ARCHITECTURES, ModelConfig, ModelConfigV2, build_model, count_parameters, model_config
+from trainer.learn.model import ARCHITECTURES, ModelConfigV1, ModelConfigV3, build_model, count_parameters, model_config
 
 
 def bilinear(x: torch.Tensor, scale: int) -> torch.Tensor:
@@ -47,9 +46,9 @@ def test_trained_upres_model_keeps_its_shape_and_scripts_to_the_same_output(arch
     torch.testing.assert_close(torch.jit.script(net)(x), y, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("architecture,tail_channels", [("v1", 12), ("v2", 48), ("v3", 12)])
+@pytest.mark.parametrize("architecture,tail_channels", [("v1", 12), ("v3", 12)])
 def test_the_tail_returns_three_sub_pixel_channels_per_output_pixel(architecture, tail_channels):
-    """3 s^2 at scale 2; v2's stem (2) packs its 2x2 too: one pixel_shuffle by stem*scale = 4 -> 3 * 4^2."""
+    """3 s^2 at scale 2 (a stem packs its stem^2 too: tests/benchmarks/test_baselines.py)."""
     net = build_model("small", architecture, scale=2)
     assert net.tail.out_channels == tail_channels
     assert count_parameters(build_model("small", "v3", scale=2)) == 253_932  # 252,627 + the wider tail
@@ -73,35 +72,20 @@ def test_config_records_the_scale_and_old_dicts_load_as_scale_1():
     assert cfg.scale == 4 and dataclasses.asdict(cfg)["scale"] == 4
     assert model_config("small", "v3").scale == 1 and model_config("small", "v1").scale == 1
     old_v1 = {k: v for k, v in dataclasses.asdict(model_config("small", "v1")).items() if k != "scale"}
-    old_v2 = {k: v for k, v in dataclasses.asdict(model_config("small", "v2")).items() if k != "scale"}
-    assert ModelConfig(**old_v1).scale == 1 and ModelConfigV2(**old_v2).scale == 1
+    old_v3 = {k: v for k, v in dataclasses.asdict(model_config("small", "v3")).items() if k != "scale"}
+    assert ModelConfigV1(**old_v1).scale == 1 and ModelConfigV3(**old_v3).scale == 1
 
 
 @pytest.mark.parametrize("scale", [0, -2, 1.5, True, "2"])
 def test_a_bad_scale_is_refused(scale):
     with pytest.raises(ValueError, match="whole number >= 1"):
         build_model("small", "v3", scale=scale)
-    with pytest.raises(ValueError, match="whole number >= 1"):
-        build_espcn(scale)
-
-
-@pytest.mark.parametrize("scale", [2, 4])
-def test_espcn_baseline_starts_bilinear_and_scripts(scale):
-    net = build_espcn(scale)
-    x = torch.rand(1, 3, 9, 14)
-    assert torch.equal(net(x), bilinear(x, scale))
-    nudge(net)
-    y = net(x)
-    assert y.shape == (1, 3, 9 * scale, 14 * scale)
-    torch.testing.assert_close(torch.jit.script(net)(x), y, rtol=1e-5, atol=1e-5)
-    # Shi et al. 2016's layers: 5x5x3->64, 3x3x64->32, 3x3x32->3 s^2, with biases
-    assert count_parameters(net) == (5 * 5 * 3 * 64 + 64) + (3 * 3 * 64 * 32 + 32) + (3 * 3 * 32 + 1) * 3 * scale ** 2
 
 
 def test_a_bad_scale_in_a_config_is_refused_by_the_network():
-    from trainer.learn.model import CopyCatUNet, CopyCatUNetV2
+    from trainer.learn.model import CopyCatUNetV1, CopyCatUNetV3
 
     with pytest.raises(ValueError, match="scale=1.5 must be a whole number"):
-        CopyCatUNet(dataclasses.replace(model_config("small", "v1"), scale=1.5))
+        CopyCatUNetV1(dataclasses.replace(model_config("small", "v1"), scale=1.5))
     with pytest.raises(ValueError, match="scale=0 must be a whole number"):
-        CopyCatUNetV2(dataclasses.replace(model_config("small", "v3"), scale=0))
+        CopyCatUNetV3(dataclasses.replace(model_config("small", "v3"), scale=0))

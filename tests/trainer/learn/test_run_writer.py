@@ -14,14 +14,15 @@ def test_a_checkpoint_of_the_same_network_is_resumable():
 
 
 def test_another_size_is_refused_with_the_file_and_the_fix():
-    with pytest.raises(ConfigError, match=r"ckpt_00000010.pt is a small model, but --model-size is medium; use"):
+    with pytest.raises(ConfigError, match=r"ckpt_00000010.pt is another network \(model size small there, medium here\): resume with "
+                                          r"--model-size small or start another --run-dir"):
         check_resumable({"model_size": "small", "architecture": "v3"}, "ckpt_00000010.pt", "medium", "v3")
 
 
 def test_another_architecture_is_refused_and_a_checkpoint_without_one_is_v1():
     old = {"model_size": "small"}  # written before architectures were named
     check_resumable(old, "ckpt_00000010.pt", "small", "v1")
-    with pytest.raises(ConfigError, match=r"is a v1 network, but --architecture is v3; resume with --architecture v1"):
+    with pytest.raises(ConfigError, match=r"\(architecture v1 there, v3 here\): resume with --architecture v1 "):
         check_resumable(old, "ckpt_00000010.pt", "small", "v3")
 
 
@@ -57,3 +58,13 @@ def test_other_channels_are_refused_and_a_checkpoint_without_them_is_rgb():
     check_resumable(old, "ckpt_00000010.pt", "small", "v3")
     with pytest.raises(ConfigError, match=r"trained with --input-channels R,G,B --target-channels R,G,B, but"):
         check_resumable(old, "ckpt_00000010.pt", "small", "v3", channels=ChannelPlan(("R", "G", "B"), ("A",)))
+
+
+def test_a_v2_checkpoint_is_refused_with_the_file_and_what_to_do():
+    """v2 left the product (issue 49): resuming one names the file and says to start another run, not to pass an
+    --architecture v2 that no longer exists."""
+    with pytest.raises(ConfigError) as info:
+        check_resumable({"model_size": "small", "architecture": "v2"}, "ckpt_00000010.pt", "small", "v3")
+    text = str(info.value)
+    assert text.startswith("checkpoint ckpt_00000010.pt: architecture v2 (the space-to-depth stem") and (
+        text.endswith("start another --run-dir")) and "--architecture v2" not in text

@@ -19,7 +19,7 @@ from tests.conftest import CHILD_PYTHONPATH
 from trainer.core.config import ConfigError
 from trainer.core.exitcodes import ExitCode
 from trainer.record import runrecord
-from trainer.record.initsource import InitFromError, check_source, mismatches, network_of, resolve
+from trainer.record.initsource import InitFromError, check_source, resolve
 from trainer.record.rundir import RunPaths, atomic_write_json
 
 NETWORK = {"architecture": "v3", "model_size": "small", "scale": 1}
@@ -124,26 +124,6 @@ def test_an_unreadable_weights_file_is_refused(tmp_path, monkeypatch):
         resolve(paths.root)
 
 
-def test_network_of_fills_what_older_metadata_leaves_out():
-    assert network_of({"model_size": "small", "step": 7}) == {"architecture": "v1", "model_size": "small", "scale": 1,
-                                                             "channels": 3, "target_channels": 3, "step": 7}
-    ckpt_like = {"model_size": "large", "architecture": "v2", "config": {"scale": 4}, "model_config": {"channels": 1}}
-    assert network_of(ckpt_like)["scale"] == 4 and network_of(ckpt_like)["channels"] == 1
-    assert network_of(ckpt_like)["target_channels"] == 1  # out_channels 0 or absent: as many as it reads
-    matte_ckpt = {"model_config": {"channels": 4, "out_channels": 1}}
-    assert (network_of(matte_ckpt)["channels"], network_of(matte_ckpt)["target_channels"]) == (4, 1)
-    model_json = {"channels": 3, "channels_in": ["R", "G", "B"], "channels_out": ["R", "G", "B", "A"]}
-    assert (network_of(model_json)["channels"], network_of(model_json)["target_channels"]) == (3, 4)
-    assert set(network_of(None).values()) == {None}  # no metadata: nothing compared, the shapes decide
-
-
-def test_mismatches_name_each_difference_and_skip_unknowns():
-    there = {"architecture": "v1", "model_size": "small", "scale": 1, "channels": 3}
-    assert mismatches(there, architecture="v3", model_size="small", scale=2) == [
-        "architecture v1 there, v3 here", "scale 1 there, 2 here"]
-    assert mismatches({**there, "model_size": None}, architecture="v1", model_size="large", scale=1) == []
-
-
 def test_check_source_refuses_a_model_json_of_another_network_in_one_message(tmp_path):
     paths = make_run(tmp_path / "shotA", meta={"architecture": "v1", "model_size": "medium"})
     with pytest.raises(InitFromError) as info:
@@ -153,6 +133,18 @@ def test_check_source_refuses_a_model_json_of_another_network_in_one_message(tmp
         "there, 2 here: train with the same --architecture/--model-size/--scale/--input-channels/--target-channels "
         "or start from random weights (leave --init-from out)")
     assert check_source(paths.root, architecture="v1", model_size="medium", scale=1).kind == "run"
+
+
+def test_check_source_refuses_a_v2_model_with_what_to_do_instead(tmp_path):
+    """v2 left the product (issue 49): its error says so and points to random weights, not to --architecture v2."""
+    paths = make_run(tmp_path / "shotV2", meta={"architecture": "v2", "model_size": "small"})
+    with pytest.raises(InitFromError) as info:
+        check_source(paths.root, architecture="v3", model_size="small", scale=1)
+    assert str(info.value) == (
+        f"--init-from {paths.root}: architecture v2 (the space-to-depth stem of the time-to-quality study, never a "
+        "default) is no longer trained; its model.pt still runs (cuetrain infer, Nuke): train a new run with "
+        "--architecture v3 (or leave --architecture out) instead of continuing or starting from it: start from "
+        "random weights (leave --init-from out)")
 
 
 def test_a_broken_model_json_is_named(tmp_path):

@@ -1,12 +1,45 @@
-"""Baseline networks for benchmarks, not offered for training: what cuetrain's own networks must beat."""
+"""Networks benchmarks compare with, not offered for training: what cuetrain's own networks must beat.
+
+- :class:`ESPCN` (Shi et al. 2016), the upres baseline (``bench_upscale.py``).
+- ``v2``: v3's network (``trainer.learn.model.CopyCatUNetV3``) with a 2x space-to-depth stem, the first level at
+  half resolution (:data:`MODEL_SIZES_V2`); the time-to-quality study's candidate (docs/studies/time_to_quality.md,
+  "Exploration": best on compression artefacts, worst on blur and noise), never a default, so no longer a
+  ``--architecture``. :func:`build_model` builds it by name and every product architecture as the trainer does.
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 from torch import nn
 
 from trainer.core.channels import ChannelPlan
-from trainer.learn.heads import channel_fields, check_channels, check_scale, tail_and_output
+from trainer.learn.heads import channel_fields, check_channel_fields, check_scale, tail_and_output
+from trainer.learn.model import (CopyCatUNetV3, ModelConfigV3, ResBlock, build_model as product_build_model,  # noqa: F401
+                                 count_parameters, pad_to_multiple, zero_residual_branches)
+
+#: The v2 sizes (stem 2). Parameter counts (``count_parameters``; tests/benchmarks/test_baselines.py): small
+#: 1,012,204 (1.0 M), medium 9,499,740 (9.5 M), large 68,418,252 (68.4 M). Benchmarks may add sizes at run time.
+MODEL_SIZES_V2: dict[str, ModelConfigV3] = {
+    "small": ModelConfigV3(width=32, enc_blocks=(1, 2), mid_blocks=2, dec_blocks=(1, 2), stem=2),
+    "medium": ModelConfigV3(width=48, enc_blocks=(1, 2, 2), mid_blocks=2, dec_blocks=(1, 2, 2), stem=2),
+    "large": ModelConfigV3(width=64, enc_blocks=(2, 2, 2, 2), mid_blocks=2, dec_blocks=(2, 2, 2, 2), stem=2),
+}
+
+
+def build_model(size: str, architecture: str, skip_init: bool | None = None, scale: int = 1,
+                channels: ChannelPlan | None = None) -> nn.Module:
+    """``trainer.learn.model.build_model``, plus ``architecture`` ``v2`` (:data:`MODEL_SIZES_V2`, torch's init
+    unless ``skip_init``). Raises ValueError: unknown size or architecture, or ``scale`` not an int >= 1."""
+    if architecture != "v2":
+        return product_build_model(size, architecture, skip_init, scale, channels)
+    check_scale(scale)
+    if size not in MODEL_SIZES_V2:
+        raise ValueError(f"model size {size!r} is not one of {', '.join(MODEL_SIZES_V2)}")
+    net = CopyCatUNetV3(replace(MODEL_SIZES_V2[size], scale=scale, **channel_fields(channels)))
+    return zero_residual_branches(net) if skip_init else net
 
 
 class ESPCN(nn.Module):
@@ -31,7 +64,7 @@ class ESPCN(nn.Module):
         named = channel_fields(plan)
         cin = named.get("channels", channels)
         residual, bounded = named.get("residual", ()), named.get("bounded", ())
-        cout = check_channels(cin, named.get("out_channels", 0), residual, bounded)
+        cout = check_channel_fields(cin, named.get("out_channels", 0), residual, bounded)
         self.in_channels, self.out_channels = cin, cout  # [channels]
         self.body = nn.Sequential(nn.Conv2d(cin, 64, 5, padding=2), nn.Tanh(),
                                   nn.Conv2d(64, 32, 3, padding=1), nn.Tanh())
