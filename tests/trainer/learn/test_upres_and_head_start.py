@@ -71,7 +71,7 @@ def test_a_checkpoint_of_another_scale_is_not_resumed(tmp_path):
     inp, tgt = make_upres_pairs(tmp_path / "data", scale=2, frames=2)
     train(cfg(inp, tgt, tmp_path / "run", scale=2, steps=2, checkpoint_interval=2), NON_DIST)
     same_size = make_pairs(tmp_path / "same", frames=2)
-    with pytest.raises(ConfigError, match="is a --scale 2 model, but --scale is 1; resume with --scale 2"):
+    with pytest.raises(ConfigError, match=r"is another network \(scale 2 there, 1 here\): resume with --scale 2"):
         train(cfg(*same_size, tmp_path / "run", steps=4, resume=True), NON_DIST)
 
 
