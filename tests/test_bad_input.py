@@ -246,7 +246,8 @@ def test_resume_with_another_model_size_is_a_clear_error(pairs, tmp_path, clean_
     assert run_main(cli.main, train_argv(pairs, tmp_path / "run"), capsys)[0] == 0
     code, err = run_main(cli.main, train_argv(pairs, tmp_path / "run", "--resume", "--model-size", "medium",
                                               "--steps", "6"), capsys)
-    assert code == 2 and "is a small model, but --model-size is medium" in err
+    assert code == 2 and "is another network (model size small there, medium here): resume with --model-size small" \
+        in err
 
 
 # -- farm services: Cuebot unreachable when frame 0 fails the layer --------------------------------
