@@ -1,7 +1,7 @@
 """Recipes side by side: one network or recipe against another, trained on the same crops, held-out quality.
 
 Run ``benchmarks/bench_recipe.py TASK [options]`` (``TASK --help`` lists a task's options and what it prints). Every
-in-process task trains through ``common.train_loop``; ``head-start`` runs the real trainer (``cuetrain local``).
+in-process task trains through ``common.train_loop``; ``head-start`` and ``time-budget`` run the real trainer (``cuetrain local``).
 
 ===============  ===========================================================================================
 task             what it prints
@@ -16,6 +16,8 @@ variants         a screen of recipe variants outside the product: held-out gain 
                  v1's final gain, medians over seeds (``lib/variants.py``)
 head-start       shot B from shot A's model (``--init-from``) with a third of the steps against shot B from
                  random weights, through ``cuetrain local`` (``lib/head_start.py``)
+time-budget      ``--time-budget`` against a run of as many steps (held-out gain ratio, command seconds);
+                 ``--stop-when-flat``'s saved steps and cost in dB, through ``cuetrain local`` (``lib/time_budget.py``)
 ===============  ===========================================================================================
 
 Run (under the heavy lock on a shared host):
@@ -32,7 +34,7 @@ import common  # noqa: F401  (puts the checkout on sys.path)
 #: Task name -> the module under ``benchmarks/lib/`` that runs it (imported only when chosen: a GPU host without
 #: PyAV imports only what its task needs).
 TASKS = {"matte": "lib.matte", "upscale": "lib.upscale", "default-recipe": "lib.default_recipe",
-         "variants": "lib.variants", "head-start": "lib.head_start"}
+         "variants": "lib.variants", "head-start": "lib.head_start", "time-budget": "lib.time_budget"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,8 +10,8 @@ held-out gains with their ratio (target >= 0.95).
 steps and seconds it saved and the dB it cost.
 
 Run (under the heavy lock on a shared host; ~3 min at the defaults):
-    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_time_budget.py [--budget 60s] [--repeats 1]
-    .venv/bin/python benchmarks/bench_time_budget.py --stop-when-flat 0.05 [--steps 3000] [--clips carphone,bikes]
+    flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_recipe.py time-budget [--budget 60s] [--repeats 1]
+    .venv/bin/python benchmarks/bench_recipe.py time-budget --stop-when-flat 0.05 [--steps 3000] [--clips carphone,bikes]
 """
 
 from __future__ import annotations
@@ -80,15 +80,16 @@ def flat_row(tmp: Path, clip: str, data: DemoData, steps: int, db: float, window
           f"{flat['gain'] - full['gain']:+.2f} dB |", flush=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget", default="60s")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--stop-when-flat", type=float, default=0.0, metavar="DB")
     ap.add_argument("--flat-window", type=int, default=500)
     ap.add_argument("--steps", type=int, default=3000, help="the full run's steps for --stop-when-flat")
     ap.add_argument("--clips", default="carphone", help="carphone and/or bikes (--stop-when-flat)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp:
         tmp = Path(tmp)
         if a.stop_when_flat <= 0:
@@ -101,7 +102,3 @@ def main() -> None:
         for clip in a.clips.split(","):
             data = extract(tmp / "data") if clip == "carphone" else bikes_data(tmp / "bikes")
             flat_row(tmp, clip, data, a.steps, a.stop_when_flat, a.flat_window)
-
-
-if __name__ == "__main__":
-    main()
