@@ -87,6 +87,7 @@ class LocalDriver:
     """
 
     path = "local"
+    can_restart = True  # the soak starts a supervisor that a fault ended again, with --resume
 
     def __init__(self, cfg: RunConfig, data: tuple[Path, Path], run_dir: Path, out_dir: Path) -> None:
         self.cfg, self.run_dir, self.out_dir = cfg, run_dir, out_dir
@@ -180,21 +181,26 @@ class LocalDriver:
         self._rank(fault.target).kill()
         return lambda: subprocess.run(["chattr", "-i", str(run_json)], check=True)
 
-    def _second_submit(self, fault: Fault) -> None:
+    def _second_submit(self, fault: Fault) -> Callable[[], None]:
         from soak_checks import judge_second_submit
 
+        started = time.monotonic()
         with open(self.out_dir / "second_submit.out", "ab") as out:
             second = subprocess.Popen(self.command(resume=True), stdout=out, stderr=subprocess.STDOUT,
                                       env=_child_env(), start_new_session=True)
-        try:
-            code = second.wait(SECOND_SUBMIT_WAIT_S)
-        except subprocess.TimeoutExpired:
-            code = None
-            _kill_tree(psutil.Process(second.pid))  # every process at once: none of them records a failure
-            second.wait()
-        ok, note = judge_second_submit(code)
-        self.notes.append(note if ok else f"PROBLEM: {note}")
-        self.extra_attempts += code != ExitCode.USAGE  # its rank 0 may have recorded an attempt
+
+        def judge() -> None:  # the first gang trains on meanwhile
+            try:
+                code = second.wait(max(0.1, SECOND_SUBMIT_WAIT_S - (time.monotonic() - started)))
+            except subprocess.TimeoutExpired:
+                code = None
+                _kill_tree(psutil.Process(second.pid))  # every process at once: none of them records a failure
+                second.wait()
+            ok, note = judge_second_submit(code)
+            self.notes.append(note if ok else f"PROBLEM: {note}")
+            self.extra_attempts += code != ExitCode.USAGE  # its rank 0 may have recorded an attempt
+
+        return judge
 
     def processes(self) -> list[psutil.Process]:
         """Every live process of this run: the supervisor's tree and anything naming the run directory."""

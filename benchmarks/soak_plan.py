@@ -49,7 +49,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("kill_frame", ("local", "farm"), what="SIGKILL of a whole frame: the agent and its ranks (process group)"),
     Kind("sigstop_rank", ("local", "farm"), what="SIGSTOP of one rank for the collective timeout + 3 s, then SIGCONT"),
     Kind("sigterm_rank", ("local",), what="SIGTERM (preemption) of one rank"),
-    Kind("sigterm_agent", ("local", "farm"), what="SIGTERM (preemption) of the node agent / frame"),
+    Kind("sigterm_agent", ("local",), what="SIGTERM (preemption) of the node agent / frame"),
     Kind("disk_full", ("local",), root=True, lost_intervals=2,  # the checkpoint being written (off the training
          what="the run directory's filesystem filled, freed 3 s later"),  # thread) fails: the one before is newest
     Kind("truncate_ckpt", ("local", "farm"), lost_intervals=2,
@@ -58,10 +58,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          what="run.json made unwritable (`chattr +i`), a rank SIGKILLed, writable again 3 s later"),
     Kind("second_submit", ("local",), attempts=0, lost_intervals=0,
          what="a second `cuetrain local --resume` into the live run directory"),
-    Kind("cuebot_stop", ("farm",), attempts=0, lost_intervals=0, what="the Cuebot double stopped for 5 s, then back"),
-    Kind("elastic", ("farm",), attempts=2,
+    Kind("cuebot_stop", ("farm",), attempts=0, lost_intervals=0, what="the Cuebot double stopped for 3 s, then back"),
+    # Not driven yet (no path draws them): tests/cue_plugin/test_elastic.py and tests/multihost/test_multihost.py (c)
+    Kind("elastic", (), attempts=2,
          what="frame 1 SIGKILLed: the gang shrinks to 1 rank, grows back when Cuebot's retry returns"),
-    Kind("netns_cut", ("netns",), what="a host's link cut for the collective timeout + 5 s, then back"),
+    Kind("netns_cut", (), what="a host's link cut for the collective timeout + 5 s, then back"),
 )}
 
 
@@ -127,7 +128,7 @@ def resolve_limit_s(kind: str, collective_timeout_s: float, stop_grace_s: float,
     forming (the gang timeout). A fault the soak undoes itself (disk full, run.json unwritable) adds its hold."""
     notice = max(collective_timeout_s, 3 * HEARTBEAT_S + 1)
     hold = {"sigstop_rank": collective_timeout_s + 3, "disk_full": 3.0, "runjson_immutable": 3.0,
-            "cuebot_stop": 5.0, "netns_cut": collective_timeout_s + 5, "elastic": 30.0}.get(kind, 0.0)
+            "cuebot_stop": 3.0, "netns_cut": collective_timeout_s + 5, "elastic": 30.0}.get(kind, 0.0)
     return notice + hold + GRACE.kill_after_for(["--stop-grace-s", str(stop_grace_s)]) + gang_timeout_s
 
 

@@ -46,7 +46,11 @@ class _Fault:
 
     def run(self) -> FaultOutcome:
         t0 = time.monotonic()
-        self.undo = self.driver.inject(self.fault)
+        try:
+            self.undo = self.driver.inject(self.fault)
+        except Exception as exc:  # noqa: BLE001 - a fault the soak could not do fails its run, not the soak
+            self.out.problem = f"{self.fault.kind}: could not inject it ({type(exc).__name__}: {exc})"
+            return self.out
         applied, row0 = time.monotonic(), self.watcher.rows
         while not self._trained_again(row0):
             now = time.monotonic()
@@ -58,9 +62,10 @@ class _Fault:
                 self.out.hang, self.out.problem = True, f"{self.fault.kind}: not training again after {now - t0:.0f} s"
                 break
             time.sleep(POLL_S)
+        resolved = time.monotonic()
         self._undo()
         if not self.out.hang and not self.out.problem and (self.kind.attempts or self.watcher.rows > row0):
-            self.out.seconds = time.monotonic() - (t0 if self.kind.attempts else applied)
+            self.out.seconds = resolved - (t0 if self.kind.attempts else applied)
             self.out.steps_lost = self._steps_lost()
         return self.out
 
@@ -91,6 +96,9 @@ class _Fault:
             self.out.problem = f"{self.fault.kind}: unexpected supervisor exit ({exited.words()})"
         self.out.note = exited.words()
         self.relaunches += 1
+        if not self.driver.can_restart:  # the farm restarts its own jobs: a finished job is over
+            self.out.problem = self.out.problem or f"{self.fault.kind}: the job finished ({exited.words()})"
+            return True
         if self.relaunches > MAX_RELAUNCHES:
             self.out.problem = self.out.problem or f"{self.fault.kind}: still failing after {MAX_RELAUNCHES} starts"
             return True
