@@ -199,7 +199,8 @@ def soak(plan: list[PlannedRun], cfg: RunConfig, work: Path, paths: list[str], k
             outcome, gain, problems, left = one_run(planned, cfg, data_root, work, references[planned.path], farm,
                                                     keep)
             faults += outcome.faults
-            hangs, lost, orphans = hangs + bool(outcome.hang), lost + bool(problems or outcome.hang), orphans + len(left)
+            hangs, lost = hangs + bool(outcome.hang), lost + bool(problems or outcome.hang)
+            orphans += len(left)
             print(run_line(planned, outcome, gain, problems, left), flush=True)
     print("\n".join(kind_table(faults)))
     worst = max((f.steps_lost for f in faults), default=0)

@@ -1,8 +1,8 @@
 """benchmarks/soak.py: its seeded schedule, its judgements, and the seeded 10-fault soak CI runs (issue 48).
 
-The soak itself (``--faults 10 --seed 0``, the ``cuetrain local`` path: 2 real ranks, real faults, the demo's
-carphone clip) must end with exit 0 and its one summary line; it takes 2-3 minutes on the 2-core VM, the figures
-of its 100-fault run are in docs/failure_handling.md ("Randomized fault soak").
+The soak itself (``--faults 10 --seed 0 --steps 200``, the ``cuetrain local`` path: 2 real ranks, real faults, the
+demo's carphone clip) must end with exit 0 and its one summary line. The figures of its 100-fault run are in
+docs/failure_handling.md ("Randomized fault soak").
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def test_kind_table_gives_count_median_worst_and_steps_lost():
 @pytest.mark.timeout(600)
 def test_a_seeded_10_fault_soak_of_cuetrain_local_loses_nothing(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--faults", "10", "--seed", "0",
-                           "--work-dir", str(tmp_path)], capture_output=True, text=True, timeout=570, cwd=ROOT)
+                           "--steps", "200", "--work-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=570, cwd=ROOT)
     lines = proc.stdout.strip().splitlines()
     assert lines and SUMMARY.match(lines[-1]), proc.stdout[-3000:] + proc.stderr[-3000:]
     faults, hangs, lost, orphans, worst = map(int, SUMMARY.match(lines[-1]).groups())
