@@ -21,6 +21,7 @@ when H, L and O are 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import shutil
 import statistics
@@ -28,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from common import ROOT  # noqa: F401 - puts the checkout on sys.path
 from soak_checks import check_gain, check_run
@@ -88,9 +91,21 @@ def holdout_gain(run_dir: Path, data_root: Path) -> float | None:
     return after - before
 
 
+def stray_children(baseline: set[int]) -> list[psutil.Process]:
+    """The soak's live descendants that are not in ``baseline`` (pids: the farm's RQDs), after a run."""
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.pid not in baseline and child.status() != psutil.STATUS_ZOMBIE:
+                out.append(child)
+    return out
+
+
 def one_run(planned: PlannedRun, cfg: RunConfig, data_root: Path, work: Path, reference: float | None,
-            farm=None, keep: bool = False) -> tuple[RunOutcome, float | None, list[str], list[str]]:
-    """Run ``planned``; returns its outcome, held-out gain, problems and orphans."""
+            farm=None, keep: bool = False, baseline: frozenset[int] = frozenset()
+            ) -> tuple[RunOutcome, float | None, list[str], list[str]]:
+    """Run ``planned``; returns its outcome, held-out gain, problems and orphans (processes naming the run directory
+    or descending from the soak, other than ``baseline``, still alive 10 s after the run; they are killed)."""
     from trainer.demo import extract
 
     d = extract(data_root)
@@ -104,7 +119,12 @@ def one_run(planned: PlannedRun, cfg: RunConfig, data_root: Path, work: Path, re
             outcome = soak_run(driver, planned, cfg, watcher)
         finally:
             watcher.close()
-        orphans = [f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in wait_quiet(driver)]
+        left = {p.pid: p for p in [*wait_quiet(driver), *stray_children(set(baseline))]}
+        orphans = []
+        for p in left.values():
+            with contextlib.suppress(psutil.Error):
+                orphans.append(f"{p.pid} {' '.join(p.cmdline())[:100]}")
+                p.kill()
         driver.kill_all()
         problems = [] if outcome.hang else check_run(RunPaths.of(run_dir), cfg, outcome.faults, driver.extra_attempts)
         problems += [n.removeprefix("PROBLEM: ") for n in outcome.notes if n.startswith("PROBLEM: ")]
@@ -188,16 +208,18 @@ def soak(plan: list[PlannedRun], cfg: RunConfig, work: Path, paths: list[str], k
             from soak_farm import started_farm
 
             farm = stack.enter_context(started_farm(work / "farm"))
+        baseline = frozenset(c.pid for c in psutil.Process().children(recursive=True))  # the farm's RQDs
         references: dict[str, float | None] = {}
         for path in paths:
-            outcome, gain, problems, left = one_run(PlannedRun(path, 999, ()), cfg, data_root, work, None, farm, keep)
+            outcome, gain, problems, left = one_run(PlannedRun(path, 999, ()), cfg, data_root, work, None, farm, keep,
+                                                    baseline)
             references[path] = gain
             print(f"{path} reference (no fault): held-out gain {gain if gain is None else f'{gain:+.2f}'} dB"
                   + (f"; PROBLEMS: {'; '.join(problems)}" if problems else ""), flush=True)
             hangs, lost, orphans = hangs + bool(outcome.hang), lost + bool(problems), orphans + len(left)
         for planned in plan:
             outcome, gain, problems, left = one_run(planned, cfg, data_root, work, references[planned.path], farm,
-                                                    keep)
+                                                    keep, baseline)
             faults += outcome.faults
             hangs, lost = hangs + bool(outcome.hang), lost + bool(problems or outcome.hang)
             orphans += len(left)

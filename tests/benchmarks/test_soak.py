@@ -82,3 +82,15 @@ def test_a_seeded_10_fault_soak_of_cuetrain_local_loses_nothing(tmp_path):
     assert (proc.returncode, faults, hangs, lost, orphans) == (0, 10, 0, 0, 0), proc.stdout[-4000:]
     assert worst <= 2 * soak_plan.RunConfig().interval
     assert "| local | " in proc.stdout  # the per-kind table came before the summary
+
+
+def test_a_process_left_behind_by_a_run_is_found_unless_it_was_there_before():
+    before = frozenset(c.pid for c in __import__("psutil").Process().children(recursive=True))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in [p.pid for p in soak.stray_children(set(before))]
+        assert child.pid not in [p.pid for p in soak.stray_children(set(before) | {child.pid})]
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in [p.pid for p in soak.stray_children(set(before))]
