@@ -152,6 +152,7 @@ def kind_table(faults: list[FaultOutcome]) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; an unknown path or kind, or --faults < 1, is a usage error (exit 2) naming it."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--faults", type=int, required=True, help="faults in all")
     p.add_argument("--seed", type=int, default=0, help="schedule seed (default 0)")
@@ -174,6 +175,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Draw the schedule, run the soak in a folder of its own; returns 0 when nothing hung, was lost or orphaned."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)
@@ -183,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         kinds = {path: [k for k in names if k in args.kinds] for path, names in kinds.items()}
     for note in notes:
         print(f"note: {note}")
-    plan = schedule(args.faults, args.seed, kinds, cfg.steps, cfg.interval, cfg.world_size)
+    try:
+        plan = schedule(args.faults, args.seed, kinds, cfg.steps, cfg.interval, cfg.world_size)
+    except ValueError as exc:
+        print(f"soak.py: error: {exc}", file=sys.stderr)
+        return 2
     work = Path(tempfile.mkdtemp(prefix="cuetrain-soak-", dir=args.work_dir))
     try:
         return soak(plan, cfg, work, [p for p in args.paths if kinds.get(p)], args.keep)

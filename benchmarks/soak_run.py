@@ -45,6 +45,7 @@ class _Fault:
         self.relaunches = 0
 
     def run(self) -> FaultOutcome:
+        """Inject the fault, undo it after its hold, start an ended supervisor again, until training is back."""
         t0 = time.monotonic()
         try:
             self.undo = self.driver.inject(self.fault)
