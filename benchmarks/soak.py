@@ -220,7 +220,7 @@ def soak(plan: list[PlannedRun], cfg: RunConfig, work: Path, paths: list[str], k
             outcome, gain, problems, left = one_run(PlannedRun(path, 999, ()), cfg, data_root, work, None, farm, keep,
                                                     baseline)
             references[path] = gain
-            print(f"{path} reference (no fault): held-out gain {gain if gain is None else f'{gain:+.2f}'} dB"
+            print(f"{path} reference (no fault): held-out gain {gain if gain is None else f'{gain:+.3f}'} dB"
                   + (f"; PROBLEMS: {'; '.join(problems)}" if problems else ""), flush=True)
             hangs, lost, orphans = hangs + bool(outcome.hang), lost + bool(problems), orphans + len(left)
         for planned in plan:
@@ -242,7 +242,7 @@ def run_line(planned: PlannedRun, outcome: RunOutcome, gain: float | None, probl
     """One line per run: its faults with seconds and steps lost, gain, and whatever went wrong."""
     done = ", ".join(f"{f.fault.kind}@{f.fault.step}:"
                      f"{'-' if f.seconds is None else f'{f.seconds:.1f}s'}/{f.steps_lost}" for f in outcome.faults)
-    text = f"run {planned.index} ({planned.path}): {done}; gain {'-' if gain is None else f'{gain:+.2f}'} dB"
+    text = f"run {planned.index} ({planned.path}): {done}; gain {'-' if gain is None else f'{gain:+.3f}'} dB"
     extra = [f"HANG: {outcome.hang}"] if outcome.hang else []
     extra += [f"LOST: {p}" for p in problems] + [f"ORPHAN: {o}" for o in orphans]
     extra += [n for n in outcome.notes if not n.startswith("PROBLEM: ")]
