@@ -137,7 +137,8 @@ XDIST_GROUPS: tuple[tuple[str, str], ...] = (
 #: collection order it ended with one worker running two 15 s tests while the other idled 37 s. Whole files move,
 #: so a module's tests (and its module-scoped fixtures, e.g. a farm) stay together. Serial runs keep pytest's order.
 HEAVY_FIRST: tuple[str, ...] = (
-    "tests/multihost/", "tests/cue_plugin/test_elastic.py", "tests/cue_plugin/test_e2e_recovery.py",
+    "tests/multihost/", "tests/benchmarks/test_soak.py", "tests/cue_plugin/test_elastic.py",
+    "tests/cue_plugin/test_e2e_recovery.py",
     "tests/trainer/learn/test_bf16.py", "tests/cue_plugin/test_shot_recovery.py", "tests/cue_plugin/test_e2e_memory.py",
     "tests/trainer/gang/test_formation.py", "tests/trainer/gang/test_stopvote.py", "tests/trainer/learn/test_train.py",
     "tests/cue_plugin/test_ranks_per_frame.py", "tests/cue_plugin/test_e2e_training.py",

@@ -27,6 +27,7 @@ same directory + ``os.replace``) so a reader never sees a half-written file.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -253,7 +254,12 @@ def append_metrics(paths: RunPaths, rows: list[dict[str, Any]]) -> None:
     """Append rows to ``metrics.jsonl``, one JSON object per line, each line written whole.
 
     Readers must tolerate a partial last line while a write is in progress (see
-    :class:`MetricsReader`).
+    :class:`MetricsReader`). A write the filesystem takes only in part (``write`` returns fewer bytes: a full
+    disk) is cut back to the file's size before it, so the next append does not continue a cut line.
+
+    Raises:
+        RunDirError: the file cannot be opened or written (e.g. ``No space left on device``); nothing of ``rows``
+            is left in it.
     """
     if not rows:
         return
@@ -262,7 +268,11 @@ def append_metrics(paths: RunPaths, rows: list[dict[str, Any]]) -> None:
     try:
         fd = os.open(paths.metrics, flags, FILE_MODE)
         try:
-            os.write(fd, data)
+            size = os.fstat(fd).st_size  # rank 0 is the one writer: nothing else appends in between
+            written = os.write(fd, data)
+            if written < len(data):
+                os.ftruncate(fd, size)
+                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (took {written} of {len(data)} bytes)")
         finally:
             os.close(fd)
     except OSError as exc:

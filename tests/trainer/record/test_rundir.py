@@ -62,6 +62,21 @@ def test_metrics_reader_reads_only_new_complete_lines(tmp_path):
     assert r.read_new() == [{"step": 1}]
 
 
+def test_a_metrics_row_cut_short_by_a_full_disk_is_taken_back_and_raised(tmp_path, monkeypatch):
+    """Found by benchmarks/soak.py (disk_full on a tmpfs): a full filesystem accepted part of a row (a short
+    ``write``), which was ignored; the next row, once there was space again, continued the cut line, so
+    ``metrics.jsonl`` held one unreadable line in place of two rows."""
+    p = RunPaths.of(tmp_path)
+    append_metrics(p, [{"step": 5, "loss": 0.5}])
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, data[:7]))  # the disk took 7 bytes
+    with pytest.raises(RunDirError, match=r"cannot append to .*metrics.jsonl: No space left on device"):
+        append_metrics(p, [{"step": 10, "loss": 0.4}])
+    monkeypatch.setattr(os, "write", real_write)
+    append_metrics(p, [{"step": 15, "loss": 0.3}])  # space again
+    assert [json.loads(line)["step"] for line in p.metrics.read_text().splitlines()] == [5, 15]
+
+
 def test_create_in_read_only_location_is_clear(tmp_path, monkeypatch):
     from pathlib import Path
 

@@ -1,0 +1,201 @@
+"""The soak's farm path: jobs submitted through pyoutline to the Cuebot double, run by two real RQDs.
+
+The farm is the recovery tests' (tests/cue_plugin/test_e2e_training.py ``Farm``: the double and 2 RQDs with
+``RQD_BECOME_JOB_USER=False``), started once for the whole soak. Each run is one 2-frame job of the soak's tiny
+config; recovery is the farm's own: the node agent in every frame restarts the gang, and Cuebot retries a frame whose
+process died (137 is retried whatever the retry count). The soak never restarts anything here: a job that finishes
+failed is a lost run.
+
+Kinds here: a rank's trainer killed or stopped past the collective timeout, a frame's node agent (the frame process)
+killed, a whole frame killed (its process group, as RQD's kill does), a truncated newest checkpoint, and the Cuebot
+double stopped for 3 s and started again on its port (frames train on; RQD's reports wait). Not here:
+``sigterm_agent`` (a frame preempted twice spends the layer's one Cuebot retry:
+tests/cue_plugin/test_e2e_recovery.py covers it once) and ``elastic`` (not driven yet:
+tests/cue_plugin/test_elastic.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import psutil
+
+from soak_plan import Fault, RunConfig
+
+FARM_KINDS = ("kill_rank", "kill_agent", "kill_frame", "sigstop_rank", "truncate_ckpt", "cuebot_stop")
+DESCRIBE_EVERY_S = 0.5  # seconds between asking the double for the job's state [s]
+
+
+def farm_unavailable() -> str | None:
+    """None when the farm can run here, else why not (RQD runs frames through /usr/bin/time)."""
+    if not os.path.exists("/usr/bin/time"):
+        return "/usr/bin/time missing (RQD runs frames through it)"
+    try:
+        import opencue  # noqa: F401
+        import rqd  # noqa: F401
+    except ImportError as exc:
+        return f"cannot import {exc.name} (pip install -e '.[all]')"
+    return None
+
+
+@contextlib.contextmanager
+def started_farm(workdir: Path) -> Iterator[object]:
+    """The double and 2 RQDs, pycue pointed at them; stopped after (with anything they left behind)."""
+    from tests.cue_plugin.test_e2e_training import Farm
+    from tests.cuebot.fixtures import use_pycue
+
+    farm = Farm(2)
+    try:
+        farm.start()
+        with use_pycue(farm.cuebot.address):
+            yield farm
+    finally:
+        farm.stop()
+        for p in psutil.process_iter(["cmdline"]):
+            if str(farm.workdir) in " ".join(p.info["cmdline"] or []):
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+
+
+def stop_cuebot(double) -> Callable[[], None]:
+    """Stop the double's gRPC server; returns what serves the same farm state again on the same port (RQDs and
+    frames keep its address). Reaches into ``tests.cuebot.double.CuebotDouble``'s server the way its ``start``
+    builds it.
+
+    Raises (from the returned callable):
+        RuntimeError: the port was taken meanwhile.
+    """
+    import grpc
+    from concurrent import futures
+
+    from tests.cuebot.double import GRPC_WORKERS, register_servicers
+
+    double._server.stop(grace=0).wait(5)
+
+    def start_again() -> None:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS,
+                                                        thread_name_prefix="cuebot-double"))
+        register_servicers(server, double.state, double._dispatcher, double.log_root)
+        if server.add_insecure_port(f"127.0.0.1:{double.port}") != double.port:
+            raise RuntimeError(f"the Cuebot double could not bind 127.0.0.1:{double.port} again")
+        server.start()
+        double._server = server
+
+    return start_again
+
+
+def _find(run_dir: Path, marker: str, variable: str) -> dict[int, psutil.Process]:
+    """Processes whose command line holds ``marker`` and the run directory, by the value of ``variable``."""
+    out: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if marker in cmd and any(str(run_dir) in c for c in cmd):
+            with contextlib.suppress(psutil.Error, KeyError, ValueError):
+                out[int(p.environ()[variable])] = p
+    return out
+
+
+class FarmDriver:
+    """One 2-frame job under the soak (the :class:`soak_local.LocalDriver` interface)."""
+
+    path = "farm"
+    can_restart = False  # the frames and Cuebot restart the job; the soak never does
+
+    def __init__(self, cfg: RunConfig, data: tuple[Path, Path], run_dir: Path, out_dir: Path, farm) -> None:
+        self.cfg, self.data, self.run_dir, self.farm = cfg, data, run_dir, farm
+        self.cue = self.handle = None
+        self.notes: list[str] = []
+        self.extra_attempts = 0
+        self._code: int | None = None
+        self._asked = 0.0
+
+    def start(self, resume: bool = False) -> None:
+        """Submit the job (``resume``: the soak never restarts a farm job; the farm does)."""
+        if resume:
+            raise RuntimeError("a farm job is restarted by its frames and Cuebot, not by the soak")
+        from cue_plugin.submit import templates
+        from cue_plugin.submit.opencue_farm import OpenCueFarm
+        from tests.conftest import CHILD_PYTHONPATH
+        from trainer.core.config import TrainConfig
+
+        c = self.cfg
+        train = TrainConfig(input_dir=str(self.data[0]), target_dir=str(self.data[1]), run_dir=str(self.run_dir),
+                            steps=c.steps, batch_size=c.batch, crop_size=c.crop, model_size="small", log_interval=5,
+                            checkpoint_interval=c.interval, contact_sheet_interval=10 * c.steps, precision="fp32",
+                            seed=c.seed, collective_timeout_s=c.collective_timeout_s, stop_grace_s=c.stop_grace_s,
+                            gang_timeout_s=c.gang_timeout_s)
+        extra = {"PYTHONPATH": CHILD_PYTHONPATH, "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
+                 "CUEBOT_HOSTS": self.farm.cuebot.address, "CUETRAIN_EXPORT_ONNX": "0"}
+        job = templates.make_job(train, template="cpu-test", world_size=c.world_size, show="cuetrain", shot="soak",
+                                 user="trainer", extra_env=extra, rendezvous_timeout_s=60, max_retries=1,
+                                 max_restarts=c.max_restarts)
+        self.cue = OpenCueFarm(hosts=[self.farm.cuebot.address], allow_root=True)
+        self.handle = self.cue.submit(job)
+
+    def exit_code(self) -> int | None:
+        """0 when the job FINISHED succeeded, 1 when it FINISHED otherwise, None while it runs."""
+        if self._code is None and time.monotonic() - self._asked >= DESCRIBE_EVERY_S:
+            self._asked = time.monotonic()
+            with contextlib.suppress(Exception):  # the double may be away (cuebot_stop)
+                status = self.cue.describe(self.handle)
+                if status.native_state.startswith("FINISHED"):
+                    self._code = 0 if status.state.value == "succeeded" else 1
+        return self._code
+
+    def ranks(self) -> dict[int, psutil.Process]:
+        """The trainers of this job by rank."""
+        return _find(self.run_dir, "trainer", "COPYCAT_RANK")
+
+    def frames(self) -> dict[int, psutil.Process]:
+        """The frame processes (node agents) of this job by frame number."""
+        return _find(self.run_dir, "cue_plugin.frame", "CUE_IFRAME")
+
+    def inject(self, fault: Fault) -> Callable[[], None] | None:
+        """Do ``fault`` (see the module doc)."""
+        ranks, frames = self.ranks(), self.frames()
+        target = fault.target
+        if fault.kind == "kill_rank":
+            ranks[target].kill()
+        elif fault.kind == "kill_agent":
+            frames[target].kill()
+        elif fault.kind == "kill_frame":
+            os.killpg(os.getpgid(frames[target].pid), signal.SIGKILL)
+        elif fault.kind == "sigstop_rank":
+            ranks[target].suspend()
+            timer = threading.Timer(self.cfg.collective_timeout_s + 3, lambda: _quietly(ranks[target].resume))
+            timer.daemon = True
+            timer.start()
+        elif fault.kind == "truncate_ckpt":
+            from trainer.record.rundir import RunPaths
+
+            newest = RunPaths.of(self.run_dir).list_checkpoints()[-1][1]
+            os.truncate(newest, newest.stat().st_size // 2)
+            ranks[target].kill()
+        elif fault.kind == "cuebot_stop":
+            return stop_cuebot(self.farm.cuebot)  # back after soak_local.HOLD_S
+        else:
+            raise ValueError(f"fault kind {fault.kind} is not one of the farm's {FARM_KINDS}")
+        return None
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process naming the run directory (frames, trainers)."""
+        return [p for p in psutil.process_iter(["cmdline"]) if str(self.run_dir) in " ".join(p.info["cmdline"] or [])
+                and p.pid != os.getpid()]
+
+    def kill_all(self) -> None:
+        """Kill the job's processes (after a hang) and the job."""
+        for p in self.processes():
+            _quietly(p.kill)
+        with contextlib.suppress(Exception):
+            self.cue.cancel(self.handle)
+
+
+def _quietly(fn: Callable[[], object]) -> None:
+    with contextlib.suppress(psutil.Error):
+        fn()

@@ -1,0 +1,195 @@
+"""The soak's fault kinds, its seeded schedule and the documented time each fault may take to resolve.
+
+A fault kind says where it applies (``local``: ``cuetrain local``; ``farm``: the Cuebot double with real RQDs;
+``netns``: the 2-host network-namespace bed), whether it needs root (a tmpfs of the soak's own, ``chattr``), how many
+training attempts it adds to ``run.json`` and how many checkpoint intervals of steps it may cost.
+
+The schedule (:func:`schedule`) is drawn from one ``random.Random(seed)``: runs of 1 to :data:`MAX_FAULTS_PER_RUN`
+faults, each fault a kind drawn from those its path can do here and a step drawn from the run's middle, at least
+two checkpoint intervals apart (so every fault hits a gang that trains and has at least two checkpoints behind it:
+resuming the second-newest would show as steps lost). The same seed gives the same schedule on every machine
+that offers the same kinds.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from trainer.core.timeouts import GRACE
+from trainer.gang.formation import HEARTBEAT_S
+
+MAX_FAULTS_PER_RUN = 4  # faults drawn per run: 1 .. this [count]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One fault kind.
+
+    Attributes:
+        name: the table's name.
+        paths: the paths it applies to (``local``, ``farm``, ``netns``).
+        root: needs root (a tmpfs of the soak's own, ``chattr +i``).
+        attempts: training attempts it adds to ``run.json`` [count].
+        lost_intervals: steps it may cost, in checkpoint intervals (2 where the newest checkpoint is destroyed).
+        what: one line for the docs.
+    """
+
+    name: str
+    paths: tuple[str, ...]
+    root: bool = False
+    attempts: int = 1
+    lost_intervals: int = 1
+    what: str = ""
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("kill_rank", ("local", "farm"), what="SIGKILL of one trainer rank"),
+    Kind("kill_agent", ("local", "farm"), what="SIGKILL of the node agent (`cuetrain local` / the frame process)"),
+    Kind("kill_frame", ("local", "farm"), what="SIGKILL of a whole frame: the agent and its ranks (process group)"),
+    Kind("sigstop_rank", ("local", "farm"), what="SIGSTOP of one rank for the collective timeout + 3 s, then SIGCONT"),
+    Kind("sigterm_rank", ("local",), what="SIGTERM (preemption) of one rank"),
+    Kind("sigterm_agent", ("local",), what="SIGTERM (preemption) of the node agent / frame"),
+    Kind("disk_full", ("local",), root=True, lost_intervals=2,  # the checkpoint being written (off the training
+         what="the run directory's filesystem filled, freed 3 s later"),  # thread) fails: the one before is newest
+    Kind("truncate_ckpt", ("local", "farm"), lost_intervals=2,
+         what="the newest checkpoint truncated to half, then SIGKILL of a rank"),
+    Kind("runjson_immutable", ("local",), root=True,
+         what="run.json made unwritable (`chattr +i`), a rank SIGKILLed, writable again 3 s later"),
+    Kind("second_submit", ("local",), attempts=0, lost_intervals=0,
+         what="a second `cuetrain local --resume` into the live run directory"),
+    Kind("cuebot_stop", ("farm",), attempts=0, lost_intervals=0, what="the Cuebot double stopped for 3 s, then back"),
+    # Not driven yet (no path draws them): tests/cue_plugin/test_elastic.py and tests/multihost/test_multihost.py (c)
+    Kind("elastic", (), attempts=2,
+         what="frame 1 SIGKILLed: the gang shrinks to 1 rank, grows back when Cuebot's retry returns"),
+    Kind("netns_cut", (), what="a host's link cut for the collective timeout + 5 s, then back"),
+)}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One scheduled fault: ``kind`` at training step ``step`` [steps] against rank / frame ``target``."""
+
+    kind: str
+    step: int
+    target: int
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of the schedule: its path, index and faults (ascending steps)."""
+
+    path: str
+    index: int
+    faults: tuple[Fault, ...]
+
+
+def schedule(faults: int, seed: int, kinds: dict[str, list[str]], steps: int, interval: int,
+             world_size: int = 2) -> list[PlannedRun]:
+    """Draw ``faults`` faults over runs, round robin over the paths in ``kinds`` (path -> kind names available
+    here; a path with none gets no run).
+
+    Args:
+        faults: faults in all [count].
+        seed: the ``random.Random`` seed.
+        kinds: the kinds each path can do on this machine.
+        steps: each run's ``--steps`` [steps].
+        interval: ``--checkpoint-interval`` [steps]; faults come at steps in [2 x interval, steps - interval),
+            at least 2 x interval apart.
+        world_size: ranks per run; a fault's target is drawn from them.
+
+    Raises:
+        ValueError: ``steps`` leaves no room for a fault (3 checkpoint intervals or fewer), or no path has a kind.
+    """
+    paths = [p for p, names in kinds.items() if names]
+    if not paths:
+        raise ValueError("no fault kind can run here: see the notes above")
+    slots = list(range(2 * interval, steps - interval, 2 * interval))
+    if not slots:
+        raise ValueError(f"--steps {steps} leaves no room for a fault: give more than {3 * interval}")
+    rng = random.Random(seed)
+    runs: list[PlannedRun] = []
+    left = faults
+    while left > 0:
+        path = paths[len(runs) % len(paths)]
+        count = min(left, rng.randint(1, min(MAX_FAULTS_PER_RUN, len(slots))))
+        chosen = sorted(rng.sample(slots, count))
+        drawn = tuple(Fault(rng.choice(kinds[path]), s + rng.randrange(interval), rng.randrange(world_size))
+                      for s in chosen)
+        runs.append(PlannedRun(path, len(runs), drawn))
+        left -= count
+    return runs
+
+
+def resolve_limit_s(kind: str, collective_timeout_s: float, stop_grace_s: float, gang_timeout_s: float) -> float:
+    """The documented bound on a fault's time to training again [s] (docs/failure_handling.md, "Timeouts"): noticing
+    it (the collective timeout, or the lost-rank watch of 3 heartbeats + 1 s, whichever is longer; a SIGSTOP adds
+    its own hold), the supervisor's SIGTERM-to-SIGKILL grace (:data:`trainer.core.timeouts.GRACE`) and a new gang
+    forming (the gang timeout). A fault the soak undoes itself (disk full, run.json unwritable) adds its hold."""
+    notice = max(collective_timeout_s, 3 * HEARTBEAT_S + 1)
+    hold = {"sigstop_rank": collective_timeout_s + 3, "disk_full": 3.0, "runjson_immutable": 3.0,
+            "cuebot_stop": 3.0, "netns_cut": collective_timeout_s + 5, "elastic": 30.0}.get(kind, 0.0)
+    return notice + hold + GRACE.kill_after_for(["--stop-grace-s", str(stop_grace_s)]) + gang_timeout_s
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The tiny run every soak run trains (the fault-free reference included).
+
+    Attributes:
+        steps: ``--steps`` [steps].
+        interval: ``--checkpoint-interval`` [steps]: the bound on steps lost per fault.
+        crop: ``--crop-size`` [px]; batch: ``--batch-size`` [crops, global].
+        collective_timeout_s, stop_grace_s, gang_timeout_s: the trainer's timeouts [s], short for the soak.
+        max_restarts: ``--max-restarts`` of ``cuetrain local`` [count]: more than a run's faults can spend.
+        world_size: ranks [processes].
+        seed: ``--seed`` of every run (the reference and the faulted runs train the same trajectory).
+    """
+
+    steps: int = 300
+    interval: int = 25
+    crop: int = 32
+    batch: int = 4
+    collective_timeout_s: float = 5.0
+    stop_grace_s: float = 5.0
+    gang_timeout_s: float = 60.0
+    max_restarts: int = 20
+    world_size: int = 2
+    seed: int = 0
+
+    def train_argv(self, input_dir: str, target_dir: str, run_dir: str) -> list[str]:
+        """``cuetrain train`` arguments of a run in ``run_dir`` (fp32: the same numbers on every CPU)."""
+        return ["--input", input_dir, "--target", target_dir, "--run-dir", run_dir, "--steps", str(self.steps),
+                "--crop-size", str(self.crop), "--batch-size", str(self.batch), "--model-size", "small",
+                "--checkpoint-interval", str(self.interval), "--log-interval", "5",
+                "--contact-sheet-interval", str(10 * self.steps), "--precision", "fp32", "--seed", str(self.seed),
+                "--collective-timeout-s", str(self.collective_timeout_s), "--stop-grace-s", str(self.stop_grace_s),
+                "--gang-timeout-s", str(self.gang_timeout_s)]
+
+    def limit_s(self, kind: str) -> float:
+        """:func:`resolve_limit_s` under these timeouts [s]."""
+        return resolve_limit_s(kind, self.collective_timeout_s, self.stop_grace_s, self.gang_timeout_s)
+
+
+@dataclass
+class FaultOutcome:
+    """What one fault did.
+
+    Attributes:
+        fault: the scheduled fault; path: where it ran.
+        seconds: fault -> training again (the next attempt recorded in run.json; for a kind that adds no attempt,
+            the next metrics row) [s]; None: training never came back.
+        steps_lost: step reached at the fault - step the next attempt started from [steps].
+        limit_s: the documented bound on ``seconds`` (:func:`resolve_limit_s`) [s].
+        note: what the soak saw (an exit, a known gap); problem: why this fault fails its run ("" = none).
+        hang: it took longer than ``limit_s``.
+    """
+
+    fault: Fault
+    path: str
+    seconds: float | None = None
+    steps_lost: int = 0
+    limit_s: float = 0.0
+    note: str = ""
+    problem: str = ""
+    hang: bool = False
