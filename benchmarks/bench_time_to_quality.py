@@ -64,7 +64,7 @@ from trainer.data.crops import CropSampler, per_crop_l1
 from trainer.demo import HOLDOUT_EVERY, _decode, clip_path
 from trainer.learn.ema import EMA_WARMUP, WeightEMA
 from trainer.export.infer import psnr
-from baselines import build_model, count_parameters  # the product's networks and v2
+from lib.baselines import build_model, count_parameters  # the product's networks and v2
 from trainer.learn.optim import MuonAdam
 from trainer.learn.precision import resolve_precision
 from trainer.learn.schedule import lr_at

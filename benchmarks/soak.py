@@ -33,11 +33,11 @@ from pathlib import Path
 import psutil
 
 from common import ROOT  # noqa: F401 - puts the checkout on sys.path
-from soak_checks import check_gain, check_run
-from soak_local import LocalDriver, root_unavailable, run_filesystem, wait_quiet
-from soak_plan import KINDS, FaultOutcome, PlannedRun, RunConfig, schedule
-from soak_run import RunOutcome, soak_run
-from soak_watch import Watcher
+from lib.soak_checks import check_gain, check_run
+from lib.soak_local import LocalDriver, root_unavailable, run_filesystem, wait_quiet
+from lib.soak_plan import KINDS, FaultOutcome, PlannedRun, RunConfig, schedule
+from lib.soak_run import RunOutcome, soak_run
+from lib.soak_watch import Watcher
 from trainer.record.rundir import RunPaths
 
 log = logging.getLogger("soak")
@@ -54,7 +54,7 @@ def available_kinds(paths: list[str]) -> tuple[dict[str, list[str]], list[str]]:
     for path in paths:
         names = [k.name for k in KINDS.values() if path in k.paths and not (k.root and no_root)]
         if path == "farm":
-            from soak_farm import farm_unavailable
+            from lib.soak_farm import farm_unavailable
 
             if (why := farm_unavailable()) is not None:
                 notes.append(f"farm: skipped: {why}")
@@ -74,7 +74,7 @@ def available_kinds(paths: list[str]) -> tuple[dict[str, list[str]], list[str]]:
 def make_driver(path: str, cfg: RunConfig, data: tuple[Path, Path], run_dir: Path, out_dir: Path, farm):
     """The path's driver for one run."""
     if path == "farm":
-        from soak_farm import FarmDriver
+        from lib.soak_farm import FarmDriver
 
         return FarmDriver(cfg, data, run_dir, out_dir, farm)
     return LocalDriver(cfg, data, run_dir, out_dir)
@@ -211,7 +211,7 @@ def soak(plan: list[PlannedRun], cfg: RunConfig, work: Path, paths: list[str], k
     with ExitStack() as stack:
         farm = None
         if "farm" in paths:
-            from soak_farm import started_farm
+            from lib.soak_farm import started_farm
 
             farm = stack.enter_context(started_farm(work / "farm"))
         baseline = frozenset(c.pid for c in psutil.Process().children(recursive=True))  # the farm's RQDs

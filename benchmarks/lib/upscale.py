@@ -41,7 +41,7 @@ from trainer.data.crops import CropSampler, FramesInMemory, per_crop_l1
 from trainer.demo import HOLDOUT_EVERY, _decode, bicubic_resize, clip_path
 from trainer.export.infer import psnr
 from trainer.learn.ema import WeightEMA
-from baselines import build_espcn
+from lib.baselines import build_espcn
 from trainer.learn.model import build_model, count_parameters
 from trainer.learn.optim import MuonAdam
 from trainer.learn.precision import resolve_precision

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
-import baselines as model_mod  # v2 (benchmarks/baselines.py) and the product's network classes
+from lib import baselines as model_mod  # v2 (benchmarks/lib/baselines.py) and the product's network classes
 from trainer.data.crops import CropBatch, CropSampler
 from trainer.learn.model import ModelConfigV3
 

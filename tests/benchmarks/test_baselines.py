@@ -1,4 +1,4 @@
-"""benchmarks/baselines.py: the ESPCN upres baseline and the v2 network (v3's class with a 2x space-to-depth stem),
+"""benchmarks/lib/baselines.py: the ESPCN upres baseline and the v2 network (v3's class with a 2x space-to-depth stem),
 which left the product (issue 49) but stay what the time-to-quality benchmarks compare with."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import baselines  # noqa: E402
-from baselines import build_espcn  # noqa: E402
+from lib import baselines  # noqa: E402
+from lib.baselines import build_espcn  # noqa: E402
 from trainer.core.channels import ChannelPlan  # noqa: E402
 from trainer.learn.model import count_parameters, model_config_from_dict, network  # noqa: E402
 

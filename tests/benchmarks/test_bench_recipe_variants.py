@@ -63,7 +63,7 @@ def test_transposed_crops_are_the_samplers_own_crops_half_of_them_transposed():
 
 
 def test_variant_networks_are_registered_only_when_the_benchmark_runs():
-    from baselines import MODEL_SIZES_V2
+    from lib.baselines import MODEL_SIZES_V2
     from trainer.learn.model import ARCHITECTURES
 
     assert not set(brv.VARIANT_SIZES) & set(MODEL_SIZES_V2)  # importing it changes nothing, not even baselines

@@ -17,9 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import soak  # noqa: E402
-import soak_checks  # noqa: E402
-import soak_plan  # noqa: E402
-from soak_plan import Fault, FaultOutcome  # noqa: E402
+from lib import soak_checks  # noqa: E402
+from lib import soak_plan  # noqa: E402
+from lib.soak_plan import Fault, FaultOutcome  # noqa: E402
 
 LOCAL = [name for name, kind in soak_plan.KINDS.items() if "local" in kind.paths]
 SUMMARY = re.compile(r"^(\d+) faults, (\d+) hangs, (\d+) lost runs, (\d+) orphans, worst steps lost (\d+)$")

@@ -37,7 +37,7 @@ DEFAULT_MUON_LR = {"small": 2e-3, "medium": 2e-3, "large": 1.6e-3}
 DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}
 #: ``--architecture`` (see trainer.learn.model; v1 is the network cuetrain started with); ``auto`` picks one by case
 #: (:attr:`TrainConfig.architecture_name`). v2 (a space-to-depth stem; never a default) is a benchmark's only
-#: (benchmarks/baselines.py); a v2 checkpoint is refused by name (``trainer.record.netcheck``).
+#: (benchmarks/lib/baselines.py); a v2 checkpoint is refused by name (``trainer.record.netcheck``).
 ARCHITECTURES = ("auto", "v1", "v3", "unet")
 #: ``--architecture`` when not given: ``auto``, v3 for colour and upres (docs/studies/time_to_quality.md), unet for a
 #: matte (docs/studies/matte_network.md).

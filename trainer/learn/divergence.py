@@ -4,7 +4,7 @@ Every network here starts as the identity (its last convolution is zero, so outp
 ``trainer.learn.model``), so the L1 loss of returning the input unchanged is where a run starts, and a healthy
 run stays below it. A learning rate too high for the network blows a run up instead: measured on this
 project's clips (docs/studies/time_to_quality.md, "Exploration"), the v2 network at width 48 (v2 medium, now
-``benchmarks/baselines.py``, and a 48-wide 2-level variant) at peak lr 2e-3 one-cycle went from +7.4 dB held
+``benchmarks/lib/baselines.py``, and a 48-wide 2-level variant) at peak lr 2e-3 one-cycle went from +7.4 dB held
 out to an output 22 dB *worse* than its input within 150 steps, in fp32 and in bf16, and never came back.
 Without a watch the run trained on to its last step and exported those weights as ``model.pt``.
 

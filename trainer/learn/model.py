@@ -16,7 +16,7 @@ Three architectures, each in three sizes (:data:`ARCHITECTURES`); each class is 
   "v3: the default network"): better than v1 on both of its clips at the same inference cost. Its residual blocks
   start as the identity (:data:`SKIP_INIT_ARCHITECTURES`). ``ModelConfigV3.stem`` > 1 adds a space-to-depth stem
   (``pixel_unshuffle``) that puts the first level at 1/stem resolution: the v2 network of the time-to-quality
-  study, which the product no longer offers (``benchmarks/baselines.py`` keeps it; a v2 checkpoint is refused by
+  study, which the product no longer offers (``benchmarks/lib/baselines.py`` keeps it; a v2 checkpoint is refused by
   :func:`trainer.record.netcheck.network_mismatches`); v3 records ``stem`` 1.
 - ``v1`` (:class:`CopyCatUNetV1`, :class:`ModelConfigV1`): the U-Net cuetrain started with, at full resolution from
   the first convolution. Kept unchanged so runs and checkpoints made with it still resume (checkpoints without an
@@ -32,7 +32,7 @@ convolution of Shi et al. 2016, ESPCN, arXiv:1609.05158): the tail returns 3 s^2
 resolution and still starts at zero, so an untrained upres model returns the bilinearly interpolated input. A
 stem composes with it: the tail returns 3 (stem s)^2 channels and one ``pixel_shuffle`` by stem s reaches s x the
 input (the tail is learnt, so which sub-pixel goes to which channel is immaterial). ``scale`` 1 builds exactly the
-networks above. ``benchmarks/baselines.py`` keeps the paper's own small network (ESPCN), a benchmark baseline.
+networks above. ``benchmarks/lib/baselines.py`` keeps the paper's own small network (ESPCN), a benchmark baseline.
 
 **Named channels** (``channels``, a :class:`trainer.core.channels.ChannelPlan`; the output heads are in
 :mod:`trainer.learn.heads`): the head convolution reads Cin Input channels, the tail returns Cout (x s^2) raw
@@ -177,7 +177,7 @@ class ModelConfigV3(ChannelFields):
         dec_blocks: residual blocks of each level after its skip is added, top level first [count per level].
         stem: space-to-depth factor: the first level runs at 1/stem resolution [pixels]; v3 is 1 (full
             resolution). No default: records written before v3 existed omit it and mean 2, the v2 network
-            (:func:`model_config_from_dict`), which only ``benchmarks/baselines.py`` still builds.
+            (:func:`model_config_from_dict`), which only ``benchmarks/lib/baselines.py`` still builds.
         channels, scale, out_channels, residual, bounded: :class:`trainer.learn.heads.ChannelFields` (keyword-only).
     """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soak_plan import KINDS, FaultOutcome, RunConfig
+from lib.soak_plan import KINDS, FaultOutcome, RunConfig
 from trainer.core.exitcodes import ExitCode
 from trainer.record.rundir import RunDirError, RunPaths
 from trainer.record.runrecord import read_record

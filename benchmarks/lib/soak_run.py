@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from soak_checks import expected_exit
-from soak_local import HOLD_S, Exited
-from soak_plan import KINDS, Fault, FaultOutcome, PlannedRun, RunConfig
-from soak_watch import POLL_S, Watcher
+from lib.soak_checks import expected_exit
+from lib.soak_local import HOLD_S, Exited
+from lib.soak_plan import KINDS, Fault, FaultOutcome, PlannedRun, RunConfig
+from lib.soak_watch import POLL_S, Watcher
 
 log = logging.getLogger("soak")
 

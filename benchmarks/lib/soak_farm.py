@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 
 import psutil
 
-from soak_plan import Fault, RunConfig
+from lib.soak_plan import Fault, RunConfig
 
 FARM_KINDS = ("kill_rank", "kill_agent", "kill_frame", "sigstop_rank", "truncate_ckpt", "cuebot_stop")
 DESCRIBE_EVERY_S = 0.5  # seconds between asking the double for the job's state [s]

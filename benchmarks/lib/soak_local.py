@@ -28,7 +28,7 @@ from typing import Callable
 
 import psutil
 
-from soak_plan import Fault, RunConfig
+from lib.soak_plan import Fault, RunConfig
 from trainer.core.exitcodes import ExitCode
 
 log = logging.getLogger("soak")
@@ -182,7 +182,7 @@ class LocalDriver:
         return lambda: subprocess.run(["chattr", "-i", str(run_json)], check=True)
 
     def _second_submit(self, fault: Fault) -> Callable[[], None]:
-        from soak_checks import judge_second_submit
+        from lib.soak_checks import judge_second_submit
 
         started = time.monotonic()
         with open(self.out_dir / "second_submit.out", "ab") as out:
