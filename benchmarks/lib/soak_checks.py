@@ -16,9 +16,9 @@ from trainer.record.runrecord import read_record
 
 GAIN_TOLERANCE_DB = 0.3  # a faulted run's held-out gain may differ from the fault-free run's by this much [dB]
 
-#: Switch on once the run-directory lease (branch ``lease``: a second writer into a live run directory is refused
-#: with exit 2) is merged; until then a second writer that is not refused is reported as a known gap, not a failure.
-LEASE_REQUIRED = False
+#: A second writer into a live run directory must be refused with exit 2 (the run-directory lease,
+#: ``trainer.record.lease``); False would report one that is not refused as a known gap instead of a failure.
+LEASE_REQUIRED = True
 
 #: Supervisor exits a fault kind may cause (the soak then starts the run again with ``--resume``, as an operator or
 #: the farm's retry would): Popen codes (-9 = killed by SIGKILL) -> the run.json states that may go with it.

@@ -40,12 +40,13 @@ def test_the_schedule_is_seeded_and_every_fault_hits_a_run_with_two_checkpoints_
         soak_plan.schedule(1, 0, {"local": LOCAL}, steps=75, interval=25)
 
 
-def test_a_second_writer_is_a_known_gap_until_the_lease_is_required():
+def test_a_second_writer_must_be_refused_now_that_the_lease_is_required():
+    assert soak_checks.LEASE_REQUIRED
     assert soak_checks.judge_second_submit(2) == (True, "second submit refused (exit 2)")
-    ok, note = soak_checks.judge_second_submit(None)
-    assert ok and note.startswith("known gap")
-    ok, note = soak_checks.judge_second_submit(0, lease_required=True)
+    ok, note = soak_checks.judge_second_submit(0)
     assert not ok and "not refused (exit 0)" in note
+    ok, note = soak_checks.judge_second_submit(None, lease_required=False)
+    assert ok and note.startswith("known gap")
 
 
 def test_a_supervisor_exit_is_accepted_only_where_its_fault_explains_it():
