@@ -18,23 +18,12 @@ from lib.baselines import build_espcn  # noqa: E402
 from trainer.core.channels import ChannelPlan  # noqa: E402
 from trainer.learn.model import count_parameters, model_config_from_dict, network  # noqa: E402
 
+from tests.trainer.learn.test_model_upres import bilinear, nudge  # noqa: E402
+
 RGBA_OUT = ChannelPlan(("R", "G", "B"), ("R", "G", "B", "A"))
 #: trainer/learn/model.py at commit 42a93984, when v2 was a product architecture (tests/trainer/learn/
 #: test_model_channels.py checks the kept copy against that commit).
 REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "model_before_channels_42a93984.py.txt"
-
-
-def bilinear(x: torch.Tensor, scale: int) -> torch.Tensor:
-    return F.interpolate(x, scale_factor=float(scale), mode="bilinear", align_corners=False)
-
-
-def nudge(net: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Move every weight a little (as training would), so the zero tail no longer hides the network."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in net.parameters():
-            p += 0.05 * torch.randn(p.shape, generator=g)
-    return net.eval()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +49,7 @@ def test_v2_is_the_v2_network_the_product_had(old_model, scale):
     assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
     x = torch.rand(2, 3, 13, 17)
     with torch.no_grad():
-        assert torch.equal(nudge(old)(x), nudge(new)(x))
+        assert torch.equal(nudge(old).eval()(x), nudge(new).eval()(x))
     old_cfg = dataclasses.asdict(old_model.model_config("small", "v2", scale))
     assert {k: v for k, v in dataclasses.asdict(baselines.MODEL_SIZES_V2["small"]).items() if k in old_cfg} == {
         **old_cfg, "scale": 1}
