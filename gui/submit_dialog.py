@@ -5,7 +5,7 @@ Problems are listed inline before anything is sent (missing folders, world size 
 closes) or ``submit_failed`` (the farm's message is shown in the dialog, never a traceback).
 "Upscale factor" (``--scale``) and "Start from" (``--init-from``, :class:`gui.start_from.StartFromField`) go
 into the :class:`TrainConfig` like every other field; a host can fill the folders and the factor from its
-selection (:meth:`SubmitDialog.apply_prefill`, e.g. Nuke's two Read nodes through :func:`gui.upres.prefill_from_reads`).
+selection (:meth:`SubmitDialog.apply_prefill`, e.g. Nuke's two Read nodes through :func:`gui.prefill.nuke_prefill`).
 "Learn" (``--input-channels`` / ``--target-channels`` of :data:`trainer.core.channels.TASKS`; a host may propose
 Matte from the Ground Truth's alpha), "Augmentation" (``--augment``) and "Preview frames" (``--preview``) are
 :mod:`gui.task_fields`; the defaults (Colour, off, none) add no argument.
@@ -32,12 +32,13 @@ from cue_plugin.submit.spec import FarmError, JobHandle, TrainingJob
 from cue_plugin.submit.templates import list_templates, load_template, make_job
 from gui.advisor_view import AdviseRequest, AdvisorView
 from gui.controller import RunsController
+from gui.head_start import start_mismatch
 from gui.poller import measured_noise_scale
+from gui.prefill import Prefill
 from gui.start_from import StartFromField
 from gui.task import task_channels
 from gui.task_fields import PreviewField, augment_spin, learn_box, set_task
 from gui.train_for import TrainForField
-from gui.upres import Prefill, start_mismatch
 from trainer.core.config import MODEL_SIZES, SCALES, ConfigError, TrainConfig
 from trainer.record.rundir import RunPaths
 
