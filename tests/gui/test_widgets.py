@@ -246,7 +246,7 @@ def test_gui_never_imports_torch():
     modules = ["gui", "gui.actions", "gui.app", "gui.contact_sheet", "gui.controller", "gui.graph", "gui.menu",
                "gui.poller", "gui.records", "gui.runs_panel", "gui.screenshots", "gui.submit_dialog",
                "gui.synthetic", "gui.workers", "gui.farm_process", "gui.localranks", "gui.advisor_view", "gui.task",
-               "gui.task_fields", "gui.prefill", "gui.head_start", "gui.upres", "gui.start_from"]
+               "gui.task_fields", "gui.prefill", "gui.head_start", "gui.upres", "gui.start_from", "gui.submit_sections"]
     code = ("import importlib, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
             "bad = [m for m in ('torch', 'opencue', 'outline', 'grpc') if m in sys.modules]\n"
