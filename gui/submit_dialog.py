@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from qtpy.QtCore import Qt
-from qtpy.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QGroupBox, QLabel, QLineEdit, QVBoxLayout,
-                            QWidget)
+from qtpy.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, QGroupBox, QLineEdit, QVBoxLayout, QWidget
 
 from cue_plugin.submit.spec import FarmError, JobHandle, TrainingJob
 from cue_plugin.submit.templates import list_templates, load_template, make_job
@@ -56,6 +55,8 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.def
 NO_TEMPLATE = "(defaults)"
 #: The upscale factor dropdown's text for each ``--scale``.
 SCALE_TEXTS = {1: "1x (same size)", **{s: f"{s}x" for s in SCALES if s != 1}}
+#: The dialog's narrowest width [pixels]: room for a shot's plate path and the fields' hints.
+MIN_WIDTH = 720
 
 
 class SubmitDialog(QDialog):
@@ -73,6 +74,7 @@ class SubmitDialog(QDialog):
                  parent: QWidget | None = None, advisor_command: Sequence[str] | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Train on Render Farm")
+        self.setMinimumWidth(MIN_WIDTH)
         self._controller = controller
         self._folders = template_folders
         self._busy = False
@@ -121,13 +123,10 @@ class SubmitDialog(QDialog):
         self.shot_edit = QLineEdit(os.environ.get("SHOT", ""))
         # optional inference layer after training (cue_plugin.submit.infer): both folders or neither
         self.infer_input_edit, self.infer_output_edit = QLineEdit(), QLineEdit()
-        self.errors = QLabel("")
-        self.errors.setObjectName("errors")
-        self.errors.setWordWrap(True)
+        self.errors = note("errors")  # hidden while empty, as every note
         self.errors.setStyleSheet("color: #e05050;")
-        self.progress = QLabel("")  # what a submit in flight is doing (the cuetrain subprocess's log lines)
-        self.progress.setObjectName("progress")
-        self.progress.setWordWrap(True)
+        self.progress = note("progress")  # what a submit in flight is doing (the cuetrain subprocess's log lines)
+        self.progress.setStyleSheet("")
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.submit_button = self.buttons.addButton("Submit", QDialogButtonBox.ButtonRole.AcceptRole)
         self.buttons.accepted.connect(self.try_submit)
