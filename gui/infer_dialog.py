@@ -12,7 +12,7 @@ from qtpy.QtWidgets import QComboBox, QDialog, QDialogButtonBox, QFormLayout, QL
 
 from cue_plugin.submit.spec import DEFAULT_CHUNK
 from cue_plugin.submit.templates import list_templates
-from gui.submit_dialog import folder_row
+from gui.submit_sections import folder_row
 
 
 def model_file(run_dir: str) -> str:

@@ -5,9 +5,9 @@ returns the same action. Nothing is kept in module globals: the action owns a :c
 handler (a child ``QObject``), which owns the controller, the dialog and the runs window.
 
 A host may pass ``prefill``: a function called each time the dialog opens that returns what to fill in from
-the host's selection (:class:`gui.upres.Prefill`, or None), e.g. Nuke's ``menu.py`` turns the two selected
+the host's selection (:class:`gui.prefill.Prefill`, or None), e.g. Nuke's ``menu.py`` turns the two selected
 Read nodes into the Input and Ground Truth folders, the upscale factor and the task
-(Matte when the Ground Truth's alpha holds a roto; :func:`gui.upres.prefill_from_reads`).
+(Matte when the Ground Truth's alpha holds a roto; :func:`gui.prefill.nuke_prefill`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from qtpy.QtWidgets import QAction, QApplication, QMainWindow, QMenu, QMenuBar, 
 from gui.controller import FarmFactory, RunsController, default_settings
 from gui.runs_panel import RunsPanel
 from gui.submit_dialog import SubmitDialog
-from gui.upres import Prefill
+from gui.prefill import Prefill
 
 log = logging.getLogger(__name__)
 

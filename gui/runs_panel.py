@@ -27,7 +27,8 @@ from gui.graph import GraphView
 from gui.infer_dialog import MODEL_FILES, InferDialog, model_file, model_files
 from gui.records import Run, format_duration, format_number, time_left_text
 from gui.task import channels_text, record_plan, task_text
-from gui.upres import init_from_record, record_scale, scale_text, started_from_text
+from gui.head_start import init_from_record, started_from_text
+from gui.upres import record_scale, scale_text
 
 log = logging.getLogger(__name__)
 

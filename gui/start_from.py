@@ -1,9 +1,9 @@
 """The submit dialog's "Start from" field: Random weights, an earlier run, or a browsed checkpoint / model.pt.
 
 The earlier runs are the Runs panel's (the controller's runs) that finished with a ``model.pt``, newest
-first (:func:`gui.upres.start_candidates`). Runs of another upscale factor or model size are listed too;
-choosing one shows a warning under the field and the dialog refuses to submit it
-(:func:`gui.upres.start_mismatch`), since the trainer could not load its weights.
+first (:func:`gui.head_start.start_candidates`). Runs of another upscale factor or model size are listed
+too; choosing one shows a warning under the field and the dialog refuses to submit it
+(:func:`gui.head_start.start_mismatch`), since the trainer could not load its weights.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QPushButton, QWidget
 
 from gui.controller import RunsController
-from gui.upres import StartCandidate, candidate_for_path, start_candidates
+from gui.head_start import StartCandidate, candidate_for_path, start_candidates
 
 RANDOM_TEXT = "Random weights"
 

@@ -1,18 +1,24 @@
-"""The "Train on Render Farm" dialog: paths, training settings, farm template, show/shot; submit.
+"""The "Train on Render Farm" dialog: five sections, each a ``QGroupBox`` (:mod:`gui.submit_sections`); submit.
 
-Problems are listed inline before anything is sent (missing folders, world size above batch size,
-...). Submitting runs on the controller's worker; the dialog waits for ``submit_finished`` (it then
-closes) or ``submit_failed`` (the farm's message is shown in the dialog, never a traceback).
-"Upscale factor" (``--scale``) and "Start from" (``--init-from``, :class:`gui.start_from.StartFromField`) go
-into the :class:`TrainConfig` like every other field; a host can fill the folders and the factor from its
-selection (:meth:`SubmitDialog.apply_prefill`, e.g. Nuke's two Read nodes through :func:`gui.upres.prefill_from_reads`).
-"Learn" (``--input-channels`` / ``--target-channels`` of :data:`trainer.core.channels.TASKS`; a host may propose
-Matte from the Ground Truth's alpha), "Augmentation" (``--augment``) and "Preview frames" (``--preview``) are
-:mod:`gui.task_fields`; the defaults (Colour, off, none) add no argument.
-"Train for" (:mod:`gui.train_for`): N steps (the default, ``--steps`` alone), until HH:MM (``--time-budget``, the next
-such local time with its UTC offset) or until it stops improving (``--stop-when-flat``); the steps box is then a cap.
-The "How many machines?" section (:mod:`gui.advisor_view`) runs ``cuetrain advise`` for the
-dialog's values in a separate process and can copy its recommended world size and sync interval.
+- **Shot**: show and shot (OpenCue's), Input and Ground Truth folders, run directory (and Resume), "Start from"
+  (``--init-from``, :class:`gui.start_from.StartFromField`).
+- **What to learn**: "Learn" (``--input-channels`` / ``--target-channels`` of :data:`trainer.core.channels.TASKS`),
+  "Upscale factor" (``--scale``), "Augmentation" (``--augment``), "Preview frames" (``--preview``); the Learn,
+  Augmentation and Preview fields are :mod:`gui.task_fields`, whose defaults (Colour, off, none) add no argument.
+- **How long**: "Train for" (:mod:`gui.train_for`): N steps (the default, ``--steps`` alone), until HH:MM
+  (``--time-budget``, the next such local time with its UTC offset) or until it stops improving
+  (``--stop-when-flat``); the steps box is then a cap.
+- **Farm**: template, world size, ranks per frame, the optional inference layer, and "How many machines?"
+  (:mod:`gui.advisor_view`), which runs ``cuetrain advise`` for the dialog's values in a separate process and can
+  copy its recommended world size and sync interval.
+- **Advanced** (folded, as in CopyCat's panel): model size, crop size, batch size, sync interval.
+
+The sections only place the fields: every field is an attribute of :class:`SubmitDialog` and goes into the
+:class:`TrainConfig` and the job as before. Problems are listed inline before anything is sent (missing folders,
+world size above batch size, ...). Submitting runs on the controller's worker; the dialog waits for
+``submit_finished`` (it then closes) or ``submit_failed`` (the farm's message is shown, never a traceback). A host
+can fill the folders, the factor and the task from its selection (:meth:`SubmitDialog.apply_prefill`, e.g. Nuke's
+two Read nodes through :func:`gui.prefill.nuke_prefill`).
 """
 
 from __future__ import annotations
@@ -25,19 +31,21 @@ from pathlib import Path
 from typing import Sequence
 
 from qtpy.QtCore import Qt
-from qtpy.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
-                            QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+from qtpy.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, QGroupBox, QLineEdit, QVBoxLayout, QWidget
 
 from cue_plugin.submit.spec import FarmError, JobHandle, TrainingJob
 from cue_plugin.submit.templates import list_templates, load_template, make_job
 from gui.advisor_view import AdviseRequest, AdvisorView
 from gui.controller import RunsController
+from gui.head_start import start_mismatch
 from gui.poller import measured_noise_scale
+from gui.prefill import Prefill
 from gui.start_from import StartFromField
+from gui.submit_sections import (WARN_STYLE, AdvancedSection, align_labels, folder_row, form_section, note, pair_row,
+                                 spin)
 from gui.task import task_channels
 from gui.task_fields import PreviewField, augment_spin, learn_box, set_task
 from gui.train_for import TrainForField
-from gui.upres import Prefill, start_mismatch
 from trainer.core.config import MODEL_SIZES, SCALES, ConfigError, TrainConfig
 from trainer.record.rundir import RunPaths
 
@@ -47,32 +55,8 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.def
 NO_TEMPLATE = "(defaults)"
 #: The upscale factor dropdown's text for each ``--scale``.
 SCALE_TEXTS = {1: "1x (same size)", **{s: f"{s}x" for s in SCALES if s != 1}}
-_WARN_STYLE = "color: #d09030;"
-
-
-def _spin(value: int, low: int, high: int) -> QSpinBox:
-    box = QSpinBox()
-    box.setRange(low, high)
-    box.setValue(value)
-    return box
-
-
-def folder_row(parent: QWidget, edit: QLineEdit) -> QWidget:
-    """``edit`` with a "Browse..." button beside it that fills it with a folder chosen in a file dialog."""
-    row = QWidget()
-    lay = QHBoxLayout(row)
-    lay.setContentsMargins(0, 0, 0, 0)
-    lay.addWidget(edit, 1)
-    button = QPushButton("Browse...")
-
-    def browse() -> None:
-        folder = QFileDialog.getExistingDirectory(parent, "Choose a folder", edit.text())
-        if folder:
-            edit.setText(folder)
-
-    button.clicked.connect(lambda _=False: browse())
-    lay.addWidget(button)
-    return row
+#: The dialog's narrowest width [pixels]: room for a shot's plate path and the fields' hints.
+MIN_WIDTH = 720
 
 
 class SubmitDialog(QDialog):
@@ -90,6 +74,7 @@ class SubmitDialog(QDialog):
                  parent: QWidget | None = None, advisor_command: Sequence[str] | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Train on Render Farm")
+        self.setMinimumWidth(MIN_WIDTH)
         self._controller = controller
         self._folders = template_folders
         self._busy = False
@@ -106,27 +91,27 @@ class SubmitDialog(QDialog):
         self.model_box = QComboBox()
         self.model_box.addItems(list(MODEL_SIZES))
         self.model_box.setCurrentText(_DEFAULTS["model_size"])
-        self.crop_spin = _spin(_DEFAULTS["crop_size"], 8, 4096)
-        self.batch_spin = _spin(_DEFAULTS["batch_size"], 1, 4096)
+        self.crop_spin = spin(_DEFAULTS["crop_size"], 8, 4096)
+        self.batch_spin = spin(_DEFAULTS["batch_size"], 1, 4096)
         self.train_for = TrainForField(_DEFAULTS["steps"])  # N steps, until HH:MM or until flat (gui.train_for)
         self.steps_spin = self.train_for.steps_spin  # --steps: the length, or the cap in the other two modes
-        self.world_spin = _spin(2, 1, 1024)
-        self.frame_spin = _spin(1, 1, 64)  # ranks per frame: trainers sharing one host
+        self.world_spin = spin(2, 1, 1024)
+        self.frame_spin = spin(1, 1, 64)  # ranks per frame: trainers sharing one host
         self.frame_spin.setToolTip("ranks per frame: each frame (one host) runs this many ranks, one GPU each; "
                                    "the world size must be a multiple of it")
-        self.sync_spin = _spin(1, 1, 100_000)
+        self.sync_spin = spin(1, 1, 100_000)
         self.resume_box = QCheckBox("Resume from the latest checkpoint in the run directory")
         self.scale_box = QComboBox()
         for scale in SCALES:
             self.scale_box.addItem(SCALE_TEXTS[scale], scale)
         self.scale_box.setToolTip("upres: the Ground Truth is this many times the Input's width and height")
-        self.scale_note = _note("scale_note")  # where a host's proposed factor came from, or why it is a guess
+        self.scale_note = note("scale_note")  # where a host's proposed factor came from, or why it is a guess
         self.start_field = StartFromField(self._controller)
-        self.start_note = _note("start_note")  # the chosen head start does not fit the factor or model size
+        self.start_note = note("start_note")  # the chosen head start does not fit the factor or model size
         self.learn_box = learn_box()  # colour, matte or colour+alpha: the channels in and out
         self.augment_spin = augment_spin(_DEFAULTS["augment"])
         self.preview_field = PreviewField(self)
-        self.preview_note = _note("preview_note")  # the preview path does not exist
+        self.preview_note = note("preview_note")  # the preview path does not exist
         self.preview_field.changed.connect(self._update_preview_note)
         choices = (self.start_field.changed, self.scale_box.currentIndexChanged, self.model_box.currentIndexChanged)
         for changed in choices:
@@ -138,13 +123,10 @@ class SubmitDialog(QDialog):
         self.shot_edit = QLineEdit(os.environ.get("SHOT", ""))
         # optional inference layer after training (cue_plugin.submit.infer): both folders or neither
         self.infer_input_edit, self.infer_output_edit = QLineEdit(), QLineEdit()
-        self.errors = QLabel("")
-        self.errors.setObjectName("errors")
-        self.errors.setWordWrap(True)
+        self.errors = note("errors")  # hidden while empty, as every note
         self.errors.setStyleSheet("color: #e05050;")
-        self.progress = QLabel("")  # what a submit in flight is doing (the cuetrain subprocess's log lines)
-        self.progress.setObjectName("progress")
-        self.progress.setWordWrap(True)
+        self.progress = note("progress")  # what a submit in flight is doing (the cuetrain subprocess's log lines)
+        self.progress.setStyleSheet("")
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.submit_button = self.buttons.addButton("Submit", QDialogButtonBox.ButtonRole.AcceptRole)
         self.buttons.accepted.connect(self.try_submit)
@@ -176,30 +158,49 @@ class SubmitDialog(QDialog):
         self.frame_spin.setValue(values.get("ranks_per_frame", 1))
 
     def _build_layout(self) -> None:
-        form = QFormLayout()
-        for label, edit in (("Input sequence", self.input_edit), ("Ground truth sequence", self.target_edit),
-                            ("Run directory", self.run_dir_edit)):
-            form.addRow(label, folder_row(self, edit))
-        form.addRow("", self.resume_box)
-        for label, widget in (("Learn", self.learn_box), ("Upscale factor", self.scale_box), ("", self.scale_note),
-                              ("Start from", self.start_field), ("", self.start_note),
-                              ("Augmentation [probability]", self.augment_spin),
-                              ("Preview frames", self.preview_field), ("", self.preview_note),
-                              ("Model size", self.model_box), ("Crop size [px]", self.crop_spin),
-                              ("Batch size [crops]", self.batch_spin), ("Train for", self.train_for),
-                              ("World size [ranks]", self.world_spin), ("Ranks per frame", self.frame_spin),
-                              ("Sync interval [steps]", self.sync_spin),
-                              ("Farm template", self.template_box), ("Show", self.show_edit), ("Shot", self.shot_edit)):
-            form.addRow(label, widget)
-        for label, edit in (("Then apply to (optional)", self.infer_input_edit),
-                            ("Write results to", self.infer_output_edit)):
-            form.addRow(label, folder_row(self, edit))
+        """The five sections in order, then the problems, the submit progress and the buttons."""
+        folders = [(label, folder_row(self, edit)) for label, edit in (
+            ("Input sequence", self.input_edit), ("Ground truth sequence", self.target_edit),
+            ("Run directory", self.run_dir_edit), ("Then apply to (optional)", self.infer_input_edit),
+            ("Write results to", self.infer_output_edit))]
+        self.show_edit.setToolTip("the OpenCue show the job runs under ($SHOW)")
+        self.shot_edit.setToolTip("the OpenCue shot the job belongs to ($SHOT)")
+        self.shot_section = form_section("Shot", "shot_section", [
+            ("Show", pair_row(self.show_edit, "Shot", self.shot_edit)), *folders[:3], ("", self.resume_box),
+            ("Start from", self.start_field), ("", self.start_note)])
+        self.learn_section = form_section("What to learn", "learn_section", [
+            ("Learn", self.learn_box), ("Upscale factor", self.scale_box), ("", self.scale_note),
+            ("Augmentation [probability]", self.augment_spin), ("Preview frames", self.preview_field),
+            ("", self.preview_note)])
+        self.length_section = form_section("How long", "length_section", [("Train for", self.train_for)])
+        self.farm_section = form_section("Farm", "farm_section", [
+            ("Farm template", self.template_box), ("World size [ranks]", self.world_spin),
+            ("Ranks per frame", self.frame_spin), *folders[3:]], below=[self.advisor])
+        self.advanced_section = AdvancedSection([
+            ("Model size", self.model_box), ("Crop size [px]", self.crop_spin),
+            ("Batch size [crops]", self.batch_spin), ("Sync interval [steps]", self.sync_spin)])
+        for changed in (self.model_box.currentIndexChanged, self.crop_spin.valueChanged,
+                        self.batch_spin.valueChanged, self.sync_spin.valueChanged):
+            changed.connect(lambda *_: self._update_advanced_summary())
+        self._update_advanced_summary()
+        align_labels(self.sections())
         layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addWidget(self.advisor)
+        for section in self.sections():
+            layout.addWidget(section)
         layout.addWidget(self.errors)
         layout.addWidget(self.progress)
         layout.addWidget(self.buttons)
+
+    def sections(self) -> list[QGroupBox]:
+        """Shot, What to learn, How long, Farm, Advanced: the dialog's sections, top to bottom."""
+        return [self.shot_section, self.learn_section, self.length_section, self.farm_section,
+                self.advanced_section]
+
+    def _update_advanced_summary(self) -> None:
+        sync = self.sync_spin.value()
+        self.advanced_section.set_summary(
+            f"{self.model_box.currentText()} model, {self.crop_spin.value()} px crops, batch "
+            f"{self.batch_spin.value()} crops, sync every {sync} step{'s' if sync != 1 else ''}")
 
     # ----------------------------------------------------------- validation
     def validate(self) -> list[str]:
@@ -270,7 +271,7 @@ class SubmitDialog(QDialog):
             self.set_scale(prefill.scale)
             set_task(self.learn_box, prefill.task)  # "" (the host could not tell) leaves the choice
         self.scale_note.setText(prefill.warning or prefill.note)
-        self.scale_note.setStyleSheet(_WARN_STYLE if prefill.warning else "")
+        self.scale_note.setStyleSheet(WARN_STYLE if prefill.warning else "")
 
     def _update_start_note(self) -> None:
         self.start_note.setText(self._start_mismatch())
@@ -379,15 +380,6 @@ class SubmitDialog(QDialog):
         if self._busy:
             self._set_busy(False)
             self.show_errors([f"Submit failed: {message}"])
-
-
-def _note(name: str) -> QLabel:
-    """An empty word-wrapped label in the warning colour, named ``name`` (for tests)."""
-    label = QLabel("")
-    label.setObjectName(name)
-    label.setWordWrap(True)
-    label.setStyleSheet(_WARN_STYLE)
-    return label
 
 
 def _abs(path: str) -> str:

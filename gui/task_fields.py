@@ -63,7 +63,7 @@ class PreviewField(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.edit = QLineEdit()
-        self.edit.setPlaceholderText("optional: a frame or a folder of a few frames outside the data set")
+        self.edit.setPlaceholderText("optional: a frame or a folder of frames outside the data set")
         self.edit.setToolTip("rendered by the model at every contact sheet, shown in the Runs panel's Preview")
         self.browse_button = QPushButton("Browse...")
         menu = QMenu(self.browse_button)

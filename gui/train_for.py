@@ -129,6 +129,7 @@ class TrainForField(QWidget):
         self.steps_spin.setSuffix(" steps")
         self.steps_spin.setToolTip(_STEPS_TIP if mode == STEPS else _CAP_TIP.format(mode=MODE_TEXTS[mode]))
         self.note.setText(self.note_text())
+        self.note.setVisible(bool(self.note.text()))  # an empty line takes no room under the field
         self.changed.emit()
 
     def note_text(self, now: datetime | None = None) -> str:

@@ -12,10 +12,12 @@ What it does, each step in its own process where torch is involved (the GUI neve
    following both runs, the main run's live rank processes in the Ranks column (``2/2``), the finished
    short run selected (labelled contact sheet, the model files line and "Open Model Folder"), offscreen
    (:func:`gui.screenshots.save_panel_screenshot`). Then the main run is waited for.
-3. ``docs/gui_submit_dialog_advisor.png``: the submit dialog filled in with the demo's folders, with the
-   advisor's chart (time to the same quality and farm hours against ranks) and its sentence from a real
-   ``cuetrain advise --quality-probe`` ("Time to quality" ticked); the tables stay folded under "Details".
-   ``--only-advisor`` makes this one alone: the demo's frames are extracted (no training), a minute or three.
+3. ``docs/gui_submit_dialog.png``: the submit dialog's five sections filled in with the demo's folders, "Advanced"
+   unfolded (every field shows). ``docs/gui_submit_dialog_advisor.png``: the same dialog as it opens ("Advanced"
+   folded) with the advisor's chart under Farm (time to the same quality and farm hours against ranks) and its
+   sentence from a real ``cuetrain advise --quality-probe`` ("Time to quality" ticked); the tables stay folded
+   under "Details". ``--only-advisor`` makes these two alone: the demo's frames are extracted (no training), a
+   minute or three.
 4. ``docs/cuegui_job.png``, ``docs/cuegui_frames.png``, ``docs/cuegui_training_runs.png``: real CueGUI
    against the Cuebot double with a real 2-rank job run by two real RQDs, through
    ``tests/gui/test_cuegui_plugin.py`` with ``CUETRAIN_UPDATE_DOCS=1`` (needs ``.venv-cuegui``;
@@ -88,6 +90,59 @@ def extract_demo_frames(data_dir: Path) -> None:
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
+def _filled_dialog(data_dir: Path, run_dir: Path):
+    """A submit dialog (and its controller) filled in for the demo data (``data_dir/train/{input,target}``)."""
+    from gui.controller import RunsController
+    from gui.submit_dialog import SubmitDialog
+
+    controller = RunsController(settings=None)
+    dialog = SubmitDialog(controller)
+    dialog.input_edit.setText(str(data_dir / "train" / "input"))
+    dialog.target_edit.setText(str(data_dir / "train" / "target"))
+    dialog.run_dir_edit.setText(str(run_dir))
+    return dialog, controller
+
+
+def _grab(dialog, controller, out: Path) -> None:
+    """Save ``dialog`` at its full size hint (taller than the offscreen screen allows by default) to ``out``.
+
+    Raises:
+        RuntimeError: the PNG cannot be written.
+    """
+    from gui.screenshots import _application
+
+    app = _application()
+    for _ in range(10):  # let the chart and the notes take their room before the grab
+        app.processEvents()
+        time.sleep(0.05)
+    dialog.setMinimumSize(dialog.sizeHint().expandedTo(dialog.minimumSize()))
+    dialog.adjustSize()
+    app.processEvents()
+    ok = dialog.grab().save(str(out), "PNG")
+    dialog.advisor.shutdown()
+    dialog.close()
+    controller.shutdown()
+    if not ok:
+        raise RuntimeError(f"cannot write {out}")
+
+
+def submit_dialog_sections(data_dir: Path, run_dir: Path, out: Path) -> None:
+    """The submit dialog's five sections for the demo data, show ``demo`` shot ``sh010``, "Advanced" unfolded.
+
+    Raises:
+        RuntimeError: the PNG cannot be written.
+    """
+    from gui.screenshots import _application
+
+    _application()
+    dialog, controller = _filled_dialog(data_dir, run_dir)
+    dialog.show_edit.setText("demo")
+    dialog.shot_edit.setText("sh010")
+    dialog.show()
+    dialog.advanced_section.set_expanded(True)
+    _grab(dialog, controller, out)
+
+
 def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 300.0) -> None:
     """The submit dialog filled in for the demo data (``data_dir/train/{input,target}``), with the advisor's chart
     from a real probe (its tables folded under "Details").
@@ -95,16 +150,10 @@ def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 3
     Raises:
         RuntimeError: the probe did not finish within ``timeout_s`` seconds or failed (its message).
     """
-    from gui.controller import RunsController
     from gui.screenshots import _application
-    from gui.submit_dialog import SubmitDialog
 
     app = _application()
-    controller = RunsController(settings=None)
-    dialog = SubmitDialog(controller)
-    dialog.input_edit.setText(str(data_dir / "train" / "input"))
-    dialog.target_edit.setText(str(data_dir / "train" / "target"))
-    dialog.run_dir_edit.setText(str(run_dir))
+    dialog, controller = _filled_dialog(data_dir, run_dir)
     dialog.advisor.set_expanded(True)
     dialog.advisor.quality_box.setChecked(True)  # the time-to-quality table too (trainer.advise.critical_batch)
     dialog.show()
@@ -119,18 +168,7 @@ def submit_dialog(data_dir: Path, run_dir: Path, out: Path, timeout_s: float = 3
         raise RuntimeError(f"the advisor probe gave no result in {timeout_s:.0f} s")
     if dialog.advisor.recommendation is None:
         log.warning("the advisor made no recommendation: %s", dialog.advisor.status.text())
-    for _ in range(10):  # let the chart and the recommendation line take their room before the grab
-        app.processEvents()
-        time.sleep(0.05)
-    dialog.setMinimumSize(dialog.sizeHint())
-    dialog.adjustSize()
-    app.processEvents()
-    ok = dialog.grab().save(str(out), "PNG")
-    dialog.advisor.shutdown()
-    dialog.close()
-    controller.shutdown()
-    if not ok:
-        raise RuntimeError(f"cannot write {out}")
+    _grab(dialog, controller, out)
 
 
 def cuegui(out_dir: Path) -> None:
@@ -149,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=400, help="steps of the main demo run (400)")
     parser.add_argument("--skip-cuegui", action="store_true", help="leave the three CueGUI screenshots as they are")
     parser.add_argument("--only-advisor", action="store_true",
-                        help="only docs/gui_submit_dialog_advisor.png, on the demo's frames without training")
+                        help="only docs/gui_submit_dialog.png and gui_submit_dialog_advisor.png, on the demo's frames "
+                             "without training")
     parser.add_argument("--advisor-timeout-s", type=float, default=300.0,
                         help="longest wait for the advisor's quality probe in seconds (300; raise it on a busy host)")
     args = parser.parse_args(argv)
@@ -161,17 +200,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="cuetrain-screenshots-") as tmp:
         work = Path(tmp)
         main_run, short_run = work / "runs" / "demo", work / "runs" / "demo_short"
+        data = work / "data" if args.only_advisor else main_run / "data"  # the demo's frames
+        nxt, advisor_png = work / "runs" / "next", args.out / "gui_submit_dialog_advisor.png"
+        dialogs = [("submit dialog", lambda: submit_dialog_sections(data, nxt, args.out / "gui_submit_dialog.png")),
+                   ("submit dialog with the advisor",
+                    lambda: submit_dialog(data, nxt, advisor_png, args.advisor_timeout_s))]
         steps = [("short training run", lambda: train(short_run, args.steps // 3)),
                  ("main training run and the Runs panel while it trains",
                   lambda: runs_panel_while_training(main_run, short_run, args.steps, args.out / "gui_runs_panel.png")),
-                 ("submit dialog", lambda: submit_dialog(main_run / "data", work / "runs" / "next",
-                                                         args.out / "gui_submit_dialog_advisor.png",
-                                                         args.advisor_timeout_s))]
+                 *dialogs]
         if args.only_advisor:
-            steps = [("demo frames", lambda: extract_demo_frames(work / "data")),
-                     ("submit dialog", lambda: submit_dialog(work / "data", work / "runs" / "next",
-                                                             args.out / "gui_submit_dialog_advisor.png",
-                                                             args.advisor_timeout_s))]
+            steps = [("demo frames", lambda: extract_demo_frames(data)), *dialogs]
         elif not args.skip_cuegui:
             steps.append(("CueGUI", lambda: cuegui(args.out)))
         for name, step in steps:

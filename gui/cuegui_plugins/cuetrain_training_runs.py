@@ -44,7 +44,8 @@ from gui.graph import GraphView  # noqa: E402
 from gui.records import Run, time_left_text  # noqa: E402
 from gui.runs_panel import image_tabs, start_tooltip  # noqa: E402
 from gui.task import task_text  # noqa: E402
-from gui.upres import record_scale, scale_text, started_from_text  # noqa: E402
+from gui.head_start import started_from_text  # noqa: E402
+from gui.upres import record_scale, scale_text  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,8 @@ def run_summary(run: Run, now: float | None = None) -> str:
     start, run directory.
 
     The task, factor and start read as the Runs panel's Task, Scale and Start columns (:mod:`gui.task`,
-    :mod:`gui.upres`), e.g. ``shot010 - running, step 40/400, ranks 2/2 - matte, upres 2x, start: shot010_v1
-    step 100 - /runs/shot010_v2``.
+    :mod:`gui.upres`, :mod:`gui.head_start`), e.g. ``shot010 - running, step 40/400, ranks 2/2 - matte, upres 2x,
+    start: shot010_v1 step 100 - /runs/shot010_v2``.
     """
     job = run.handle.job_name if run.handle else run.name
     left = time_left_text(run, time.time() if now is None else now)

@@ -27,7 +27,7 @@ from gui.runs_panel import TASK_COL, RunsPanel
 from gui.submit_dialog import SubmitDialog
 from gui.synthetic import png_bytes, write_run
 from gui.task import alpha_grid, propose_task, task_channels, task_text
-from gui.upres import Prefill, ReadInfo, prefill_from_reads
+from gui.prefill import Prefill, ReadInfo, prefill_from_reads
 from trainer.record.rundir import atomic_write_bytes, atomic_write_json, read_json
 from trainer.record.runrecord import RunRecord
 

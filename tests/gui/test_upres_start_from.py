@@ -21,7 +21,9 @@ from gui.runs_panel import SCALE_COL, START_COL, RunsPanel
 from gui.start_from import RANDOM_TEXT
 from gui.submit_dialog import SubmitDialog
 from gui.synthetic import write_run
-from gui.upres import ReadInfo, candidate_for_path, prefill_from_reads, propose_scale
+from gui.head_start import candidate_for_path
+from gui.prefill import ReadInfo, prefill_from_reads
+from gui.upres import propose_scale
 from trainer.record.rundir import atomic_write_json, read_json
 
 HOSTS = Path(__file__).resolve().parents[2] / "farm_templates" / "hosts"
