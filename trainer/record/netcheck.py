@@ -5,7 +5,7 @@ model size, scale, Input channel count and target channel count (:func:`network_
 only when all five agree, so every place that asks "can these weights start or continue this run?" compares them
 here (:func:`network_mismatches`): ``--init-from`` on submit and at start (``trainer.record.initsource``,
 ``trainer.learn.init_from``), ``--resume`` (``trainer.learn.run_writer.check_run_checkpoint``) and the GUI's
-Start-from choice (``gui.upres.start_mismatch``, which must not import torch). Each caller words the result for its
+Start-from choice (``gui.head_start.start_mismatch``, which must not import torch). Each caller words the result for its
 reader; what a resume needs beyond the network (the same channel *names*, the same optimizer) stays with it.
 
 An architecture the trainer no longer builds (:data:`REMOVED_ARCHITECTURES`) never fits: its mismatch says so and
