@@ -113,8 +113,9 @@ def is_stale(lease: Lease, now: float, job: str = "") -> bool:
     return lease.host == socket.gethostname() and _pid_gone(lease.pid)
 
 
-def check_free(paths: RunPaths, job: str = "", now: Callable[[], float] = time.time) -> None:
-    """Refuse a run directory whose live run is another's. Writes nothing.
+def check_free(paths: RunPaths, job: str = "", now: Callable[[], float] = time.time) -> Lease | None:
+    """Refuse a run directory whose live run is another's. Writes nothing. Returns the stale lease it judged, or None
+    when there was none (what a claim may replace or must create).
 
     Raises:
         LeaseHeld: a live lease (names its command, host, pid, job and when it expires).
@@ -124,6 +125,7 @@ def check_free(paths: RunPaths, job: str = "", now: Callable[[], float] = time.t
         raise LeaseHeld(f"run directory {paths.root} is in use by a live run ({current.describe()}; lease renewed "
                         f"until {time.strftime('%H:%M:%S', time.localtime(current.expires))}): choose another "
                         "--run-dir, or wait for that run to end (a run that died frees it within its lease time)")
+    return current
 
 
 class RunLease:
@@ -162,8 +164,7 @@ class RunLease:
             LeaseHeld: another live run holds it, or another process took it over at the same moment.
         """
         for _ in range(3):
-            check_free(self.paths, self.lease.job, self._now)
-            current = read_lease(self.paths)
+            current = check_free(self.paths, self.lease.job, self._now)  # judged and acted on as one read
             if self._write(create=current is None):
                 if current is None:
                     return self.lease
