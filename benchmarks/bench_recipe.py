@@ -8,6 +8,9 @@ task             what it prints
 ===============  ===========================================================================================
 matte            a matte from 12 keyframes: held-out IoU and MAE per variant (the trainer's matte model, a
                  plain U-Net, ...) and seed, and of the mean and the nearest keyframe (``lib/matte.py``)
+matte-set        matte recipes on the four-shot matte evaluation set (``lib/matte_set.py``) at the farm's
+                 1,000 steps: held-out IoU, edge MAE, MAE and flicker per shot, variant and seed, beside the
+                 plain U-Net and the keyframe baselines (``lib/matte_recipes.py``)
 upscale          upres x2 on two clips: held-out PSNR over bicubic of cuetrain's network and a plain ESPCN;
                  ms per 2K output frame (``lib/upscale.py``)
 default-recipe   Muon against Adam over global batch, model size, run length and clip; ``NAME@F`` searches
@@ -33,7 +36,7 @@ import common  # noqa: F401  (puts the checkout on sys.path)
 
 #: Task name -> the module under ``benchmarks/lib/`` that runs it (imported only when chosen: a GPU host without
 #: PyAV imports only what its task needs).
-TASKS = {"matte": "lib.matte", "upscale": "lib.upscale", "default-recipe": "lib.default_recipe",
+TASKS = {"matte": "lib.matte", "matte-set": "lib.matte_recipes", "upscale": "lib.upscale", "default-recipe": "lib.default_recipe",
          "variants": "lib.variants", "head-start": "lib.head_start", "time-budget": "lib.time_budget"}
 
 

