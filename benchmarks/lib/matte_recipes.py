@@ -166,8 +166,31 @@ def baselines(shot: matte_set.Shot) -> dict[str, dict]:
             "nearest keyframe": score_sequence(nearest, truth).__dict__}
 
 
-def _mean(runs: list[dict]) -> dict:
-    return {k: float(np.mean([r[k] for r in runs])) for k in ("iou", "edge_mae", "mae", "flicker", "train_s")}
+def _mean(runs: list[dict], keys: tuple[str, ...] = ("iou", "edge_mae", "mae", "flicker", "train_s")) -> dict:
+    return {k: float(np.mean([r[k] for r in runs])) for k in keys}
+
+
+def _trainer(a: argparse.Namespace, shots: list[str], seeds: list[int]) -> None:
+    """``--trainer``: every shot and seed through ``cuetrain local`` (``lib/matte_trainer.py``); a table of the
+    model's mean over seeds and the baselines, and each shot's bar (the nearest keyframe's IoU plus half its distance
+    to 1.0)."""
+    from lib import matte_trainer
+
+    print(f"bench_recipe matte-set --trainer: shots {', '.join(shots)}; {a.steps} steps; seeds {seeds}; "
+          f"extra {a.extra!r}; load {os.getloadavg()[0]:.2f}", flush=True)
+    results = matte_trainer.run(shots, a.steps, seeds, a.extra, a.work)
+    if a.json:
+        tmp = a.json.with_name(a.json.name + ".tmp")
+        tmp.write_text(json.dumps({"steps": a.steps, "seeds": seeds, "extra": a.extra, "results": results}, indent=1))
+        tmp.replace(a.json)
+    print("\n| shot | what | IoU | edge MAE | MAE | flicker | bar (IoU) |\n|---|---|---|---|---|---|---|")
+    for name, res in results.items():
+        model = _mean(list(res["model"].values()), ("iou", "edge_mae", "mae", "flicker"))
+        bar = res["nearest keyframe"]["iou"] + (1 - res["nearest keyframe"]["iou"]) / 2
+        for what, r in (("cuetrain local", model), ("nearest keyframe", res["nearest keyframe"]),
+                        ("mean keyframe", res["mean keyframe"])):
+            print(f"| {name} | {what} | {r['iou']:.4f} | {r['edge_mae']:.4f} | {r['mae']:.4f} | {r['flicker']:.4f} | "
+                  f"{bar:.4f} |")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -180,9 +203,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, help="also write the results here (after every variant)")
+    ap.add_argument("--trainer", action="store_true", help="train each shot and seed with the real trainer instead "
+                    "(cuetrain local --world-size 2 at the farm's defaults, lib/matte_trainer.py)")
+    ap.add_argument("--extra", default="", help="with --trainer: more trainer arguments, e.g. \"--lr 2e-3\"")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/cuetrain-matte-set"), help="with --trainer: where the "
+                    "shots' frames and the runs go")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     seeds, shots = [int(x) for x in a.seeds.split(",")], a.shots.split(",")
+    if a.trainer:
+        _trainer(a, shots, seeds)
+        return
     print(f"bench_recipe matte-set: shots {', '.join(shots)}; {a.steps} steps; seeds {seeds}; training "
           f"{resolve_precision(a.precision, torch.device('cpu')).name}; load {os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, dict] = {}

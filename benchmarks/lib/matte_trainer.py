@@ -1,0 +1,58 @@
+"""The matte evaluation set through the real trainer: ``cuetrain local`` at the farm's defaults, then ``infer``.
+
+For each shot (``lib/matte_set.py``) and seed: the 12 keyframes are written as RGB PNG Inputs and RGBA PNG Ground
+Truths (alpha = the matte) and the 108 held-out frames as Inputs and Ground Truths, as ``cuetrain demo --task
+matte`` writes its own; ``cuetrain local --world-size 2 --target-channels A --steps N --seed S`` trains with every
+other setting at its default (plus ``--extra``); ``model.pt`` is inferred on the held-out Inputs and scored with
+``trainer.data.matte_scores`` beside the two keyframe baselines (``trainer.demo.holdout_matte``).
+
+Run with ``bench_recipe.py matte-set --trainer [--steps 1000] [--seeds 0] [--shots ...] [--extra "--lr 2e-3"]``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lib import matte_set
+from trainer.data.images import write_image
+from trainer.demo import DemoData, _write_rgba, holdout_matte, train_demo
+
+
+def export(shot: matte_set.Shot, folder: Path) -> DemoData:
+    """Write ``shot`` as the demo's four PNG sequences under ``folder`` (frame numbers 1..120: frame i is i + 1)."""
+    d = DemoData(*(folder / n for n in ("train/input", "train/target", "holdout/input", "holdout/target")))
+    for p in (d.train_input, d.train_target, d.holdout_input, d.holdout_target):
+        p.mkdir(parents=True, exist_ok=True)
+    keys = set(shot.keys)
+    for i in range(len(shot.rgb)):
+        name = f"{shot.name}.{i + 1:04d}.png"
+        rgba = np.concatenate([shot.rgb[i], shot.matte[i][..., None]], -1)
+        write_image((d.train_input if i in keys else d.holdout_input) / name, shot.rgb[i])
+        _write_rgba((d.train_target if i in keys else d.holdout_target) / name, rgba)
+    return d
+
+
+def run(shots: list[str], steps: int, seeds: list[int], extra: str, work: Path, world_size: int = 2) -> dict:
+    """Train and score every shot and seed (module doc); {shot: {"model": {seed: scores}, baselines...}}."""
+    results: dict[str, dict] = {}
+    for name in shots:
+        data = export(matte_set.load(name), work / name / "data")
+        res = results.setdefault(name, {"model": {}})
+        for seed in seeds:
+            run_dir = work / name / f"run_seed{seed}"
+            t0 = time.monotonic()
+            code = train_demo(run_dir, data, world_size, steps,
+                              ["--target-channels", "A", "--seed", str(seed), *shlex.split(extra)], progress=False)
+            if code != 0:
+                raise RuntimeError(f"cuetrain local failed on {name} seed {seed} (exit {code}); see {run_dir}/logs")
+            scores = {k: v.__dict__ for k, v in holdout_matte(run_dir, data).items()}
+            res["model"][seed] = {**scores.pop("model"), "command_s": time.monotonic() - t0}
+            res.update(scores)
+            m = res["model"][seed]
+            print(f"  {name:9s} cuetrain local seed {seed}: IoU {m['iou']:.4f}  edge {m['edge_mae']:.4f}  "
+                  f"MAE {m['mae']:.4f}  flicker {m['flicker']:.4f}  ({m['command_s']:.0f} s)", flush=True)
+    return results
