@@ -71,7 +71,8 @@ from cue_plugin.node.frame_host import HostGang
 from cue_plugin.node.frame_member import run_member
 from cue_plugin.names import RENDEZVOUS_MODES
 from cue_plugin.node.supervise import GangExit, RankLog, frame_devices, frame_ranks, run_ranks
-from trainer.core.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
+from trainer.core.config import ConfigError, TrainConfig
+from trainer.core.config_args import add_train_arguments, config_from_args
 from trainer.core.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, read_cue_env, read_dist_env,
                              read_farm_env)
 from trainer.record import runrecord

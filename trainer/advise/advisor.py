@@ -39,7 +39,7 @@ from trainer.advise.budget import DEFAULT_PROBE_BUDGET_S, ProbeSettings, probe_c
 from trainer.advise.probe import measure_link, run_probe
 from trainer.advise.progress import JsonProgress, TerminalProgress
 from trainer.core.budget import BudgetError, parse_time_budget
-from trainer.core.config import add_train_arguments, config_from_args
+from trainer.core.config_args import add_train_arguments, config_from_args
 from trainer.core.rankmemory import BUFFERS_MB, PROCESS_MB, rank_memory_mb
 
 __all__ = ["Probe", "Prediction", "Link", "predict", "recommend", "format_table", "run_probe", "measure_link",
