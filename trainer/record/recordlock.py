@@ -2,8 +2,8 @@
 
 Writes of ``run.json`` (``trainer.record.runrecord``) are serialised (:func:`locked`): three processes on
 different hosts (the submit client, frame 0's node agent, rank 0) read, merge and rewrite the file, so each
-read-merge-write holds an exclusive ``fcntl.lockf`` lock on ``run.json.lock`` beside it. Why ``lockf`` and not a lock file made with
-``O_CREAT | O_EXCL``: RQD ends frames with ``killpg(SIGKILL)`` (rqd/rqd/rqnetwork.py), and an
+read-merge-write holds an exclusive ``fcntl.lockf`` lock on ``run.json.lock`` beside it. Why ``lockf`` and not
+a lock file made with ``O_CREAT | O_EXCL``: RQD ends frames with ``killpg(SIGKILL)`` (rqd/rqd/rqnetwork.py), and an
 atomic-create lock file outlives a killed holder, so every later writer would wait on a guess about
 staleness (a pid means nothing on another host); a POSIX record lock is dropped by the kernel when
 its holder dies, and on NFS it goes to the server (NLM for NFSv3, the protocol's own LOCK for NFSv4,
