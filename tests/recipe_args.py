@@ -7,7 +7,8 @@ import argparse
 import dataclasses
 from typing import Any, Sequence
 
-from trainer.core.config import TrainConfig, add_train_arguments, config_from_args
+from trainer.core.config import TrainConfig
+from trainer.core.config_args import add_train_arguments, config_from_args
 
 #: TrainConfig fields that are not the recipe: where the data and the run live, how long the run is, how often it
 #: writes its outputs, and the memory the farm template gives a rank.

@@ -21,6 +21,7 @@ import pytest
 
 from cue_plugin.submit import cli as farm_cli
 from cue_plugin.node import frame, layer_failure, rendezvous
+from cue_plugin.node.publication import Publication
 from tests.conftest import CHILD_PYTHONPATH, ROOT
 from trainer import cli
 from trainer.core.envvars import CueFrameEnv
@@ -264,7 +265,7 @@ def test_unreachable_cuebot_when_failing_a_layer_is_logged_quickly(tmp_path, cle
     clean_env.setenv("CUEBOT_HOSTS", address)
     paths = RunPaths.of(tmp_path / "run")
     paths.create()
-    pub = rendezvous.Publication("127.0.0.1", 1, "a", "", 0.0, 1)
+    pub = Publication("127.0.0.1", 1, "a", "", 0.0, 1)
     cuebot = opencue.Cuebot
     saved = list(cuebot.Hosts), cuebot.RpcChannel, cuebot.Timeout
     cuebot.Hosts, cuebot.RpcChannel = [], None  # as in a fresh frame process: pycue connects on first use

@@ -17,7 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import ContextManager, Mapping, NoReturn, Sequence
 
-from trainer.core.config import PRECISIONS, ConfigError, add_train_arguments, config_from_args
+from trainer.core.config import PRECISIONS, ConfigError
+from trainer.core.config_args import add_train_arguments, config_from_args
 from trainer.record.rankfailure import record_failure
 
 log = logging.getLogger("cuetrain")

@@ -65,13 +65,15 @@ import sys
 from typing import Callable, Sequence
 
 from cue_plugin.node import rendezvous, rendezvous_cuebot
+from cue_plugin.node.publication import Publication
 from cue_plugin.node.agent import DEFAULT_BACKOFF_S, DEFAULT_ELASTIC_WINDOW_S, DEFAULT_MAX_RESTARTS, AgentPolicy
 from cue_plugin.node.frame_context import FrameContext
 from cue_plugin.node.frame_host import HostGang
 from cue_plugin.node.frame_member import run_member
 from cue_plugin.names import RENDEZVOUS_MODES
 from cue_plugin.node.supervise import GangExit, RankLog, frame_devices, frame_ranks, run_ranks
-from trainer.core.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
+from trainer.core.config import ConfigError, TrainConfig
+from trainer.core.config_args import add_train_arguments, config_from_args
 from trainer.core.envvars import (CueFrameEnv, EnvError, copycat_env, environ_with, read_cue_env, read_dist_env,
                              read_farm_env)
 from trainer.record import runrecord
@@ -194,14 +196,14 @@ def _source(ctx: FrameContext) -> _Source:
     return rendezvous.FileSource(ctx.paths.rendezvous)
 
 
-def _trainer_env(ctx: FrameContext, pub: rendezvous.Publication, rank: int, world_size: int) -> dict[str, str]:
+def _trainer_env(ctx: FrameContext, pub: Publication, rank: int, world_size: int) -> dict[str, str]:
     """The environment every trainer of this frame shares (``COPYCAT_RANK`` and devices are set per rank)."""
     env = copycat_env(pub.host, pub.port, rank, world_size, ctx.dist.sync_interval, ctx.dist.local_addr, ctx.token)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def _start_trainer(ctx: FrameContext, pub: rendezvous.Publication, *, resume: bool,
+def _start_trainer(ctx: FrameContext, pub: Publication, *, resume: bool,
                    watch: Callable[[], str | int | None] | None = None) -> GangExit:
     """Run this frame's trainers for generation ``pub`` until they end.
 
@@ -235,7 +237,7 @@ def _run(ctx: FrameContext) -> int:
     source = _source(ctx)
     notice = rendezvous.FileSource(ctx.paths.rendezvous)  # frame 0's failure notice, in both modes
 
-    def start(pub: rendezvous.Publication, resume: bool, watch: Callable[[], str | int | None] | None) -> GangExit:
+    def start(pub: Publication, resume: bool, watch: Callable[[], str | int | None] | None) -> GangExit:
         return _start_trainer(ctx, pub, resume=resume, watch=watch)
 
     if ctx.frame == 0:

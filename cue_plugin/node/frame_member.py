@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from cue_plugin.node import membership, rendezvous
+from cue_plugin.node.publication import Publication
 from cue_plugin.node.frame_context import FrameContext
 from cue_plugin.node.rendezvous import GangFinished
 from trainer.record import runrecord
@@ -28,7 +29,7 @@ NOTICE_WAIT_S = 2.0  # seconds a rank whose trainer failed looks for frame 0's f
 EXIT_GANG = ExitCode.GANG
 EXIT_REJECTED = ExitCode.REJECTED
 #: runs this frame's trainers for a publication: (publication, resume, watch) -> how they ended
-Start = Callable[[rendezvous.Publication, bool, "Callable[[], str | int | None] | None"], GangExit]
+Start = Callable[[Publication, bool, "Callable[[], str | int | None] | None"], GangExit]
 
 
 def finished_without_me(paths: RunPaths, job_id: str, ran: bool) -> str:
@@ -42,8 +43,8 @@ def finished_without_me(paths: RunPaths, job_id: str, ran: bool) -> str:
 
 
 def _member_vet(frame: int, paths: RunPaths, job_id: str, ran: Callable[[], bool]) -> \
-        Callable[[rendezvous.Publication | None], tuple[str, str] | None]:
-    def vet(pub: rendezvous.Publication | None) -> tuple[str, str] | None:
+        Callable[[Publication | None], tuple[str, str] | None]:
+    def vet(pub: Publication | None) -> tuple[str, str] | None:
         done = finished_without_me(paths, job_id, ran())
         if done:
             raise GangFinished(done)
@@ -147,7 +148,7 @@ def run_member(ctx: FrameContext, source: rendezvous.Source, notice: rendezvous.
 
 
 def await_notice(notice: rendezvous.FileSource, token: str | None,
-                  pub: rendezvous.Publication) -> rendezvous.Publication | None:
+                  pub: Publication) -> Publication | None:
     """Frame 0's failure notice for attempt ``pub.attempt``, looked for up to :data:`NOTICE_WAIT_S` seconds."""
     deadline = time.monotonic() + NOTICE_WAIT_S
     while True:

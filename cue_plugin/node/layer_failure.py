@@ -12,6 +12,7 @@ from typing import Callable
 
 from cue_plugin.names import TRAIN_LAYER as LAYER_NAME
 from cue_plugin.node import rendezvous
+from cue_plugin.node.publication import Publication
 from trainer.record import runrecord
 from trainer.core.envvars import CueFrameEnv
 from trainer.record.rundir import RunDirError, RunPaths
@@ -45,7 +46,7 @@ def eat_layer(job: str, layer: str, timeout_s: float = CUEBOT_TIMEOUT_S) -> None
     opencue.api.findLayer(job, layer).eat()
 
 
-def fail_layer(paths: RunPaths, pub: rendezvous.Publication, reason: str, cue: CueFrameEnv, token: str | None,
+def fail_layer(paths: RunPaths, pub: Publication, reason: str, cue: CueFrameEnv, token: str | None,
                notice: rendezvous.FileSource, eat: Callable[[str, str], None] | None = None) -> None:
     """Frame 0 after a gang timeout: failure notice, ``run.json`` ``gang_failure``, eat the layer (module doc)."""
     layer = cue.layer or LAYER_NAME

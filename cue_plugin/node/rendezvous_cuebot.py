@@ -14,7 +14,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable
 
-from cue_plugin.node.rendezvous import PortReservation, Publication, RendezvousError, log
+from cue_plugin.node.publication import Publication
+from cue_plugin.node.rendezvous import PortReservation, RendezvousError, log
 
 PORT_BASE, PORT_SPAN = 20000, 10000  # ports PORT_BASE .. PORT_BASE + PORT_SPAN - 1
 

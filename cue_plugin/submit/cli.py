@@ -28,7 +28,8 @@ from cue_plugin.submit import infer_cli, jsonout, templates
 from cue_plugin.submit.spec import Farm, FarmError, JobHandle, JobStatus, env_from_pairs
 from trainer.record import runrecord
 from trainer.record.lease import check_free
-from trainer.core.config import ConfigError, add_train_arguments, config_from_args
+from trainer.core.config import ConfigError
+from trainer.core.config_args import add_train_arguments, config_from_args
 from trainer.core.envvars import read_farm_env
 from trainer.record.rundir import RunDirError, RunPaths, read_metrics
 

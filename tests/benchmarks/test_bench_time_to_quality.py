@@ -52,7 +52,7 @@ def test_charbonnier_is_close_to_l1_away_from_zero():
 def test_the_demo_trains_the_default_recipe(tmp_path):
     import argparse
 
-    from trainer.core.config import add_train_arguments, config_from_args
+    from trainer.core.config_args import add_train_arguments, config_from_args
     from trainer.demo import DEMO_STEPS, DEMO_TRAIN_ARGS
 
     p = argparse.ArgumentParser()

@@ -35,6 +35,7 @@ import psutil
 import pytest
 
 from cue_plugin.node import frame, layer_failure, rendezvous
+from cue_plugin.node.publication import Publication, proof, signed_by
 
 from cue_plugin.submit import templates
 from cue_plugin.submit.opencue_farm import OpenCueFarm
@@ -86,8 +87,8 @@ def listener():
         yield s.getsockname()[1]
 
 
-def publish(paths: RunPaths, port: int, attempt: str) -> rendezvous.Publication:
-    pub = rendezvous.Publication("127.0.0.1", port, attempt, rendezvous.proof(TOKEN, "127.0.0.1", port, attempt),
+def publish(paths: RunPaths, port: int, attempt: str) -> Publication:
+    pub = Publication("127.0.0.1", port, attempt, proof(TOKEN, "127.0.0.1", port, attempt),
                                  time.time(), 1)
     paths.rendezvous.parent.mkdir(parents=True, exist_ok=True)
     paths.rendezvous.write_text(json.dumps(pub.to_json()))
@@ -192,7 +193,7 @@ def test_gang_timeout_on_frame_0_fails_the_layer_and_tells_waiting_ranks(tmp_pat
     assert record["state"] == "failed" and record["error"].startswith("gang incomplete")
     assert record["gang_failure"]["cuebot"] == "ate the frames of show-sh010-artist_run/train"
     notice = rendezvous.FileSource(paths.rendezvous).read()
-    assert notice.failed.startswith("gang incomplete") and rendezvous.signed_by(notice, TOKEN)
+    assert notice.failed.startswith("gang incomplete") and signed_by(notice, TOKEN)
     assert "frame 0 fails the whole layer 'train'" in paths.rank_log(0).read_text()
     # a rank that starts (or is still waiting) now stops at once and says why
     frame_env.setenv("CUE_IFRAME", "2")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cue_plugin.node import frame, rendezvous
+from cue_plugin.node.publication import Publication, proof
 from trainer.core.envvars import CueFrameEnv
 from trainer.record.rundir import RunPaths, atomic_write_json, read_json
 from trainer.record.runrecord import update_record
@@ -51,11 +52,11 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def stale_publication(paths: RunPaths) -> rendezvous.Publication:
+def stale_publication(paths: RunPaths) -> Publication:
     """What a dead earlier attempt of frame 0 left behind: this job's token, a port nobody listens on."""
     port = closed_port()
-    pub = rendezvous.Publication("127.0.0.1", port, "old-host:1:dead",
-                                 rendezvous.proof(TOKEN, "127.0.0.1", port, "old-host:1:dead"), time.time() - 60, 1)
+    pub = Publication("127.0.0.1", port, "old-host:1:dead",
+                                 proof(TOKEN, "127.0.0.1", port, "old-host:1:dead"), time.time() - 60, 1)
     paths.rendezvous.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(paths.rendezvous, pub.to_json())
     return pub

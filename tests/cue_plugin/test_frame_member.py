@@ -10,6 +10,7 @@ import time
 import pytest
 
 from cue_plugin.node import rendezvous
+from cue_plugin.node.publication import Publication, proof
 from cue_plugin.node.agent import AgentPolicy
 from cue_plugin.node.frame_context import FrameContext
 from cue_plugin.node.frame_member import run_member
@@ -44,8 +45,8 @@ def listening():
 
 def publish(source: rendezvous.FileSource, port: int, attempt: str, generation: int,
             members: tuple[int, ...] = ()) -> None:
-    pub = rendezvous.Publication("127.0.0.1", port, attempt,
-                                 rendezvous.proof(TOKEN, "127.0.0.1", port, attempt, "", generation, members),
+    pub = Publication("127.0.0.1", port, attempt,
+                                 proof(TOKEN, "127.0.0.1", port, attempt, "", generation, members),
                                  time.time(), 1, "", generation, members)
     source.path.parent.mkdir(parents=True, exist_ok=True)
     source.path.write_text(json.dumps(pub.to_json()))
@@ -78,7 +79,7 @@ def test_cuebot_mode_retries_the_same_attempt_after_a_failure(tmp_path, listenin
             return "fake Cuebot"
 
         def read(self):
-            return rendezvous.Publication("127.0.0.1", listening[0], "retry-0")
+            return Publication("127.0.0.1", listening[0], "retry-0")
 
     paths = RunPaths.of(tmp_path)
     codes = [4, 5, 0]  # lost a rank; then refused by the old gang still alive; then trained

@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from cue_plugin.node import rendezvous, rendezvous_cuebot
-from cue_plugin.node.rendezvous import FileSource, Publication
+from cue_plugin.node.publication import Publication, proof
+from cue_plugin.node.rendezvous import FileSource
 from cue_plugin.node.rendezvous_cuebot import CuebotSource, FrameInfo
 
 TOKEN = "t" * 32
@@ -40,7 +41,7 @@ def test_frame_zero_replaces_the_old_publication_with_a_signed_one(tmp_path):
     reservation, pub = source.host("node7", TOKEN)
     with reservation:
         assert source.read() == pub and pub.host == "node7" and pub.port == reservation.port
-        assert pub.token == rendezvous.proof(TOKEN, "node7", pub.port, pub.attempt) and TOKEN not in source.path.read_text()
+        assert pub.token == proof(TOKEN, "node7", pub.port, pub.attempt) and TOKEN not in source.path.read_text()
         assert oct(source.path.stat().st_mode & 0o777) == "0o640"
         source.retract(Publication("node7", 1, "someone-else"))
         assert source.path.exists()  # not ours to remove
@@ -60,11 +61,11 @@ def test_a_publication_of_another_job_is_not_used(tmp_path):
         live.listen()
         port = live.getsockname()[1]
         source = FileSource(tmp_path / "main.json")
-        foreign = Publication("127.0.0.1", port, "x", rendezvous.proof("other-job", "127.0.0.1", port, "x"))
+        foreign = Publication("127.0.0.1", port, "x", proof("other-job", "127.0.0.1", port, "x"))
         source.path.write_text(json.dumps(foreign.to_json()))
         with pytest.raises(rendezvous.RendezvousTimeout, match="does not carry this job's token"):
             rendezvous.wait_for_main(source, rank=1, token=TOKEN, timeout_s=0.3, poll_s=0.1)
-        mine = Publication("127.0.0.1", port, "y", rendezvous.proof(TOKEN, "127.0.0.1", port, "y"))
+        mine = Publication("127.0.0.1", port, "y", proof(TOKEN, "127.0.0.1", port, "y"))
         threading.Timer(0.2, lambda: source.path.write_text(json.dumps(mine.to_json()))).start()
         assert rendezvous.wait_for_main(source, rank=1, token=TOKEN, timeout_s=5, poll_s=0.05) == mine
 

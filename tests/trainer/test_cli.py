@@ -80,7 +80,7 @@ def test_config_file_with_unknown_key_lists_valid_keys(capsys, monkeypatch, tmp_
 def test_config_file_values_are_used_and_flags_override(tmp_path, pairs):
     import argparse
 
-    from trainer.core.config import add_train_arguments, config_from_args
+    from trainer.core.config_args import add_train_arguments, config_from_args
 
     toml = tmp_path / "job.toml"
     toml.write_text(f'input_dir = "{pairs[0]}"\ntarget_dir = "{pairs[1]}"\nrun_dir = "{tmp_path}"\n'
@@ -103,7 +103,7 @@ def test_the_demo_trains_the_recipe_the_time_to_quality_benchmark_chose(tmp_path
     """cuetrain demo's arguments give benchmarks/bench_time_to_quality.py's default recipe (v3z-ema-mu)."""
     import argparse
 
-    from trainer.core.config import add_train_arguments, config_from_args
+    from trainer.core.config_args import add_train_arguments, config_from_args
     from trainer.demo import DEMO_TRAIN_ARGS
 
     p = argparse.ArgumentParser()

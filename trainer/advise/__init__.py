@@ -10,7 +10,10 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   (no torch, no I/O).
 - :mod:`trainer.advise.critical_batch`: The critical batch measured directly: short trainings at global batches B, 4
   B and 16 B.
-- :mod:`trainer.advise.probe`: The measurements behind ``cuetrain advise``: a compute probe and a link probe.
+- :mod:`trainer.advise.link`: The link probe behind ``cuetrain advise link``: bandwidth and per-hop latency of the
+  all-reduce.
+- :mod:`trainer.advise.probe`: The compute probe behind ``cuetrain advise``, and the probe processes it shares with
+  the link probe.
 - :mod:`trainer.advise.progress`: What ``cuetrain advise`` shows while it measures: a progress bar on a terminal,
   JSON lines for the submit dialog.
 - :mod:`trainer.advise.quality`: Steps to a fixed quality against the global batch: McCandlish et al. 2018's S(B)
@@ -22,6 +25,7 @@ __all__ = [
     'budget',
     'costmodel',
     'critical_batch',
+    'link',
     'probe',
     'progress',
     'quality',

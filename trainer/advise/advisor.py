@@ -36,10 +36,11 @@ from trainer.advise.costmodel import (DEFAULT_BANDWIDTH_GBPS, DEFAULT_INTRA_BAND
                                   DEFAULT_LATENCY_S, Link, Prediction, Probe,
                                   allreduce_seconds, format_table, predict, recommend, recommendation_line)
 from trainer.advise.budget import DEFAULT_PROBE_BUDGET_S, ProbeSettings, probe_confidence
-from trainer.advise.probe import measure_link, run_probe
+from trainer.advise.link import measure_link
+from trainer.advise.probe import run_probe
 from trainer.advise.progress import JsonProgress, TerminalProgress
 from trainer.core.budget import BudgetError, parse_time_budget
-from trainer.core.config import add_train_arguments, config_from_args
+from trainer.core.config_args import add_train_arguments, config_from_args
 from trainer.core.rankmemory import BUFFERS_MB, PROCESS_MB, rank_memory_mb
 
 __all__ = ["Probe", "Prediction", "Link", "predict", "recommend", "format_table", "run_probe", "measure_link",

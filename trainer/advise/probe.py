@@ -1,4 +1,4 @@
-"""The measurements behind ``cuetrain advise``: a compute probe and a link probe.
+"""The compute probe behind ``cuetrain advise``, and the probe processes it shares with the link probe.
 
 :func:`run_probe` trains the real model on this host for a few iterations at every per-rank batch
 ``ceil(B/N)`` the table needs, with the trainer's ``--precision`` and ``--memory-format`` and its
@@ -17,9 +17,7 @@ changes the step time. In a fresh process glibc serves each multi-megabyte activ
 large buffer has been freed (decoding video, a 16 MiB all-reduce) its raised mmap threshold
 serves them from the heap instead, so a probe in a long-lived process would time too fast.
 
-:func:`measure_link` times a one-float and a large all-reduce between ranks and fits bandwidth
-and per-hop latency; as ranks of a ``COPYCAT_*`` gang it measures the network between their
-hosts, alone it measures two local processes over loopback.
+The link probe is :mod:`trainer.advise.link`.
 """
 
 from __future__ import annotations
@@ -36,12 +34,10 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from trainer.advise.budget import ProbeSettings, StepPlan, estimate, median_rse, plan_steps, thin
-from trainer.advise.costmodel import Link, Probe
+from trainer.advise.costmodel import Probe
 from trainer.core.config import TrainConfig
 from trainer.core.channels import ChannelPlan
 from trainer.data.crops import CropSampler
-from trainer.core.envvars import DistEnv
-from trainer.core.ports import PortReservation
 from trainer.learn.loss import per_crop_loss
 
 PROBE_FRAMES = 4  # frame pairs loaded for the probe: crop cost does not depend on how many
@@ -102,7 +98,7 @@ def run_probe(cfg: TrainConfig, world_sizes: Iterable[int], settings: ProbeSetti
     queue: Any = ctx.Queue()
     deadline_unix = time.time() + settings.budget_s  # a wall clock: it crosses into the spawned processes
     started = time.monotonic()
-    probes = _collect(ctx, _colocated_rank, [(cfg, sizes, settings, deadline_unix, gang, r, queue)
+    probes = collect(ctx, _colocated_rank, [(cfg, sizes, settings, deadline_unix, gang, r, queue)
                                              for r in range(per_host)], queue, settings.timeout_s, "probe",
                       progress)
     first = replace(probes[0], seconds=time.monotonic() - started)
@@ -166,12 +162,12 @@ def _probe(cfg: TrainConfig, sizes: list[int], settings: ProbeSettings, deadline
         samplers = {b: CropSampler(frames, cfg.crop_size, b, seed=cfg.seed, device=device, memory_format=fmt,
                                    channels=cfg.channels)
                     for b in batches}
-        deadline = _now(device) + deadline_unix - time.time()
+        deadline = device_now(device) + deadline_unix - time.time()
         gang.start.wait()
         timed, plan = _time_steps(step, samplers, batches, settings, deadline, report)
         with gang.running.get_lock():  # then keep loading the host until the other probe processes are done
             gang.running.value -= 1
-        while gang.running.value > 0 and _now(device) < deadline:
+        while gang.running.value > 0 and device_now(device) < deadline:
             step(samplers[plan.batches[-1]], 0)
         sheet_s, ckpt_s = _time_outputs(cfg, net, opt, frames, device, fmt, deadline, report)
     finally:
@@ -197,17 +193,17 @@ def _probe(cfg: TrainConfig, sizes: list[int], settings: ProbeSettings, deadline
 def _time_steps(step: "_Step", samplers: dict[int, CropSampler], batches: list[int], settings: ProbeSettings,
                 deadline: float, report: Report | None) -> tuple[_Timed, StepPlan]:
     """Plan (``trainer.advise.budget.plan_steps``) from untimed steps at the smallest batch (twice) and the largest,
-    then time the plan's rounds, each step only if it ends before ``deadline`` (``_now`` seconds)."""
+    then time the plan's rounds, each step only if it ends before ``deadline`` (``device_now`` seconds)."""
     lo, hi = batches[0], batches[-1]
     timed = _Timed({b: [] for b in batches}, [], {}, [])
     first, _ = step(samplers[lo], 0)
     timed.planning[lo], opt_s = step(samplers[lo], 0)
     inflation = max(1.0, first / max(timed.planning[lo], 1e-9))  # a first step's extra cost
-    if hi != lo and _now(step.device) + timed.planning[lo] * hi / lo * inflation < deadline:
+    if hi != lo and device_now(step.device) + timed.planning[lo] * hi / lo * inflation < deadline:
         timed.planning[hi], opt_s = step(samplers[hi], 0)
         timed.planning[hi] /= inflation
     timed.planning_opt.append(opt_s)
-    left = deadline - _now(step.device)
+    left = deadline - device_now(step.device)
     plan = plan_steps(batches, {b: t + opt_s for b, t in timed.planning.items()}, left * (1 - OUTPUT_SHARE),
                       settings.warmup, settings.iters)
     last = {b: estimate(timed.planning, b) + opt_s for b in plan.batches}
@@ -215,7 +211,7 @@ def _time_steps(step: "_Step", samplers: dict[int, CropSampler], batches: list[i
     # Rounds visit every batch size once (1, 2, 4, 8, 1, 2, ...) so a noisy neighbour slows all alike.
     for i in range(plan.warmup + plan.iters):
         for b in plan.batches:
-            if _now(step.device) + last[b] > end:
+            if device_now(step.device) + last[b] > end:
                 timed.truncated = True
                 break
             fb_s, opt_s = step(samplers[b], i)
@@ -246,21 +242,22 @@ class _Step:
 
     def __call__(self, sampler: CropSampler, step: int) -> tuple[float, float]:
         """(data + forward + backward, optimizer step) seconds."""
-        t0 = _now(self.device)
+        t0 = device_now(self.device)
         batch = sampler.batch(step)  # cut on the device, as the trainer does
         with self.autocast():
             out = self.net(batch.input)
         per_crop = per_crop_loss(out, batch.target, self.plan, self.matte_loss)  # the trainer's loss: (b,) per crop
         self.scaler.scale(per_crop.sum() / sampler.local_batch).backward()
         _ = per_crop.detach().sum()  # the loop's running loss sum
-        t1 = _now(self.device)
+        t1 = device_now(self.device)
         self.scaler.step(self.opt)
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
-        return t1 - t0, _now(self.device) - t1
+        return t1 - t0, device_now(self.device) - t1
 
 
-def _now(device: torch.device) -> float:
+def device_now(device: torch.device) -> float:
+    """The probes' clock [s]: ``time.perf_counter`` once ``device``'s queued work is done."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
@@ -284,17 +281,17 @@ def _time_outputs(cfg: TrainConfig, net: torch.nn.Module, opt: torch.optim.Optim
         writer = RunWriter(paths, True, keep_checkpoints=1)
         try:
             for step in range(1, OUTPUT_REPEATS + 1):
-                if sheets and _now(device) + sheets[-1] + ckpts[-1] > deadline:
+                if sheets and device_now(device) + sheets[-1] + ckpts[-1] > deadline:
                     break
-                t0 = _now(device)
+                t0 = device_now(device)
                 prev = sampler.preview(step)
                 with torch.no_grad():
                     out = net(prev.input)
                 writer.contact_sheet(step, prev.input, out, prev.target)
-                t1 = _now(device)
+                t1 = device_now(device)
                 writer.checkpoint(step, cpu_copy({"model": net.state_dict(), "optimizer": opt.state_dict(),
                                                   "step": step, "config": cfg.to_dict()}))
-                t2 = _now(device)
+                t2 = device_now(device)
                 writer.flush()  # background encoding and writing: not on the training thread
                 sheets.append(t1 - t0)
                 ckpts.append(t2 - t1)
@@ -305,7 +302,7 @@ def _time_outputs(cfg: TrainConfig, net: torch.nn.Module, opt: torch.optim.Optim
     return statistics.median(sheets), statistics.median(ckpts)
 
 
-def _collect(ctx: Any, target: Any, args: list[tuple], queue: Any, timeout_s: float, what: str,
+def collect(ctx: Any, target: Any, args: list[tuple], queue: Any, timeout_s: float, what: str,
              progress: Report | None = None) -> list[Any]:
     """Start one process per ``args``, gather one ``(RESULT, rank, result)`` each from ``queue``, in rank order;
     ``(PROGRESS, rank, (phase, done, total))`` messages go to ``progress`` on the way."""
@@ -333,71 +330,3 @@ def _collect(ctx: Any, target: Any, args: list[tuple], queue: Any, timeout_s: fl
             if p.is_alive():
                 p.kill()
     return [results[r] for r in sorted(results)]
-
-
-# ----------------------------------------------------------------------------------------------
-# Link
-
-
-def fit_link(world_size: int, payload_bytes: int, small_s: float, big_s: float, source: str) -> Link:
-    """Bandwidth and per-hop latency from two timed all-reduces (one float, ``payload_bytes``).
-
-    The one-float all-reduce is taken as pure latency; the fit goes exactly through both points of
-    :func:`trainer.advise.costmodel.allreduce_seconds`: latency = small / (2 (N-1)),
-    bandwidth = 2 (N-1)/N x payload / (big - small).
-    """
-    hops = 2 * (world_size - 1)
-    transfer = max(big_s - small_s, 1e-9)
-    return Link(bandwidth_gbps=hops / world_size * payload_bytes * 8 / transfer / 1e9, latency_s=small_s / hops,
-                source=source)
-
-
-def _time_allreduce(env: DistEnv, mb: float, repeats: int, timeout_s: float) -> tuple[float, float]:
-    """Median seconds of a 1-float and an ``mb`` MiB float32 all-reduce in the gang of ``env``."""
-    import torch.distributed as dist
-
-    from trainer.gang import distributed
-
-    torch.set_num_threads(1)
-    rt = distributed.setup(env, timeout_s, timeout_s)  # collective and gang timeouts
-    try:
-        small, big = torch.zeros(1, device=rt.device), torch.zeros(int(mb * 2 ** 20) // 4, device=rt.device)
-        dist.all_reduce(small)
-        dist.all_reduce(big)  # warm-up: connections and buffers
-        out = []
-        for tensor, n in ((small, max(20, 4 * repeats)), (big, repeats)):
-            times = []
-            for _ in range(n):
-                dist.barrier()
-                t0 = _now(rt.device)
-                dist.all_reduce(tensor)
-                times.append(_now(rt.device) - t0)
-            out.append(statistics.median(times))
-        return out[0], out[1]
-    finally:
-        distributed.teardown(rt)
-
-
-def _local_link_rank(env: DistEnv, mb: float, repeats: int, timeout_s: float, queue: Any) -> None:
-    queue.put((RESULT, env.rank, _time_allreduce(env, mb, repeats, timeout_s)))
-
-
-def measure_link(env: DistEnv | None = None, mb: float = 16.0, repeats: int = 5, timeout_s: float = 120.0) -> Link:
-    """Measure the all-reduce link: in the gang of ``env`` when it is distributed (this process is
-    one rank; every rank gets the same answer), else between two local processes over loopback.
-
-    Raises:
-        RuntimeError: the rendezvous or a collective failed.
-    """
-    payload = int(mb * 2 ** 20) // 4 * 4
-    if env is not None and env.distributed:
-        small, big = _time_allreduce(env, mb, repeats, timeout_s)
-        return fit_link(env.world_size, payload, small, big, f"measured: {env.world_size} ranks via {env.main_addr}")
-    ctx = mp.get_context("spawn")
-    queue: Any = ctx.Queue()
-    with PortReservation(0) as reservation:  # rank 0's store binds it; nobody else can meanwhile
-        port = reservation.port
-        results = _collect(ctx, _local_link_rank, [(DistEnv(True, r, 2, "127.0.0.1", port), mb, repeats, timeout_s,
-                                                    queue) for r in range(2)], queue, timeout_s, "link probe")
-    small, big = results[0]
-    return fit_link(2, payload, small, big, "measured: 2 local processes over loopback (not the farm network)")

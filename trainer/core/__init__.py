@@ -6,8 +6,9 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.core.budget`: Training time: a run length in steps, a wall-clock budget (``--time-budget``) or a
   held-out plateau (``--stop-when-flat``): the torch-free parsing.
 - :mod:`trainer.core.channels`: The channels a run reads and writes (``--input-channels``, ``--target-channels``).
-- :mod:`trainer.core.config`: Training configuration: one frozen dataclass, its CLI arguments and its TOML file
-  form.
+- :mod:`trainer.core.config`: Training configuration: one frozen dataclass, its choices and defaults, and its
+  checks.
+- :mod:`trainer.core.config_args`: The ``cuetrain train`` arguments and the TOML file form of ``TrainConfig``.
 - :mod:`trainer.core.envvars`: Every environment variable cuetrain reads, in one table, turned into frozen values.
 - :mod:`trainer.core.exitcodes`: Every exit code of ``cuetrain train``, ``cuetrain local`` and a farm frame, in one
   table.
@@ -34,6 +35,7 @@ __all__ = [
     'budget',
     'channels',
     'config',
+    'config_args',
     'envvars',
     'exitcodes',
     'logsetup',

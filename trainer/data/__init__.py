@@ -16,6 +16,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   with Ground Truth, loading the pairs and the identity check (no torch here).
 - :mod:`trainer.data.shot_loading`: The data phase of an attempt: list the shot, decode it once per host, agree
   across the gang, record it.
+- :mod:`trainer.data.tiles`: The tile layout of the host's decoded copy of a shot (``pixels.f16``): each frame's
+  Input, then its Ground Truth, in 64 px float16 tiles.
 - :mod:`trainer.data.write_like`: Write a processed frame exactly like its source: same file name, format, bit
   depth, channels, metadata.
 """
@@ -29,5 +31,6 @@ __all__ = [
     'shot',
     'sequences',
     'shot_loading',
+    'tiles',
     'write_like',
 ]

@@ -13,8 +13,8 @@ Layout of ``SCRATCH/cuetrain-UID/KEY/`` (folder 0700: plates are confidential):
 
 - ``pixels.f16``: frame k at ``k * frame_bytes``: its Input (side 0, H x W) and then its Ground Truth (side 1,
   ``--scale`` times the Input: sH x sW), each ``(ty, tx, T, T, C)`` float16 with the side's own tile counts and
-  channel count C (the side's channels of the shot's plan, 3 for RGB) (:class:`SideLayout`), :data:`TILE` x
-  :data:`TILE` tiles in rows, the image padded with zeros to whole tiles. Allocated in full when created
+  channel count C (the side's channels of the shot's plan, 3 for RGB) (:class:`trainer.data.tiles.SideLayout`),
+  :data:`TILE` x :data:`TILE` tiles in rows, the image padded with zeros to whole tiles. Allocated in full when created
   (``posix_fallocate``), so a full scratch disk fails at once with the sizes in the message.
 - ``state``: one byte per frame, 1 once both of its images are written.
 - ``claims``: one byte per frame to ``lockf``: the process that holds a frame's lock decodes it. Locks
@@ -45,7 +45,6 @@ import os
 import shutil
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -53,65 +52,17 @@ import numpy as np
 from trainer.data.colour import ColourSpec
 from trainer.data.images import DataError
 from trainer.data.shot import Shot, ShotChanged, decode_bands, describe_change, sign
+from trainer.data.tiles import TILE, side_layouts
 
 log = logging.getLogger(__name__)
 
-TILE = 64  # tile side [pixels]: a 64 px crop touches at most 2 x 2 tiles
 LAYOUT_VERSION = 3  # 2: per-side geometry (the Ground Truth may be --scale times the Input); 3: per-side channels
 WAIT_LOG_S = 30.0  # seconds between "waiting for another rank to decode" lines
-HALF = 2  # bytes per float16 sample
 
 
 class ScratchError(DataError):
     """Local scratch cannot hold the decoded shot, or its folder is not private; the message names the folder,
     the sizes and the fix (``CUETRAIN_SCRATCH``)."""
-
-
-@dataclass(frozen=True)
-class SideLayout:
-    """Where one side of every frame lies in ``pixels.f16`` (module doc).
-
-    Attributes:
-        height, width: the side's image size [pixels] (the Ground Truth's is ``scale`` times the Input's).
-        offset: where the side starts within a frame's bytes [bytes] (0 for the Input).
-        channels: channels per pixel [count] (the side's channels of the shot's plan; 3 for RGB).
-    """
-
-    height: int
-    width: int
-    offset: int
-    channels: int = 3
-
-    @property
-    def ty(self) -> int:
-        """Tile rows [count]."""
-        return -(-self.height // TILE)
-
-    @property
-    def tx(self) -> int:
-        """Tiles per tile row [count]."""
-        return -(-self.width // TILE)
-
-    @property
-    def tile_bytes(self) -> int:
-        """Bytes of one tile of this side [bytes]."""
-        return TILE * TILE * self.channels * HALF
-
-    @property
-    def image_bytes(self) -> int:
-        """Bytes of one image of this side, padded to whole tiles [bytes]."""
-        return self.ty * self.tx * self.tile_bytes
-
-    def tiles(self, ty: int, tx: int) -> np.ndarray:
-        """An empty (ty, tx, T, T, C) float16 block of this side's tiles."""
-        return np.empty((ty, tx, TILE, TILE, self.channels), np.float16)
-
-
-def side_layouts(shot: Shot) -> tuple[SideLayout, SideLayout]:
-    """The Input's and the Ground Truth's :class:`SideLayout`, the Input first in each frame's bytes."""
-    inputs = SideLayout(shot.height, shot.width, 0, len(shot.channels.inputs))
-    tw, th = shot.target_size
-    return inputs, SideLayout(th, tw, inputs.image_bytes, len(shot.channels.targets))
 
 
 def boot_id() -> str:

@@ -45,7 +45,8 @@ from trainer.gang.distributed import Runtime
 from trainer.core.envvars import read_scratch
 from trainer.core.exitcodes import ExitCode
 from trainer.gang.formation import RankLost
-from trainer.data.hostcache import TILE, HostCache
+from trainer.data.hostcache import HostCache
+from trainer.data.tiles import TILE
 from trainer.data.images import DataError
 from trainer.record.rundir import RunPaths
 from trainer.data.shot import Shot, ShotChanged, list_shot

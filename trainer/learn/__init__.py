@@ -21,6 +21,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   device.
 - :mod:`trainer.learn.preview`: Review images: what the network makes of the shot, drawn for an artist's eye (rank
   0 writes them).
+- :mod:`trainer.learn.resume`: Where a rank's run starts: the state a checkpoint holds, rank 0's latest checkpoint
+  for the whole gang (``--resume``) and another model's weights (``--init-from``).
 - :mod:`trainer.learn.run_writer`: Rank 0's outputs: run.json, metrics, contact sheets, checkpoints and the exported
   model.
 - :mod:`trainer.learn.schedule`: The optimizer and learning-rate schedule of every rank (``--optimizer``, ``--adam-
@@ -43,6 +45,7 @@ __all__ = [
     'optim',
     'precision',
     'preview',
+    'resume',
     'run_writer',
     'schedule',
     'stopping',

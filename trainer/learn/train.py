@@ -15,12 +15,11 @@ Learning rate: :mod:`trainer.learn.schedule` (``effective_lr``, ``lr_at``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -44,9 +43,8 @@ from trainer.learn.preview import Previews
 from trainer.learn.noise_scale import GradNoise, NoiseSampling, parameter_grads, squared_norm
 from trainer.learn.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
-from trainer.learn.run_writer import (RunWriter, check_resumable, config_record, cpu_copy, export_model,
-                                      load_latest_checkpoint, model_config_record, model_meta, resume_optimizer,
-                                      wall_clock)
+from trainer.learn.resume import RunStart, broadcast_int
+from trainer.learn.run_writer import RunWriter, config_record, export_model, model_meta, wall_clock
 from trainer.record.rundir import RunPaths
 from trainer.learn.schedule import build_optimizer, effective_lr, lr_at, optimizer_record
 from trainer.learn.stopping import StopPlan
@@ -111,7 +109,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
             distributed.teardown(rt)
 
 
-class _Loop:
+class _Loop(RunStart):
     """State of one rank's training run (internal; :func:`train` is the API)."""
 
     def __init__(self, cfg: TrainConfig, rt: distributed.Runtime, sig: StopSignal | None = None) -> None:
@@ -125,7 +123,7 @@ class _Loop:
         fmt = memory_format(cfg.memory_format)
         configure_backends(rt.device)
         rank_slice(cfg.batch_size, self.env.rank, self.env.world_size)  # too few crops: fail before the data phase
-        self._late = StopPlan.late_start(cfg, self.paths, self.master, lambda v: _broadcast_int(v, rt))  # deadline past
+        self._late = StopPlan.late_start(cfg, self.paths, self.master, lambda v: broadcast_int(v, rt))  # deadline past
         self.data = open_data(cfg, rt, self.colour, self.paths)  # the shot, decoded once per host (trainer.data.shot_loading)
         self.plan = cfg.channels  # which channels in, which out (trainer.core.channels)
         self.stop_plan = StopPlan(cfg, self.paths, self.master, self.env.sync_interval, read_export_onnx(),
@@ -162,7 +160,7 @@ class _Loop:
     def run(self) -> TrainResult:
         if self.cfg.resume or self.rt.backend != "none":  # in a gang, rank 0's --resume decides for every rank
             self._resume()
-        self.stop_plan.begin(self.step, self._late, lambda v: _broadcast_int(v, self.rt))  # the last attempt's plan
+        self.stop_plan.begin(self.step, self._late, lambda v: broadcast_int(v, self.rt))  # the last attempt's plan
         started_from = self._init_from() if self.step == 0 and self.cfg.init_from else None
         start = self.step
         model = self._wrap()
@@ -364,78 +362,9 @@ class _Loop:
             self.writer.checkpoint(step, self._state())
         return due
 
-    def _state(self) -> dict[str, Any]:
-        return cpu_copy({"model": self.net.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
-                         "updates": self.updates, "config": self.cfg.to_dict(), "model_size": self.cfg.model_size,
-                         "world_size": self.env.world_size, "sync_interval": self.env.sync_interval,
-                         "torch_rng": torch.get_rng_state(), "grad_scaler": self.scaler.state_dict(),
-                         "precision": self.precision.name, "architecture": self.cfg.architecture_name,
-                         "model_config": model_config_record(self.cfg, self.plan), "scale": self.cfg.scale,
-                         "noise_scale": self.noise.state_dict(),
-                         "ema": self.ema.state_dict() if self.ema is not None else None})
-
-    def _resume(self) -> None:
-        """Load the latest checkpoint when rank 0 runs with ``--resume``; the other ranks load the step rank 0
-        broadcasts (whatever their own ``--resume`` says, so a gang never disagrees on where it starts)."""
-        ckpt = load_latest_checkpoint(self.paths) if self.master and self.cfg.resume else None
-        step = _broadcast_int(ckpt["step"] if ckpt else 0, self.rt)
-        if step and ckpt is None:
-            ckpt = torch.load(self.paths.checkpoint(step), map_location="cpu", weights_only=True)
-        if not ckpt:
-            if self.cfg.resume and self.master:
-                log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
-            return
-        optimizer = resume_optimizer(self.cfg.optimizer, self.cfg.optimizer_name, ckpt)
-        check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture_name,
-                        optimizer, self.cfg.scale, self.plan)
-        if optimizer != self.cfg.optimizer_name:  # --optimizer auto: the checkpoint's, with that optimizer's lr
-            log.warning("--optimizer auto: resuming with %s, the optimizer %s was written with (auto now picks %s "
-                        "for a new run)", optimizer, self.paths.checkpoint(step), self.cfg.optimizer_name)
-            self._use_optimizer(optimizer)
-        self.net.load_state_dict(ckpt["model"])
-        self.opt.load_state_dict(ckpt["optimizer"])
-        if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far
-            self.scaler.load_state_dict(ckpt["grad_scaler"])
-        torch.set_rng_state(ckpt["torch_rng"])
-        self.noise.load_state_dict(ckpt.get("noise_scale"))
-        if self.ema is not None:
-            self.ema.load_state_dict(ckpt.get("ema"), self.net)
-        self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
-        self._logged_updates = self.updates
-        log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
-
-    def _use_optimizer(self, name: str) -> None:
-        """Train with ``name`` (``adam`` or ``muon``) from here on: the config, its peak lr, the optimizer and the
-        divergence watch follow it (before a checkpoint's optimizer state is loaded)."""
-        self.optimizer_why = (self.cfg.optimizer, f"auto: resumed with {name}, the optimizer of the checkpoint (auto "
-                                                  f"picks {self.cfg.optimizer_name} for a new run)")
-        self.cfg = dataclasses.replace(self.cfg, optimizer=name)
-        self.peak_lr = effective_lr(self.cfg, self.env.sync_interval)
-        self.opt = build_optimizer(self.cfg, self.net, self.peak_lr)
-        self.divergence = DivergenceWatch(self.peak_lr, self.cfg.base_lr)
-
     def _loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """(b,) float32 loss per crop: L1, and on matte channels ``--matte-loss`` (``trainer.learn.loss``)."""
         return per_crop_loss(out, target, self.plan, self.cfg.matte_loss)
-
-    def _init_from(self) -> dict[str, Any]:
-        """``--init-from``: load another model's weights into the network on every rank (the optimizer and the
-        schedule start fresh); the EMA restarts from them. Returns the ``run.json`` ``init_from`` record.
-
-        Raises:
-            ConfigError: the source's architecture, size, scale or channels differ (each mismatch named), or it
-                cannot be read (``trainer.learn.init_from``).
-        """
-        from trainer.learn.init_from import apply_init_from
-
-        record = apply_init_from(self.net, self.cfg.init_from, architecture=self.cfg.architecture_name,
-                                 model_size=self.cfg.model_size, scale=self.cfg.scale,
-                                 channels=len(self.plan.inputs), target_channels=len(self.plan.targets))
-        if self.ema is not None:
-            self.ema = WeightEMA(self.net, self.cfg.ema_decay)
-        log.info("rank %d: weights from %s (%s, step %s)", self.env.rank, record.get("weights"), record.get("kind"),
-                 record.get("step"))
-        return record
 
     def _progress(self, steps: range) -> Iterator[int]:
         if self.master and sys.stderr.isatty():
@@ -445,10 +374,3 @@ class _Loop:
         else:
             yield from steps
 
-
-def _broadcast_int(value: int, rt: distributed.Runtime) -> int:
-    if rt.backend == "none":
-        return value
-    t = torch.tensor([value], dtype=torch.int64, device=rt.device)
-    dist.broadcast(t, src=0)
-    return int(t.item())

@@ -8,6 +8,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   compatibility check (stdlib only).
 - :mod:`trainer.record.rankfailure`: A rank's structured failure record: what the node agent reads instead of
   scraping ``rank_N.log``.
+- :mod:`trainer.record.recordlock`: The exclusive lock every write of ``run.json`` holds: ``fcntl.lockf`` on
+  ``run.json.lock`` beside it.
 - :mod:`trainer.record.rundir`: The run directory: the one contract between trainer, farm and GUI.
 - :mod:`trainer.record.runrecord`: ``run.json``: the one typed, versioned record of a run, and its one state table.
 - :mod:`trainer.record.sections`: The typed sections of ``run.json`` that other processes own: ``farm`` and
@@ -18,6 +20,7 @@ __all__ = [
     'initsource',
     'netcheck',
     'rankfailure',
+    'recordlock',
     'rundir',
     'runrecord',
     'sections',

@@ -14,42 +14,21 @@ Versions:
 Unknown keys (written by a newer cuetrain) are kept in :attr:`RunRecord.extra` and written back
 unchanged.
 
-Writes are serialised (:func:`locked`): three processes on different hosts (the submit client, frame 0's
-node agent, rank 0) read, merge and rewrite the file, so each read-merge-write holds an exclusive
-``fcntl.lockf`` lock on ``run.json.lock`` beside it. Why ``lockf`` and not a lock file made with
-``O_CREAT | O_EXCL``: RQD ends frames with ``killpg(SIGKILL)`` (rqd/rqd/rqnetwork.py), and an
-atomic-create lock file outlives a killed holder, so every later writer would wait on a guess about
-staleness (a pid means nothing on another host); a POSIX record lock is dropped by the kernel when
-its holder dies, and on NFS it goes to the server (NLM for NFSv3, the protocol's own LOCK for NFSv4,
-lease-based recovery when a client dies), where ``flock`` was local to one client before Linux 2.6.12.
-The lock is taken on a separate file because ``run.json`` itself is replaced by ``os.replace`` (a
-lock on the old inode would not exclude a writer that opened the new one); the lock file is never
-removed. POSIX locks belong to a process, so threads of one process are serialised by a
-``threading.Lock`` as well. Readers take no lock: the atomic rename means they never see half a file.
+Writes are serialised: each read-merge-write holds the lock of :mod:`trainer.record.recordlock`.
 """
 
 from __future__ import annotations
 
 import enum
-import errno
-import fcntl
 import json
-import os
-import threading
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from trainer.record.sections import FarmRecord, GangRecord, now_iso  # noqa: F401 - typed sections, re-exported
-from trainer.record.rundir import FILE_MODE, RunDirError, RunPaths, atomic_write_json, read_json
+from trainer.record.recordlock import locked
+from trainer.record.rundir import RunDirError, RunPaths, atomic_write_json, read_json
 
 RECORD_VERSION = 1
-LOCK_TIMEOUT_S = 60.0  # seconds a writer waits for run.json.lock before it gives up with RunDirError
-_LOCK_POLL_S = 0.01  # seconds between tries
-_THREAD_LOCK = threading.RLock()  # POSIX record locks are per process: threads of one process queue here
-_HELD = threading.local()  # .depth: how deeply this thread holds the lock (re-entry takes no second lockf)
 
 
 class FailureKind(str, enum.Enum):
@@ -271,69 +250,6 @@ def read_record_or_empty(paths: RunPaths) -> RunRecord:
 
 
 _FIELDS = frozenset(f.name for f in fields(RunRecord)) - {"extra", "version"}
-
-
-@contextmanager
-def locked(paths: RunPaths, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the exclusive ``fcntl.lockf`` lock on ``run.json.lock`` (see the module doc for why ``lockf``).
-
-    Re-entrant within one thread of one process (a nested ``locked`` only takes the thread lock: a POSIX
-    lock is released when ANY descriptor of the file is closed, so the file is opened once).
-
-    Raises:
-        RunDirError: the lock file cannot be opened, or another writer held the lock for ``timeout_s`` [s].
-    """
-    with _THREAD_LOCK:
-        if getattr(_HELD, "depth", 0):
-            _HELD.depth += 1
-            try:
-                yield
-            finally:
-                _HELD.depth -= 1
-            return
-        path = paths.root / "run.json.lock"
-        fd, created = _open_lock(path)
-        try:
-            _acquire(fd, path, timeout_s)
-            _HELD.depth = 1
-            try:
-                yield
-            except BaseException:
-                if created and not paths.run_json.exists():  # a failed first write leaves nothing behind
-                    path.unlink(missing_ok=True)
-                raise
-            finally:
-                _HELD.depth = 0
-                fcntl.lockf(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-def _open_lock(path: Path) -> tuple[int, bool]:
-    """Open (creating when missing) the lock file: (descriptor, created by this call)."""
-    try:
-        try:
-            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, FILE_MODE), True
-        except FileExistsError:
-            return os.open(path, os.O_RDWR), False
-    except OSError as exc:
-        raise RunDirError(f"cannot open the run.json lock {path}: {exc}") from exc
-
-
-
-def _acquire(fd: int, path: os.PathLike[str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EAGAIN):
-                raise RunDirError(f"cannot lock {path}: {exc}") from exc
-        if time.monotonic() >= deadline:
-            raise RunDirError(f"{path} stayed locked by another writer for {timeout_s:.0f} s (a hung process on a "
-                              "stuck NFS mount?); check the processes writing this run folder")
-        time.sleep(_LOCK_POLL_S)
 
 
 def modify_record(paths: RunPaths, changes: Callable[[RunRecord], Mapping[str, Any]]) -> RunRecord:

@@ -12,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer.advise import advisor as advise
+from trainer.advise import link as advise_link
 from trainer.advise import probe as advise_probe
 from trainer.advise.budget import ProbeSettings
-from trainer.advise.probe import fit_link, monotone, probe_batches, run_probe
+from trainer.advise.link import fit_link
+from trainer.advise.probe import monotone, probe_batches, run_probe
 from trainer.advise.costmodel import Prediction, Probe, allreduce_seconds, format_table, predict, recommend
 from trainer.core.config import TrainConfig
 
@@ -152,7 +154,7 @@ def test_probe_times_the_configured_architecture(pairs, tmp_path, architecture, 
 
 
 class FakeClock:
-    """``advise_probe._now`` for the in-process probe below: time moves only when a fake cost is added."""
+    """``advise_probe.device_now`` for the in-process probe below: time moves only when a fake cost is added."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -182,7 +184,7 @@ def test_probe_takes_warm_up_free_medians_of_each_phase(pairs, tmp_path, monkeyp
     def adam_step(self, closure=None):
         clock.now += 2e-3
 
-    monkeypatch.setattr(advise_probe, "_now", clock)
+    monkeypatch.setattr(advise_probe, "device_now", clock)
     monkeypatch.setattr(advise_probe, "CropSampler", CostedSampler)
     monkeypatch.setattr(torch.optim.Adam, "step", adam_step)
     monkeypatch.setattr(outputs.RunWriter, "contact_sheet", lambda *a, **k: setattr(clock, "now", clock.now + 0.05))
@@ -232,7 +234,7 @@ def test_cli_prints_probe_link_table_and_recommendation(pairs, capsys, monkeypat
 
 @pytest.mark.slow
 def test_link_probe_between_two_local_processes():
-    link = advise_probe.measure_link(None, mb=1, repeats=2, timeout_s=60)
+    link = advise_link.measure_link(None, mb=1, repeats=2, timeout_s=60)
     assert link.bandwidth_gbps > 0.01 and 0 < link.latency_s < 0.1
     assert "loopback" in link.source
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from trainer.core.budget import BudgetError, format_duration, parse_time_budget
-from trainer.core.config import BUDGET_STEP_CAP, ConfigError, TrainConfig
+from trainer.core.config import ConfigError, TrainConfig
+from trainer.core.config_args import BUDGET_STEP_CAP
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),
@@ -42,7 +43,7 @@ def test_config_checks_the_plateau_fields():
 def test_a_budget_without_steps_is_capped_high_and_with_steps_keeps_them(tmp_path):
     import argparse
 
-    from trainer.core.config import add_train_arguments, config_from_args
+    from trainer.core.config_args import add_train_arguments, config_from_args
 
     p = argparse.ArgumentParser()
     add_train_arguments(p)

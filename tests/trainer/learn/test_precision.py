@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from trainer.learn import precision as prec
-from trainer.core.config import ConfigError, TrainConfig, add_train_arguments, config_from_args
+from trainer.core.config import ConfigError, TrainConfig
+from trainer.core.config_args import add_train_arguments, config_from_args
 from trainer.data.crops import CropSampler
 from trainer.learn.model import build_model
 

@@ -1,0 +1,132 @@
+"""Where a rank's run starts: the state a checkpoint holds, rank 0's latest checkpoint for the whole gang
+(``--resume``) and another model's weights (``--init-from``).
+
+:class:`RunStart` is the part of the training loop (``trainer.learn.train``) that writes and reads that state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer.core.channels import ChannelPlan
+from trainer.core.config import TrainConfig
+from trainer.core.envvars import DistEnv
+from trainer.gang import distributed
+from trainer.learn.divergence import DivergenceWatch
+from trainer.learn.ema import WeightEMA
+from trainer.learn.noise_scale import GradNoise
+from trainer.learn.precision import Precision
+from trainer.learn.run_writer import (check_resumable, cpu_copy, load_latest_checkpoint, model_config_record,
+                                      resume_optimizer)
+from trainer.learn.schedule import build_optimizer, effective_lr
+from trainer.record.rundir import RunPaths
+
+log = logging.getLogger("trainer.learn.train")  # the loop's records keep their name (benchmarks/bench_fixed_cost.py)
+
+
+class RunStart:
+    """The training loop's checkpoint state, ``--resume`` and ``--init-from`` (internal: a base of the loop in
+    ``trainer.learn.train``, which sets these attributes before :meth:`_resume` or :meth:`_init_from` runs)."""
+
+    cfg: TrainConfig
+    rt: distributed.Runtime
+    env: DistEnv
+    paths: RunPaths
+    master: bool  # this process logs, writes contact sheets and checkpoints
+    plan: ChannelPlan
+    precision: Precision
+    net: torch.nn.Module
+    opt: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    noise: GradNoise
+    ema: WeightEMA | None
+    divergence: DivergenceWatch
+    peak_lr: float
+    optimizer_why: tuple[str, str]
+    step: int
+    updates: int
+    _last_ckpt: int
+    _logged_updates: int
+
+    def _state(self) -> dict[str, Any]:
+        return cpu_copy({"model": self.net.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
+                         "updates": self.updates, "config": self.cfg.to_dict(), "model_size": self.cfg.model_size,
+                         "world_size": self.env.world_size, "sync_interval": self.env.sync_interval,
+                         "torch_rng": torch.get_rng_state(), "grad_scaler": self.scaler.state_dict(),
+                         "precision": self.precision.name, "architecture": self.cfg.architecture_name,
+                         "model_config": model_config_record(self.cfg, self.plan), "scale": self.cfg.scale,
+                         "noise_scale": self.noise.state_dict(),
+                         "ema": self.ema.state_dict() if self.ema is not None else None})
+
+    def _resume(self) -> None:
+        """Load the latest checkpoint when rank 0 runs with ``--resume``; the other ranks load the step rank 0
+        broadcasts (whatever their own ``--resume`` says, so a gang never disagrees on where it starts)."""
+        ckpt = load_latest_checkpoint(self.paths) if self.master and self.cfg.resume else None
+        step = broadcast_int(ckpt["step"] if ckpt else 0, self.rt)
+        if step and ckpt is None:
+            ckpt = torch.load(self.paths.checkpoint(step), map_location="cpu", weights_only=True)
+        if not ckpt:
+            if self.cfg.resume and self.master:
+                log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
+            return
+        optimizer = resume_optimizer(self.cfg.optimizer, self.cfg.optimizer_name, ckpt)
+        check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture_name,
+                        optimizer, self.cfg.scale, self.plan)
+        if optimizer != self.cfg.optimizer_name:  # --optimizer auto: the checkpoint's, with that optimizer's lr
+            log.warning("--optimizer auto: resuming with %s, the optimizer %s was written with (auto now picks %s "
+                        "for a new run)", optimizer, self.paths.checkpoint(step), self.cfg.optimizer_name)
+            self._use_optimizer(optimizer)
+        self.net.load_state_dict(ckpt["model"])
+        self.opt.load_state_dict(ckpt["optimizer"])
+        if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far
+            self.scaler.load_state_dict(ckpt["grad_scaler"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        self.noise.load_state_dict(ckpt.get("noise_scale"))
+        if self.ema is not None:
+            self.ema.load_state_dict(ckpt.get("ema"), self.net)
+        self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
+        self._logged_updates = self.updates
+        log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
+
+    def _use_optimizer(self, name: str) -> None:
+        """Train with ``name`` (``adam`` or ``muon``) from here on: the config, its peak lr, the optimizer and the
+        divergence watch follow it (before a checkpoint's optimizer state is loaded)."""
+        self.optimizer_why = (self.cfg.optimizer, f"auto: resumed with {name}, the optimizer of the checkpoint (auto "
+                                                  f"picks {self.cfg.optimizer_name} for a new run)")
+        self.cfg = dataclasses.replace(self.cfg, optimizer=name)
+        self.peak_lr = effective_lr(self.cfg, self.env.sync_interval)
+        self.opt = build_optimizer(self.cfg, self.net, self.peak_lr)
+        self.divergence = DivergenceWatch(self.peak_lr, self.cfg.base_lr)
+
+    def _init_from(self) -> dict[str, Any]:
+        """``--init-from``: load another model's weights into the network on every rank (the optimizer and the
+        schedule start fresh); the EMA restarts from them. Returns the ``run.json`` ``init_from`` record.
+
+        Raises:
+            ConfigError: the source's architecture, size, scale or channels differ (each mismatch named), or it
+                cannot be read (``trainer.learn.init_from``).
+        """
+        from trainer.learn.init_from import apply_init_from
+
+        record = apply_init_from(self.net, self.cfg.init_from, architecture=self.cfg.architecture_name,
+                                 model_size=self.cfg.model_size, scale=self.cfg.scale,
+                                 channels=len(self.plan.inputs), target_channels=len(self.plan.targets))
+        if self.ema is not None:
+            self.ema = WeightEMA(self.net, self.cfg.ema_decay)
+        log.info("rank %d: weights from %s (%s, step %s)", self.env.rank, record.get("weights"), record.get("kind"),
+                 record.get("step"))
+        return record
+
+
+def broadcast_int(value: int, rt: distributed.Runtime) -> int:
+    """Rank 0's ``value`` on every rank of the gang (``value`` itself without one)."""
+    if rt.backend == "none":
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=rt.device)
+    dist.broadcast(t, src=0)
+    return int(t.item())
