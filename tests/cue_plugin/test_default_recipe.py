@@ -45,4 +45,4 @@ def test_submit_of_each_demo_task_trains_the_demos_recipe(tmp_path, capsys, task
     farm = config_of(_dry_run_train_argv(tmp_path, capsys, *args))
     demo = config_of([*_paths(tmp_path), "--steps", str(DEMO_STEPS), *task_train_args(task)])
     assert recipe(farm) == recipe(demo)
-    assert task in TASKS and farm.optimizer_name == ("adam" if task == "matte" else "muon")
+    assert task in TASKS and farm.optimizer_name == "muon" and farm.matte_loss == "bce+l1"

@@ -49,7 +49,7 @@ DEFAULT_DATA_CACHE_MB = 512
 #: upres, see ``trainer.learn.model``) [1].
 SCALES = (1, 2, 4)
 #: ``--matte-loss``: the loss of matte channels (``trainer.learn.loss``); the first is the default.
-MATTE_LOSSES = ("bce+l1+iou", "bce+l1", "l1")
+MATTE_LOSSES = ("bce+l1", "bce+l1+iou", "l1")
 #: ``--augment-grade``: auto = a random grade on matte tasks only (``trainer.data.augment``).
 AUGMENT_GRADES = ("auto", "on", "off")
 
@@ -96,8 +96,8 @@ class TrainConfig:
             this decay per update (default 0.999, warmed up so it averages about the last 1/19 of the updates
             until ~19,000 updates); 0 = the last weights (see ``trainer.learn.ema``; chosen with the v3 network by
             the time-to-quality benchmark, docs/studies/time_to_quality.md) [1].
-        optimizer: ``auto`` (the default: :attr:`optimizer_name` picks ``muon`` for colour and upres, ``adam`` for a
-            matte; ``bench_recipe.py default-recipe``, docs/studies/default_recipe.md), ``adam`` or ``muon``:
+        optimizer: ``auto`` (the default: :attr:`optimizer_name` picks ``muon`` for colour, upres and mattes;
+            docs/studies/default_recipe.md, docs/studies/matte_set.md), ``adam`` or ``muon``:
             ``torch.optim.Muon`` for every convolution but the first and last, Adam (these betas) for the rest, one lr
             (``trainer.learn.optim``). A checkpoint resumes with the optimizer it was written with.
         adam_beta1: decay of Adam's first-moment (gradient) average, its momentum [1]: 0.9 (Kingma & Ba, the
@@ -146,9 +146,9 @@ class TrainConfig:
             ``R,G,B,A``, an EXR layer's ``beauty.R,beauty.G,beauty.B``; ``trainer.core.channels``).
         target_channels: the Ground Truth channels it learns to output (``R,G,B``; ``A`` or ``matte.A`` for a matte;
             ``R,G,B,A``); a channel the Input also has is learnt as a correction of it, a new alpha as a matte.
-        matte_loss: loss of matte channels: ``bce+l1+iou`` (the default: binary cross-entropy plus L1 plus a soft
-            Jaccard term, the differentiable IoU; docs/studies/matte_network.md), ``bce+l1`` or ``l1``
-            (``trainer.learn.loss``).
+        matte_loss: loss of matte channels: ``bce+l1`` (the default: binary cross-entropy plus L1; with Muon at
+            1,000 steps it beat ``bce+l1+iou`` on every shot of the matte set, docs/studies/matte_set.md),
+            ``bce+l1+iou`` (plus a soft Jaccard term, the differentiable IoU) or ``l1`` (``trainer.learn.loss``).
         augment: probability per crop of a random rotation, scale and flip, applied alike to the Input and the
             Ground Truth crop (BigCat's "Automatic Data Augmentation"; ``trainer.data.augment``); 0 = off [1].
         augment_grade: with ``augment``, also a random grade: ``auto`` (matte tasks: the Input's colour only, the
@@ -290,26 +290,27 @@ class TrainConfig:
 
     @property
     def optimizer_name(self) -> str:
-        """The optimizer trained: ``optimizer``, or for ``auto`` the default recipe's choice by case: ``muon`` when
-        every target channel corrects an Input channel (repair, upres), at every size (``benchmarks/
-        bench_recipe.py default-recipe``, each optimizer at its size's lr: ahead in every cell, from +0.5 to +2.9 dB,
-        docs/studies/default_recipe.md); ``adam`` when the targets hold a matte (``bench_recipe.py matte``: Adam
-        reached IoU 0.937 where Muon reached 0.930 from 12 keyframes)."""
+        """The optimizer trained: ``optimizer``, or for ``auto`` ``muon`` for every task: colour and upres at every
+        size (``benchmarks/bench_recipe.py default-recipe``, each optimizer at its size's lr: ahead in every cell,
+        from +0.5 to +2.9 dB, docs/studies/default_recipe.md) and mattes (``bench_recipe.py matte-set``: on the
+        three decision shots of the semantic matte set, at 1,000 and 3,000 steps, Muon at lr 2e-3 beat Adam on
+        IoU and edge error on every shot, docs/studies/matte_set.md)."""
         if self.optimizer != "auto":
             return self.optimizer
-        return "adam" if any(self.channels.matte) else "muon"
+        return "muon"
 
     @property
     def optimizer_reason(self) -> str:
         """One sentence on why :attr:`optimizer_name` trains (``run.json``'s ``optimizer.reason``). The rule names no
         device: held-out gain per second picked the same optimizer on an AVX512-BF16 CPU (bf16) and on an AVX2-only
-        node (fp32) for colour, upres and matte (docs/studies/optimizer_per_second.md), as gain per step did there
-        and on an H100 (docs/studies/default_recipe.md)."""
+        node (fp32) for colour and upres (docs/studies/optimizer_per_second.md), as gain per step did there and on an
+        H100 (docs/studies/default_recipe.md); for mattes the semantic matte set (docs/studies/matte_set.md) replaced
+        the skin-key clip those per-second rows measured."""
         if self.optimizer != "auto":
             return f"--optimizer {self.optimizer}"
         if any(self.channels.matte):
-            return ("auto: adam for a matte target (higher held-out IoU per step and per second on bf16 and fp32 CPUs: "
-                    "docs/studies/default_recipe.md, docs/studies/optimizer_per_second.md)")
+            return ("auto: muon for a matte target (higher held-out IoU and lower edge error on every shot of the "
+                    "semantic matte set at 1,000 and 3,000 steps: docs/studies/matte_set.md)")
         return ("auto: muon when every target channel corrects an Input channel (more held-out dB per step and per "
                 "second on bf16 and fp32 CPUs and an H100: docs/studies/default_recipe.md, "
                 "docs/studies/optimizer_per_second.md)")

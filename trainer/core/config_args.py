@@ -103,7 +103,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="Input channels the network reads, as the files name them (default R,G,B; e.g. R,G,B,A)")
     g.add_argument("--target-channels", metavar="NAMES",
                    help="Ground Truth channels to learn (default R,G,B; A or matte.A: a matte; R,G,B,A: colour + alpha)")
-    g.add_argument("--matte-loss", choices=MATTE_LOSSES, help="loss of matte channels (default bce+l1+iou)")
+    g.add_argument("--matte-loss", choices=MATTE_LOSSES, help="loss of matte channels (default bce+l1)")
     g.add_argument("--augment", type=float, metavar="P",
                    help="probability per crop of a random rotation, scale and flip of both sides (default 0: off)")
     g.add_argument("--augment-grade", choices=AUGMENT_GRADES,

@@ -276,16 +276,18 @@ def test_the_default_lr_follows_the_model_size_and_the_optimizer():
         assert train_mod.effective_lr(c, 1) == pytest.approx(2 * muon)  # sqrt(32 / 8) x the size's lr
         assert "--lr" not in c.to_argv() and "--optimizer" not in c.to_argv()
         assert TrainConfig("i", "t", "r", model_size=size, optimizer="adam").base_lr == adam
-        assert TrainConfig("i", "t", "r", model_size=size, target_channels="A").base_lr == adam  # a matte: Adam
+        assert TrainConfig("i", "t", "r", model_size=size, target_channels="A").base_lr == muon  # a matte: Muon too
     c = TrainConfig("i", "t", "r", model_size="large", lr=3e-4)
     assert c.base_lr == 3e-4 and c.to_argv()[-2:] == ["--lr", "0.0003"]
 
 
-def test_auto_picks_muon_for_colour_and_adam_for_mattes_each_with_its_beta2():
+def test_auto_picks_muon_for_colour_and_for_mattes_with_its_beta2_and_says_why():
     colour, matte = TrainConfig("i", "t", "r"), TrainConfig("i", "t", "r", target_channels="A")
     both = TrainConfig("i", "t", "r", target_channels="R,G,B,A")
-    assert [(c.optimizer_name, c.beta2, c.base_lr) for c in (colour, matte, both)] == [
-        ("muon", 0.9, 2e-3), ("adam", 0.999, 1e-3), ("adam", 0.999, 1e-3)]
+    assert [(c.optimizer_name, c.beta2, c.base_lr) for c in (colour, matte, both)] == [("muon", 0.9, 2e-3)] * 3
+    assert "matte_set.md" in matte.optimizer_reason and "matte_set.md" not in colour.optimizer_reason
+    assert (matte.matte_loss, TrainConfig("i", "t", "r", target_channels="A", optimizer="adam").optimizer_name) == (
+        "bce+l1", "adam")
     assert TrainConfig("i", "t", "r", scale=2).optimizer_name == "muon"
     pinned = TrainConfig("i", "t", "r", optimizer="adam", adam_beta2=0.9)
     assert (pinned.optimizer_name, pinned.beta2, pinned.to_argv()) == ("adam", 0.9, [
