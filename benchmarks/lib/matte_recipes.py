@@ -205,12 +205,21 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument("--json", type=Path, help="also write the results here (after every variant)")
     ap.add_argument("--trainer", action="store_true", help="train each shot and seed with the real trainer instead "
                     "(cuetrain local --world-size 2 at the farm's defaults, lib/matte_trainer.py)")
+    ap.add_argument("--mixed", action="store_true", help="mixed targets instead: R,G,B,A on carphone through "
+                    "cuetrain local, per --architecture auto, v3 and unet (lib/matte_trainer.py mixed)")
     ap.add_argument("--extra", default="", help="with --trainer: more trainer arguments, e.g. \"--lr 2e-3\"")
     ap.add_argument("--work", type=Path, default=Path("/tmp/cuetrain-matte-set"), help="with --trainer: where the "
                     "shots' frames and the runs go")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     seeds, shots = [int(x) for x in a.seeds.split(",")], a.shots.split(",")
+    if a.mixed:
+        from lib import matte_trainer
+
+        result = matte_trainer.mixed(a.steps, seeds, a.work)
+        if a.json:
+            a.json.write_text(json.dumps({"steps": a.steps, "seeds": seeds, "mixed": result}, indent=1))
+        return
     if a.trainer:
         _trainer(a, shots, seeds)
         return

@@ -56,3 +56,32 @@ def run(shots: list[str], steps: int, seeds: list[int], extra: str, work: Path, 
             print(f"  {name:9s} cuetrain local seed {seed}: IoU {m['iou']:.4f}  edge {m['edge_mae']:.4f}  "
                   f"MAE {m['mae']:.4f}  flicker {m['flicker']:.4f}  ({m['command_s']:.0f} s)", flush=True)
     return results
+
+
+def mixed(steps: int, seeds: list[int], work: Path, architectures: tuple[str, ...] = ("auto", "v3", "unet")) -> dict:
+    """Mixed targets (``--target-channels R,G,B,A``) on carphone: the Input is the H.264-distorted clip, the Ground
+    Truth the pristine clip's RGB with the carphone man's matte as alpha; 12 keyframes train, 108 are held out.
+    Per architecture and seed: the held-out PSNR [dB] of the Input and of the output's RGB against the pristine
+    RGB, and the output matte's scores (``trainer.demo.holdout_psnr``, ``holdout_matte``)."""
+    from trainer.demo import _decode, clip_path, holdout_psnr
+
+    shot = matte_set.load("carphone")
+    distorted = _decode(clip_path("carphone_distorted.mp4"))[: len(shot.rgb)].astype(np.float32) / 255.0
+    data = export(matte_set.Shot("carphone", shot.rgb, shot.matte), work / "mixed" / "data")
+    for i in range(len(shot.rgb)):  # the Inputs become the distorted frames; the Ground Truths stay pristine RGBA
+        folder = data.train_input if i in set(shot.keys) else data.holdout_input
+        write_image(folder / f"carphone.{i + 1:04d}.png", distorted[i])
+    out: dict[str, dict] = {}
+    for arch in architectures:
+        for seed in seeds:
+            run_dir = work / "mixed" / f"{arch}_seed{seed}"
+            code = train_demo(run_dir, data, 2, steps, ["--target-channels", "R,G,B,A", "--architecture", arch,
+                                                        "--seed", str(seed)], progress=False)
+            if code != 0:
+                raise RuntimeError(f"cuetrain local failed on mixed targets, {arch} seed {seed}; see {run_dir}/logs")
+            before, after = holdout_psnr(run_dir, data)
+            m = holdout_matte(run_dir, data)["model"]
+            out.setdefault(arch, {})[seed] = {"input_psnr": before, "psnr": after, **m.__dict__}
+            print(f"  R,G,B,A {arch:5s} seed {seed}: RGB {before:.2f} -> {after:.2f} dB ({after - before:+.2f}); "
+                  f"matte IoU {m.iou:.4f} edge {m.edge_mae:.4f}", flush=True)
+    return out
