@@ -36,7 +36,8 @@ from trainer.learn.divergence import DivergenceWatch, reference_output
 from trainer.learn.loss import per_crop_loss
 from trainer.learn.ema import WeightEMA
 from trainer.core.envvars import DistEnv, read_dist_env, read_export_onnx
-from trainer.gang.formation import GangError, explain_failure
+from trainer.gang.formation import GangError
+from trainer.gang.heartbeat import explain_failure
 from trainer.gang.stopvote import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
 from trainer.learn.model import build_model, count_parameters
 from trainer.learn.preview import Previews
