@@ -13,7 +13,8 @@ from typing import Sequence
 
 from qtpy.QtWidgets import QApplication, QMainWindow, QWidget
 
-from gui.controller import FarmFactory, RunsController, default_settings
+from gui.controller import FarmFactory, RunsController
+from gui.persistence import default_settings
 from gui.menu import handler_of, install_menu
 from gui.runs_panel import RunsPanel
 

@@ -3,12 +3,13 @@
 In the pyblish-lite manner the views only connect to the signals (named in the past tense) and read
 :class:`gui.records.Run` records. File reads and farm calls run on a worker thread
 (:class:`QThreadPool`); their results are queued, announced by a queued signal and applied on the GUI
-thread, so a slow network file system or farm never freezes the host application.
+thread, so a slow network file system or farm never freezes the host application. What runs there is plain
+functions: the poll (``gui.workers``) and the farm actions (``gui.farm_actions``); the runs list persists through
+``gui.persistence``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -17,6 +18,8 @@ from typing import Any, Callable
 from qtpy.QtCore import QObject, QSettings, Qt, QThreadPool, QTimer, Signal
 
 from cue_plugin.submit.spec import Farm, FarmError, JobHandle, JobStatus, TrainingJob
+from gui.farm_actions import cancel_job, infer_job, make_farm, retry_job, submit_job
+from gui.persistence import load_records, save_runs, saved_run
 from gui.poller import RunPoller
 from gui.records import TERMINAL_STATES, Run, job_fields, retry_plan
 from gui.workers import Outcome, PollJob, PollUpdate, Task, WorkerSignals, error_text, poll_runs
@@ -25,8 +28,6 @@ from trainer.core.config import ConfigError
 log = logging.getLogger(__name__)
 
 FarmFactory = Callable[[], Farm]
-#: QSettings key holding the runs (one JSON string, the same under PySide2 and PySide6).
-SETTINGS_KEY = "runs/v1"
 #: Default Live Updates period [ms]: polling is network traffic, so not too often.
 POLL_INTERVAL_MS = 5000
 
@@ -39,18 +40,13 @@ def default_farm() -> Farm:
     return ProcessFarm()
 
 
-def default_settings() -> QSettings:
-    """Where the runs list persists between sessions (per user)."""
-    return QSettings("cuetrain", "cuetrain-gui")
-
-
 class RunsController(QObject):
     """Holds the runs, polls them and talks to the farm; emits what changed.
 
     Args:
         farm_factory: makes the farm backend on first use (default :func:`default_farm`); it is called
             on a worker thread, never in this constructor.
-        settings: where the runs list persists; ``None`` keeps it in memory only.
+        settings: where the runs list persists (``gui.persistence``); ``None`` keeps it in memory only.
         poll_interval_ms: Live Updates period [ms].
         parent: Qt parent.
     """
@@ -265,23 +261,14 @@ class RunsController(QObject):
         """
         with self._farm_lock:
             if self._farm is None:
-                try:
-                    self._farm = self._farm_factory()
-                except FarmError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - ImportError and friends, said plainly
-                    raise FarmError(f"cannot start the farm backend: {exc}; install cuetrain[farm] "
-                                    "and check the OpenCue configuration") from exc
+                self._farm = make_farm(self._farm_factory)
             return self._farm
 
     def submit(self, job: TrainingJob) -> None:
         """Submit ``job`` on a worker; ends in :attr:`submit_finished` or :attr:`submit_failed`."""
         def work() -> None:
             try:
-                farm = self.farm()
-                with_progress = getattr(farm, "submit_with_progress", None)
-                handle = (with_progress(job, self._signals.submit_progressed.emit) if callable(with_progress)
-                          else farm.submit(job))
+                handle = submit_job(self.farm(), job, self._signals.submit_progressed.emit)
             except Exception as exc:  # noqa: BLE001 - reported in the dialog
                 self._signals.submit_errored.emit(error_text(exc))
                 return
@@ -302,12 +289,7 @@ class RunsController(QObject):
             self.action_failed.emit(_key(run_dir), "this run has no farm job to cancel")
             return
         handle = run.handle
-
-        def work() -> Outcome:
-            self.farm().cancel(handle)
-            return Outcome(run.run_dir, f"cancelled job {handle.job_name or handle.job_id}")
-
-        self._start_action(run.run_dir, work)
+        self._start_action(run.run_dir, lambda: cancel_job(self.farm(), run.run_dir, handle))
 
     def retry(self, run_dir: str) -> None:
         """Retry a live job's failed frames (``farm.retry``), or resubmit a finished run with resume."""
@@ -320,23 +302,7 @@ class RunsController(QObject):
             self.action_failed.emit(run.run_dir, str(exc))
             return
         handle = run.handle
-
-        def work() -> Outcome:
-            farm = self.farm()
-            if mode == "retry":
-                retry = getattr(farm, "retry", None)
-                if not callable(retry):
-                    raise FarmError("this farm cannot retry frames; cancel the job, then Retry/Resume "
-                                    "resubmits the run with resume")
-                new = retry(handle)  # OpenCue: how many dead frames were retried
-                name = handle.job_name or handle.job_id
-                count = f"{new} " if isinstance(new, int) else ""
-                return Outcome(run.run_dir, f"retried {count}failed frame(s) of {name}",
-                               handle=new if isinstance(new, JobHandle) else None)
-            new = farm.submit(job)
-            return Outcome(run.run_dir, f"resumed as job {new.job_name or new.job_id}", handle=new)
-
-        self._start_action(run.run_dir, work)
+        self._start_action(run.run_dir, lambda: retry_job(self.farm(), run.run_dir, mode, handle, job))
 
     def submit_infer(self, run_dir: str, input_dir: str, output_dir: str, template: str = "",
                      chunk: int | None = None) -> None:
@@ -352,16 +318,8 @@ class RunsController(QObject):
             self.action_failed.emit(run.run_dir, "no submitted job is recorded for this run, so its show and "
                                     "shot are unknown; run cuetrain submit-infer --show S --shot S by hand")
             return
-        model = os.path.join(run.run_dir, "model.pt")
-
-        def work() -> Outcome:
-            submit = getattr(self.farm(), "submit_infer", None)
-            if not callable(submit):
-                raise FarmError("this farm cannot submit inference jobs; use cuetrain submit-infer")
-            new = submit(model, input_dir, output_dir, show, shot, template, chunk)
-            return Outcome(run.run_dir, f"submitted inference job {new.job_name or new.job_id} -> {output_dir}")
-
-        self._start_action(run.run_dir, work)
+        self._start_action(run.run_dir, lambda: infer_job(self.farm(), run.run_dir, input_dir, output_dir, show, shot,
+                                                          template, chunk))
 
     def _start_action(self, run_dir: str, work: Callable[[], Outcome]) -> None:
         def task() -> None:
@@ -381,28 +339,20 @@ class RunsController(QObject):
             self.run_updated.emit(run.run_dir)
         (self.action_finished if outcome.ok else self.action_failed).emit(outcome.run_dir, outcome.message)
 
-    # ---------------------------------------------------------- persistence
+    # ---------------------------------------------------------- persistence (gui.persistence)
     def save(self) -> None:
         """Write the runs list to the settings (no-op without settings)."""
-        if self._settings is None:
-            return
-        records = [_run_record(run) for run in self._runs.values()]
-        self._settings.setValue(SETTINGS_KEY, json.dumps(records))
-        self._settings.sync()
+        if self._settings is not None:
+            save_runs(self._settings, self._runs.values())
 
     def restore(self) -> None:
         """Add the runs saved by a previous session (unreadable records are skipped and logged)."""
-        if self._settings is None:
-            return
-        raw = self._settings.value(SETTINGS_KEY, "[]")
-        try:
-            records = json.loads(raw if isinstance(raw, str) else "[]")
-        except ValueError:
-            log.warning("ignoring unreadable saved runs list")
+        records = None if self._settings is None else load_records(self._settings)
+        if records is None:
             return
         settings, self._settings = self._settings, None  # write once at the end, not per record
         try:
-            for rec in records if isinstance(records, list) else []:
+            for rec in records:
                 self._restore_one(rec)
         finally:
             self._settings = settings
@@ -410,8 +360,7 @@ class RunsController(QObject):
 
     def _restore_one(self, rec: Any) -> None:
         try:
-            handle = JobHandle(**rec["handle"]) if rec.get("handle") else None
-            run = self.add_run(rec["run_dir"], handle, rec.get("job") or None)
+            run = self.add_run(*saved_run(rec))
         except (KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring saved run %r: %s", rec, exc)
             return
@@ -427,11 +376,4 @@ class RunsController(QObject):
 def _key(run_dir: str) -> str:
     """A run's identity: its absolute, normalised path."""
     return os.path.normpath(os.path.abspath(os.path.expanduser(str(run_dir))))
-
-
-def _run_record(run: Run) -> dict[str, Any]:
-    handle = run.handle
-    return {"run_dir": run.run_dir, "show_graph": run.show_graph, "show_sheet": run.show_sheet, "job": run.job,
-            "handle": {"job_id": handle.job_id, "job_name": handle.job_name, "run_dir": handle.run_dir}
-            if handle else None}
 

@@ -18,7 +18,8 @@ from typing import Callable
 from qtpy.QtCore import QObject, Qt, QTimer
 from qtpy.QtWidgets import QAction, QApplication, QMainWindow, QMenu, QMenuBar, QWidget
 
-from gui.controller import FarmFactory, RunsController, default_settings
+from gui.controller import FarmFactory, RunsController
+from gui.persistence import default_settings
 from gui.runs_panel import RunsPanel
 from gui.submit_dialog import SubmitDialog
 from gui.prefill import Prefill

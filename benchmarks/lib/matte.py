@@ -55,8 +55,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.core.channels import RGB, ChannelPlan
-from trainer.data.crops import CropSampler, FramesInMemory
+from trainer.data.crops import CropSampler
 from trainer.data.matte_scores import matte_scores
+from trainer.data.sources import FramesInMemory
 from trainer.demo import MATTE_KEYFRAME_EVERY, _decode, _matte_frames, clip_path
 from trainer.learn.ema import WeightEMA
 from trainer.learn.loss import per_crop_loss

@@ -45,8 +45,9 @@ from torch import nn
 from lib import matte_set
 from lib.matte import PlainUNet
 from trainer.core.channels import RGB, ChannelPlan
-from trainer.data.crops import CropSampler, FramesInMemory
+from trainer.data.crops import CropSampler
 from trainer.data.matte_scores import score_sequence
+from trainer.data.sources import FramesInMemory
 from trainer.learn.ema import WeightEMA
 from trainer.learn.heads import channel_fields
 from trainer.learn.loss import per_crop_loss

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 
 from trainer.core.timeouts import GRACE
-from trainer.gang.formation import HEARTBEAT_S
+from trainer.gang.heartbeat import HEARTBEAT_S
 
 MAX_FAULTS_PER_RUN = 4  # faults drawn per run: 1 .. this [count]
 

@@ -37,7 +37,8 @@ import common
 import numpy as np
 import torch
 
-from trainer.data.crops import CropSampler, FramesInMemory, per_crop_l1
+from trainer.data.crops import CropSampler, per_crop_l1
+from trainer.data.sources import FramesInMemory
 from trainer.demo import HOLDOUT_EVERY, _decode, bicubic_resize, clip_path
 from trainer.export.infer import psnr
 from trainer.learn.ema import WeightEMA

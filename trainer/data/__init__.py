@@ -14,6 +14,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   reading them in bands.
 - :mod:`trainer.data.sequences`: Frame sequences of training data: indexing a folder by frame number, pairing Input
   with Ground Truth, loading the pairs and the identity check (no torch here).
+- :mod:`trainer.data.sources`: Frame sources: where crops are cut from, and the source over frames already in
+  memory (no torch here).
 - :mod:`trainer.data.shot_loading`: The data phase of an attempt: list the shot, decode it once per host, agree
   across the gang, record it.
 - :mod:`trainer.data.tiles`: The tile layout of the host's decoded copy of a shot (``pixels.f16``): each frame's
@@ -30,6 +32,7 @@ __all__ = [
     'images',
     'shot',
     'sequences',
+    'sources',
     'shot_loading',
     'tiles',
     'write_like',

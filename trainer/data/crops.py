@@ -10,10 +10,10 @@ Batch split: per-rank batch = global // world_size; the remainder ``global % wor
 extra crop each to the lowest ranks (rank < remainder). The loss is weighted so that the gradient
 DDP averages equals the mean over the global batch exactly (see :func:`rank_loss_weight`).
 
-Where crops are cut (see :class:`CropSampler`): from a :class:`FrameSource`, the host's decoded copy of
-the shot (``trainer.data.hostcache``) in training or frames already in memory (:class:`FramesInMemory`), on the
-host; on a GPU the frames are uploaded once instead when they fit in :data:`GPU_FRAME_FRACTION` of its
-free memory, and crops are cut there. Every path gives the same crops, bit for bit.
+Where crops are cut (see :class:`CropSampler`): from a :class:`trainer.data.sources.FrameSource`, the host's
+decoded copy of the shot (``trainer.data.hostcache``) in training or frames already in memory
+(:class:`trainer.data.sources.FramesInMemory`), on the host; on a GPU the frames are uploaded once instead when
+they fit in :data:`GPU_FRAME_FRACTION` of its free memory, and crops are cut there. Every path gives the same crops, bit for bit.
 
 Upres (``--scale`` s): the Ground Truth is s times the Input in both dimensions, and crops are aligned: the Input
 crop of side c at ``(y, x)`` pairs with the Ground Truth crop of side s*c at ``(s*y, s*x)``, flipped the same way.
@@ -37,16 +37,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from trainer.core.channels import RGB, ChannelPlan
-from trainer.core.config import SCALES
 from trainer.data import augment as aug
 from trainer.data.colour import colour_channels
 from trainer.data.images import DataError
+from trainer.data.sources import FrameSource, FramesInMemory
 
 log = logging.getLogger(__name__)
 
@@ -77,63 +77,6 @@ def per_crop_l1(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     advisor's probe of it); with the crops' input as ``output``, the loss of returning the input unchanged
     (``trainer.learn.divergence``)."""
     return (output.float() - target).abs().mean(dim=(1, 2, 3))
-
-
-@runtime_checkable
-class FrameSource(Protocol):
-    """Where crops come from. Images are numbered ``2 x frame index + side`` (side 0 Input, 1 Ground Truth); each
-    side has its own channel count C (3 for RGB), the last axis of its crops and images.
-
-    Attributes:
-        count: frame pairs [count].
-        size: ``(H, W)`` of every Input frame [pixels].
-        scale: every Ground Truth frame is ``(scale*H, scale*W)`` [1].
-    """
-
-    count: int
-    size: tuple[int, int]
-    scale: int
-
-    def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
-        """(c, c, C) float16 pixels of ``image`` from row ``y``, column ``x``, in that image's own pixels."""
-        ...
-
-    def image(self, image: int) -> np.ndarray:
-        """The whole ``image``: (H, W, Cin) for an Input, (scale*H, scale*W, Cout) for a Ground Truth, float16."""
-        ...
-
-
-class FramesInMemory:
-    """A :class:`FrameSource` over decoded pairs ``[(input, target)]``: inputs (H, W, Cin), targets
-    (scale*H, scale*W, Cout), every pair the size and channels of the first (``trainer.data.sequences.load_pairs``
-    checks files).
-
-    Args:
-        frames: the pairs.
-        scale: the targets' size over the inputs' [1]; None: read from the first pair's shapes.
-
-    Raises:
-        DataError: no frames, or the first pair's target is not ``scale`` times its input (or no whole multiple).
-    """
-
-    def __init__(self, frames: Sequence[tuple[np.ndarray, np.ndarray]], scale: int | None = None) -> None:
-        if not frames:
-            raise DataError("no training frames were loaded; check --input and --target")
-        self.frames = frames
-        self.count = len(frames)
-        self.size = tuple(frames[0][0].shape[:2])
-        (h, w), (th, tw) = self.size, frames[0][1].shape[:2]
-        self.scale = max(1, th // h) if scale is None else scale
-        if (th, tw) != (self.scale * h, self.scale * w) or self.scale not in SCALES:
-            raise DataError(f"the first training pair's input is {w}x{h} but its target is {tw}x{th}; with scale "
-                            f"{self.scale} the target must be {self.scale * w}x{self.scale * h}, and the scale one of "
-                            f"{', '.join(map(str, SCALES))}: fix the frames or the --scale")
-
-    def crop(self, image: int, y: int, x: int, c: int) -> np.ndarray:
-        return self.frames[image // 2][image % 2][y:y + c, x:x + c]
-
-    def image(self, image: int) -> np.ndarray:
-        return np.asarray(self.frames[image // 2][image % 2])
 
 
 def rank_slice(global_batch: int, rank: int, world_size: int) -> tuple[int, int]:

@@ -11,8 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
-from trainer.data.crops import FrameSource
 from trainer.data.images import DataError
+from trainer.data.sources import FrameSource
 
 #: One frame pair in this many is held out [frames].
 HOLDOUT_EVERY = 10
@@ -32,7 +32,7 @@ def split_frames(count: int) -> tuple[list[int], list[int]]:
 
 
 class FrameSubset:
-    """A :class:`trainer.data.crops.FrameSource` over some frame pairs of another (``indices``, in order)."""
+    """A :class:`trainer.data.sources.FrameSource` over some frame pairs of another (``indices``, in order)."""
 
     def __init__(self, source: FrameSource, indices: Sequence[int]) -> None:
         self.source, self.indices = source, list(indices)

@@ -95,7 +95,7 @@ def private_folder(scratch: str | Path) -> Path:
 class HostCache:
     """A shot decoded into :data:`TILE` px float16 tiles on local scratch (module doc), read by ``pread``.
 
-    A :class:`trainer.data.crops.FrameSource`: image ``2k + side`` is frame k's Input (side 0, ``size`` = (H, W),
+    A :class:`trainer.data.sources.FrameSource`: image ``2k + side`` is frame k's Input (side 0, ``size`` = (H, W),
     the shot's Cin input channels) or Ground Truth (side 1, ``scale`` times that, Cout target channels).
 
     Args:

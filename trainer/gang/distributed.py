@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.gang import formation
+from trainer.gang.heartbeat import Heartbeat
 from trainer.core import netaddr
 from trainer.core.envvars import DistEnv, EnvError, NetEnv, read_net_env
 
@@ -47,7 +48,7 @@ class Runtime:
     device: torch.device
     backend: str
     store: Any = field(default=None, repr=False)
-    heartbeat: formation.Heartbeat | None = field(default=None, repr=False)
+    heartbeat: Heartbeat | None = field(default=None, repr=False)
 
 
 def interface_for(local_addr: str) -> str:
@@ -196,7 +197,7 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # NCCL returns at enqueue; its connections are made when it runs
     guard.close()
-    return Runtime(env, device, backend, store, formation.Heartbeat(env, collective_timeout_s))
+    return Runtime(env, device, backend, store, Heartbeat(env, collective_timeout_s))
 
 
 def teardown(rt: Runtime | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Forming the gang before training, and explaining its failures afterwards.
+"""Forming the gang before training, and the errors a gang fails with (``GangError`` and its kinds).
 
 OpenCue has no gang scheduling: frames start when hosts free up and are retried one by one. So
 before the process group exists, the ranks meet on rank 0's ``TCPStore`` (on
@@ -18,8 +18,8 @@ far past any timeout. The guard writes the failing rank's reason under ``abort``
 the other ranks stop within :data:`GUARD_POLL_S` with the same reason; a phase that is still
 blocked at its deadline ends the process (``os._exit``, exit code 3) after one error line.
 
-During training every rank bumps a heartbeat counter on the store every ``HEARTBEAT_S`` seconds.
-When a collective fails, :func:`explain_failure` watches the counters to name the rank that died.
+During training every rank beats on the store (``trainer.gang.heartbeat``), and when a collective fails the
+heartbeats name the rank that died (``trainer.gang.heartbeat.explain_failure``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from trainer.record.runrecord import FailureKind
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 3.0  # seconds between heartbeat bumps
 LOG_EVERY_S = 10.0  # seconds between "waiting for ranks" lines
 GUARD_POLL_S = 0.5  # seconds between a PhaseGuard's looks at the store's abort key
 PROBE_FIRST_S, PROBE_MAX_S, PROBE_CONNECT_S = 0.01, 0.25, 2.0  # a client's looks for the store: first and longest
@@ -342,79 +341,3 @@ class PhaseGuard:
         sys.stderr.flush()
         logging.shutdown()
         os._exit(err.exit_code)
-
-
-class Heartbeat:
-    """Bumps ``hb/RANK`` on the store every :data:`HEARTBEAT_S` seconds from a daemon thread, and reads
-    every rank's counter at each beat, noting when each last moved (:meth:`stale`).
-
-    Uses its own store connection (client), so training threads never share a socket with it.
-    """
-
-    def __init__(self, env: DistEnv, timeout_s: float) -> None:
-        self._env = env
-        self._store = connect(env, timeout_s, master=False)
-        self._stop = threading.Event()
-        self._seen: dict[int, tuple[int, float]] = {}  # rank -> (counter, monotonic time it last changed)
-        self._broken = False
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="gang-heartbeat", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._store.add(f"hb/{self._env.rank}", 1)
-                counts = [self._store.add(f"hb/{r}", 0) for r in range(self._env.world_size)]
-            except Exception:  # the store went away (rank 0 died): the training thread will notice
-                self._broken = True
-                return
-            now = time.monotonic()
-            with self._lock:
-                for r, count in enumerate(counts):
-                    if self._seen.get(r, (None, 0.0))[0] != count:
-                        self._seen[r] = (count, now)
-            self._stop.wait(HEARTBEAT_S)
-
-    def stale(self, min_age_s: float = 3 * HEARTBEAT_S) -> list[int]:
-        """Other ranks whose counter has not moved for ``min_age_s`` seconds [s] (as of this rank's last
-        beat), so a rank behind a dead link is named at once; empty while this rank's own beats fail."""
-        now = time.monotonic()
-        with self._lock:
-            if self._broken:
-                return []
-            return sorted(r for r, (_, changed) in self._seen.items()
-                          if r != self._env.rank and now - changed >= min_age_s)
-
-    def stop(self) -> None:
-        """Stop bumping (idempotent)."""
-        self._stop.set()
-
-
-def lost_ranks(env: DistEnv, timeout_s: float = 10.0) -> list[int]:
-    """Ranks whose heartbeat stopped, watched for ~3 beats; ``[0]`` when rank 0's store is unreachable
-    (its process is gone). Empty when every other rank is still beating."""
-    try:
-        store = connect(env, timeout_s, master=False)
-        first = [store.add(f"hb/{r}", 0) for r in range(env.world_size)]
-        time.sleep(3 * HEARTBEAT_S + 1)
-        second = [store.add(f"hb/{r}", 0) for r in range(env.world_size)]
-    except Exception:
-        return [0]
-    return [r for r in range(env.world_size) if r != env.rank and second[r] == first[r]]
-
-
-def explain_failure(env: DistEnv, exc: BaseException, heartbeat: Heartbeat | None = None) -> BaseException:
-    """After a failed collective: a :class:`RankLost` naming the dead rank(s), or ``exc`` itself when
-    every rank is still alive and ``exc`` is not a c10d error (an ordinary bug stays visible).
-
-    Ranks whose heartbeat had already stopped for 3 beats (``heartbeat.stale()``: a host whose link
-    went down a collective timeout ago) are named at once; otherwise the counters are watched for
-    ~3 beats (:func:`lost_ranks`: a rank killed just now)."""
-    lost = heartbeat.stale() if heartbeat is not None else []
-    lost = lost or lost_ranks(env)
-    if not lost and not isinstance(exc, dist.DistError):
-        return exc
-    names = ", ".join(str(r) for r in lost) or "unknown (heartbeats alive: a hung rank or a network failure)"
-    return RankLost(f"rank {env.rank} lost rank {names} during training ({type(exc).__name__}: {str(exc)[:200]}); "
-                    "exiting so the farm restarts the gang from the latest checkpoint")

@@ -23,8 +23,8 @@ import torch
 from trainer.core.config import TrainConfig
 from trainer.core.stopping import (BudgetClock, FlatRule, StopReason, StopRule, deadline_passed,
                                    late_start_error)
-from trainer.data.crops import FrameSource
 from trainer.data.holdout import FrameSubset, psnr, split_frames
+from trainer.data.sources import FrameSource
 from trainer.learn.run_writer import wall_clock
 from trainer.record import runrecord
 from trainer.record.rundir import RunPaths
@@ -83,7 +83,7 @@ class StopPlan:
         master: this is rank 0, which plans; the other ranks only agree.
         sync_interval: steps per optimizer update: a planned last step is a multiple of it [steps].
         onnx_in_run: rank 0 writes ``model.onnx`` in the run (its time is reserved from the budget).
-        source: the shot's frames (a ``trainer.data.crops`` FrameSource); with ``--stop-when-flat`` every 10th frame
+        source: the shot's frames (a ``trainer.data.sources`` FrameSource); with ``--stop-when-flat`` every 10th frame
             is held out (``trainer.data.holdout.split_frames``) and :attr:`source` is the rest.
     """
 

@@ -36,7 +36,8 @@ from trainer.learn.divergence import DivergenceWatch, reference_output
 from trainer.learn.loss import per_crop_loss
 from trainer.learn.ema import WeightEMA
 from trainer.core.envvars import DistEnv, read_dist_env, read_export_onnx
-from trainer.gang.formation import GangError, explain_failure
+from trainer.gang.formation import GangError
+from trainer.gang.heartbeat import explain_failure
 from trainer.gang.stopvote import GangStop, Regroup, StopSignal, StopTraining, Vote, record_stop_timeout
 from trainer.learn.model import build_model, count_parameters
 from trainer.learn.preview import Previews
@@ -45,10 +46,10 @@ from trainer.learn.precision import (configure_backends, float32_contiguous, may
                                resolve_precision)
 from trainer.learn.resume import RunStart, broadcast_int
 from trainer.learn.run_writer import RunWriter, config_record, export_model, model_meta, wall_clock
-from trainer.record.rundir import RunPaths
+from trainer.record.rundir import RunPaths, remove_stale_temp_files
 from trainer.learn.schedule import build_optimizer, effective_lr, lr_at, optimizer_record
 from trainer.learn.stopping import StopPlan
-from trainer.record import runrecord
+from trainer.record import recordlock, runrecord
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
     paths = RunPaths.of(cfg.run_dir)
     if env.is_main:
         paths.create()
+        with recordlock.locked(paths):  # a run.json temp file may be another writer's, mid-write
+            remove_stale_temp_files(paths)  # what a rank 0 killed mid-write left
 
     def record(exc: GangError) -> None:
         if env.is_main:

@@ -22,13 +22,15 @@ Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
       rendezvous/frames/frame_F.json  frame F's node agent waits to join the next generation (elastic gangs)
 
 All writes go through :func:`atomic_write_bytes` / :func:`atomic_write_json` (temp file in the
-same directory + ``os.replace``) so a reader never sees a half-written file.
+same directory + ``os.replace``) so a reader never sees a half-written file; the temp files a killed writer
+leaves are removed when rank 0 starts (:func:`remove_stale_temp_files`).
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import re
 import tempfile
@@ -42,6 +44,10 @@ FILE_MODE = 0o640
 DIR_MODE = 0o750
 
 _STEP_FILE = re.compile(r"^step_(\d{6,})\.(png|pt)$")
+#: A temp file of :func:`atomic_write_bytes`: "." + the target's name + "." + mkstemp's 8 random characters + ".tmp".
+_TEMP_FILE = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$")
+
+log = logging.getLogger(__name__)
 
 
 class RunDirError(RuntimeError):
@@ -223,6 +229,36 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_write_json(path: Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON atomically (see :func:`atomic_write_bytes`)."""
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def remove_stale_temp_files(paths: RunPaths) -> list[Path]:
+    """Remove the temp files of atomic writes (:data:`_TEMP_FILE`: ``.NAME.XXXXXXXX.tmp``) that a killed writer
+    left; return the paths removed, each logged at INFO.
+
+    Rank 0 calls it once as a run starts or resumes, holding the run's lease (``trainer.record.lease``: no other
+    run writes here) and the run.json lock (``trainer.record.recordlock.locked``: the temp file of a ``run.json``
+    that the submit client or a node agent is writing now is not stale). It looks in the run directory itself and
+    the folders only rank 0 writes (``checkpoints/``, ``contact_sheets/``, ``previews/``). It leaves alone every
+    other file, the lease's temp files (its holder, ``cuetrain local``'s supervisor, may be renewing it now), and
+    ``logs/`` and ``rendezvous/``, which other ranks and node agents write while rank 0 starts.
+    """
+    removed = []
+    for folder in (paths.root, paths.checkpoints, paths.contact_sheets, paths.previews):
+        try:
+            names = sorted(os.listdir(folder))
+        except FileNotFoundError:
+            continue
+        for name in names:
+            m = _TEMP_FILE.match(name)
+            if not m or m.group("target").startswith((paths.lease.name, ".lease.")) or not (folder / name).is_file():
+                continue
+            try:
+                os.unlink(folder / name)
+            except FileNotFoundError:
+                continue
+            log.info("removed %s: the temp file of a write that did not finish (its writer was killed)", folder / name)
+            removed.append(folder / name)
+    return removed
 
 
 def _remove_quietly(path: str) -> None:

@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from trainer.data.colour import ColourSpec
-from trainer.data.crops import CropSampler, FramesInMemory, crop_index
+from trainer.data.crops import CropSampler, crop_index
 from trainer.data.hostcache import HostCache, ScratchError
 from trainer.data.images import DataError, load_pairs, pair_frames, write_image
 from trainer.data.shot import list_shot
+from trainer.data.sources import FramesInMemory
 
 H, W = 70, 100  # Input size: not a multiple of the 64 px tile on either side
 

@@ -6,6 +6,8 @@ import json
 from dataclasses import replace
 import logging
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -263,6 +265,32 @@ def test_a_truncated_latest_checkpoint_is_skipped(pairs, tmp_path):
     newest = run.list_checkpoints()[-1][1]
     newest.write_bytes(newest.read_bytes()[:100])  # a kill mid-write without the atomic rename
     assert load_latest_checkpoint(run)["step"] == 4
+
+
+def test_rank0_removes_the_temp_files_a_killed_write_left_and_nothing_else(pairs, tmp_path, caplog):
+    """A SIGKILL while rank 0 writes a checkpoint leaves ``.step_NNNNNN.pt.XXXXXXXX.tmp`` (``atomic_write_bytes``);
+    the next start removes such files where rank 0 writes, and keeps every other file."""
+    import tempfile
+
+    run = RunPaths.of(tmp_path / "run")
+    run.create()
+
+    def temp_of(target):  # the name atomic_write_bytes gives the temp file of ``target``
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        return Path(name)
+
+    stale = [temp_of(run.checkpoint(175)), temp_of(run.contact_sheet(4)), temp_of(run.run_json), temp_of(run.model)]
+    kept = [temp_of(run.lease), temp_of(run.rank_failure(1)), run.checkpoints / "notes.tmp",
+            run.root / ".hidden.tmp", run.checkpoints / "step_000175.pt.abcdefgh.tmp"]
+    for path in kept[2:]:
+        path.write_bytes(b"not cuetrain's temp file")
+    with caplog.at_level(logging.INFO, logger="trainer.record.rundir"):
+        train_mod.train(cfg(pairs, run.root, steps=2, checkpoint_interval=2, contact_sheet_interval=2, log_interval=1,
+                            warmup_steps=1), NON_DIST)
+    assert [p for p in stale if p.exists()] == []
+    assert [p for p in kept if not p.exists()] == []
+    assert all(str(p) in caplog.text for p in stale)
 
 
 def test_the_default_lr_follows_the_model_size_and_the_optimizer():
