@@ -42,7 +42,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--crop-size", type=int, help=f"crop side in pixels (default {d['crop_size']})")
     g.add_argument("--model-size", choices=MODEL_SIZES, help=f"model size (default {d['model_size']})")
     g.add_argument("--architecture", choices=ARCHITECTURES,
-                   help=f"network (default {DEFAULT_ARCHITECTURE}: v3 for colour and upres, unet for a matte): v3 (added "
+                   help=f"network (default {DEFAULT_ARCHITECTURE}: v3 for colour, upres and colour+alpha, unet when every target is a matte): v3 (added "
                         "skips, sub-pixel upsampling), v1 (the first one) or unet (a plain U-Net trunk); see "
                         "trainer.learn.model")
     g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size, Adam: "

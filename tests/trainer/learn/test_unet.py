@@ -51,13 +51,13 @@ def test_fewer_than_two_levels_is_refused():
         PlainUNet(UNetConfig(widths=(8,)))
 
 
-def test_auto_trains_unet_for_a_matte_and_v3_otherwise():
+def test_auto_trains_unet_when_every_target_is_a_matte_and_v3_otherwise():
     def cfg(**kw) -> TrainConfig:
         return TrainConfig("in", "gt", "run", **kw)
 
     assert cfg().architecture == "auto" and cfg().architecture_name == "v3"
     assert cfg(target_channels="A").architecture_name == "unet"
-    assert cfg(target_channels="R,G,B,A").architecture_name == "unet"  # colour + alpha holds a matte
+    assert cfg(target_channels="R,G,B,A").architecture_name == "v3"  # colour + alpha: v3 (matte_set.md, mixed)
     assert cfg(scale=2).architecture_name == "v3"
     assert cfg(target_channels="A", architecture="v3").architecture_name == "v3"  # a named network is kept
     assert cfg(architecture="unet").architecture_name == "unet"
