@@ -42,7 +42,7 @@ def load_model(path: str | Path, device: torch.device | None = None) -> torch.ji
     if not p.is_file():
         raise DataError(f"model {p} does not exist; pass RUN_DIR/model.pt of a finished run")
     try:
-        with warnings.catch_warnings():  # TorchScript is deprecated upstream from torch 2.10 (see README)
+        with warnings.catch_warnings():  # TorchScript is deprecated upstream from torch 2.10 (docs/hosts.md)
             warnings.simplefilter("ignore", DeprecationWarning)
             model = torch.jit.load(str(p), map_location=device or "cpu")
     except Exception as exc:  # torch raises RuntimeError/ValueError for non-TorchScript files
