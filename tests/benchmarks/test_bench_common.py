@@ -52,7 +52,7 @@ def test_bench_recipe_names_its_tasks_on_a_missing_or_unknown_one(capsys):
     assert bench_recipe.main([]) == 2
     assert bench_recipe.main(["mate"]) == 2
     err = capsys.readouterr().err
-    assert "unknown task 'mate'; choose from matte, upscale, default-recipe, variants, head-start, time-budget" in err
+    assert "unknown task 'mate'; choose from matte, matte-set, upscale, default-recipe, variants, head-start, time-budget" in err
     assert bench_recipe.main(["--help"]) == 0 and "head-start" in capsys.readouterr().out
 
 

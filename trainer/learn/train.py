@@ -84,8 +84,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
     paths = RunPaths.of(cfg.run_dir)
     if env.is_main:
         paths.create()
-        with recordlock.locked(paths):  # a run.json temp file may be another writer's, mid-write
-            remove_stale_temp_files(paths)  # what a rank 0 killed mid-write left
+        remove_stale_temp_files(paths)  # what a rank 0 killed mid-write left
 
     def record(exc: GangError) -> None:
         if env.is_main:

@@ -231,18 +231,12 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 
-def remove_stale_temp_files(paths: RunPaths) -> list[Path]:
-    """Remove the temp files of atomic writes (:data:`_TEMP_FILE`: ``.NAME.XXXXXXXX.tmp``) that a killed writer
-    left; return the paths removed, each logged at INFO.
-
-    Rank 0 calls it once as a run starts or resumes, holding the run's lease (``trainer.record.lease``: no other
-    run writes here) and the run.json lock (``trainer.record.recordlock.locked``: the temp file of a ``run.json``
-    that the submit client or a node agent is writing now is not stale). It looks in the run directory itself and
-    the folders only rank 0 writes (``checkpoints/``, ``contact_sheets/``, ``previews/``). It leaves alone every
-    other file, the lease's temp files (its holder, ``cuetrain local``'s supervisor, may be renewing it now), and
-    ``logs/`` and ``rendezvous/``, which other ranks and node agents write while rank 0 starts.
-    """
-    removed = []
+def stale_temp_files(paths: RunPaths) -> list[Path]:
+    """The temp files of atomic writes (:data:`_TEMP_FILE`: ``.NAME.XXXXXXXX.tmp``) in the run directory itself and
+    the folders only rank 0 writes (``checkpoints/``, ``contact_sheets/``, ``previews/``), sorted; never the lease's
+    temp files (its holder, ``cuetrain local``'s supervisor, may be renewing it now), nor ``logs/`` or
+    ``rendezvous/``, which other ranks and node agents write while rank 0 starts. Reads only."""
+    found = []
     for folder in (paths.root, paths.checkpoints, paths.contact_sheets, paths.previews):
         try:
             names = sorted(os.listdir(folder))
@@ -250,14 +244,32 @@ def remove_stale_temp_files(paths: RunPaths) -> list[Path]:
             continue
         for name in names:
             m = _TEMP_FILE.match(name)
-            if not m or m.group("target").startswith((paths.lease.name, ".lease.")) or not (folder / name).is_file():
-                continue
+            if m and not m.group("target").startswith((paths.lease.name, ".lease.")) and (folder / name).is_file():
+                found.append(folder / name)
+    return found
+
+
+def remove_stale_temp_files(paths: RunPaths) -> list[Path]:
+    """Remove the :func:`stale_temp_files` that a killed writer left; return the paths removed, each logged at INFO.
+
+    Rank 0 calls it once as a run starts or resumes, holding the run's lease (``trainer.record.lease``: no other
+    run writes here) and, where it found any, the run.json lock (``trainer.record.recordlock.locked``: the temp
+    file of a ``run.json`` that the submit client or a node agent is writing now is not stale). A run directory
+    with none is left exactly as it was (no lock file: bad input must leave nothing behind).
+    """
+    from trainer.record import recordlock
+
+    if not stale_temp_files(paths):
+        return []
+    removed = []
+    with recordlock.locked(paths):
+        for path in stale_temp_files(paths):
             try:
-                os.unlink(folder / name)
+                os.unlink(path)
             except FileNotFoundError:
                 continue
-            log.info("removed %s: the temp file of a write that did not finish (its writer was killed)", folder / name)
-            removed.append(folder / name)
+            log.info("removed %s: the temp file of a write that did not finish (its writer was killed)", path)
+            removed.append(path)
     return removed
 
 

@@ -87,7 +87,7 @@ def test_the_probe_never_overruns_its_budget_by_more_than_one_step(pairs, tmp_pa
             costed.steps += 1
             return super().batch(step)
 
-    monkeypatch.setattr(advise_probe, "_now", clock)
+    monkeypatch.setattr(advise_probe, "device_now", clock)
     monkeypatch.setattr(advise_probe, "CropSampler", CostedSampler)
     monkeypatch.setattr(outputs.RunWriter, "contact_sheet", lambda *a, **k: setattr(clock, "now", clock.now + 0.1))
     monkeypatch.setattr(outputs.RunWriter, "checkpoint", lambda *a, **k: setattr(clock, "now", clock.now + 0.1))

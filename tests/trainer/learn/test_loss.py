@@ -96,7 +96,7 @@ def test_loss_is_float32_under_bf16_autocast_and_has_gradients():
 
 def test_bad_arguments_are_refused():
     out, target = pair(1)
-    with pytest.raises(ValueError, match=r"matte_loss='l2' is not one of bce\+l1\+iou, bce\+l1, l1"):
+    with pytest.raises(ValueError, match=r"matte_loss='l2' is not one of bce\+l1, bce\+l1\+iou, l1"):
         per_crop_loss(out, target, MATTE, "l2")
     with pytest.raises(ValueError, match=r"must both be \(b, 4, h, w\) for target channels R, G, B, A"):
         per_crop_loss(out, target, RGBA_OUT)
