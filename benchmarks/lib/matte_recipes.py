@@ -16,7 +16,9 @@ A variant is named ``BASE[-TOKEN...]``:
   convolutions, ``trainer.learn.optim.MuonAdam``, betas (0.9, 0.9)), ``lrX`` (peak lr, e.g. ``lr0.002``), ``emaX``
   (EMA decay, ``ema0`` = the last weights), ``iou`` / ``bce`` / ``l1`` (matte loss ``bce+l1+iou`` / ``bce+l1`` /
   ``l1``), ``cropN`` (crop side), ``bN`` (batch), ``augP`` (``--augment P``), ``wuN`` (warmup updates), ``kN``
-  (train on every N-th frame from 0 as keyframes, scored on the same held-out frames: denser keyframes).
+  (train on every N-th frame from 0 as keyframes, scored on the same held-out frames: denser keyframes), ``sN``
+  (train N steps, whatever ``--steps``), ``ftX`` (with ``from``: the fine-tune's peak lr), ``fromSHOT`` (a head start: start from the EMA weights of the same recipe
+  trained :data:`SOURCE_STEPS` on SHOT's keyframes, as ``--init-from`` does, with a fresh optimizer and EMA).
 
 The lr follows the trainer's schedule (``trainer.learn.schedule.lr_at``: ``wuN`` warmup updates from lr/10, 50 by
 default, then cosine to lr/10).
@@ -64,7 +66,9 @@ DECISION_SHOTS = tuple(s for s in matte_set.SHOTS if s != matte_set.HELD_OUT_SHO
 @dataclass(frozen=True)
 class Recipe:
     """A variant's recipe (module doc): network, optimizer, lr [1], EMA decay [1] (0: none), matte loss, crop side
-    [pixels], batch [crops], augmentation probability [1], warmup [updates], keyframe spacing [frames]."""
+    [pixels], batch [crops], augmentation probability [1], warmup [updates], keyframe spacing [frames], the shot whose
+    model it starts from ("" = random weights), its own step count [steps] (0 = ``--steps``) and a fine-tune's peak
+    lr [1] (0 = ``lr``)."""
 
     base: str
     width: int
@@ -78,6 +82,9 @@ class Recipe:
     augment: float = 0.0
     warmup: int = 50
     key_every: int = matte_set.KEY_EVERY
+    init_from: str = ""
+    steps: int = 0
+    ft_lr: float = 0.0
 
 
 def parse(name: str) -> Recipe:
@@ -97,10 +104,13 @@ def parse(name: str) -> Recipe:
             r = replace(r, optimizer=t)
         elif t in losses:
             r = replace(r, loss=losses[t])
+        elif t.startswith("from"):
+            r = replace(r, init_from=t[4:])
         else:
-            key = next((k for k in ("lr", "ema", "crop", "aug", "wu", "w", "b", "k") if t.startswith(k)), None)
+            key = next((k for k in ("lr", "ema", "crop", "aug", "wu", "w", "b", "k", "s", "ft") if t.startswith(k)), None)
             field = {"lr": "lr", "ema": "ema", "crop": "crop", "aug": "augment", "wu": "warmup", "w": "width",
-                     "b": "batch", "k": "key_every"}.get(key or "")
+                     "b": "batch", "k": "key_every", "s": "steps",
+                     "ft": "ft_lr"}.get(key or "")
             if field is None:
                 raise ValueError(f"variant {name!r}: unknown token {t!r} (module doc lists them)")
             kind = type(getattr(r, field))
@@ -134,14 +144,21 @@ def predict(net: nn.Module, shot: matte_set.Shot, frames: list[int]) -> dict[int
     return out
 
 
-def train(name: str, shot: matte_set.Shot, steps: int, precision: str, seed: int) -> dict:
-    """Train variant ``name`` on ``shot``'s keyframes from ``seed`` (weights and crops); its held-out
-    :class:`MatteScores` fields and training seconds."""
-    r = parse(name)
+#: Steps the source model of a ``fromSHOT`` variant trains on SHOT (the farm's default run length).
+SOURCE_STEPS = 1000
+_SOURCES: dict[tuple, dict] = {}
+
+
+def _fit(r: Recipe, shot: matte_set.Shot, steps: int, precision: str, seed: int,
+         init: dict | None = None) -> tuple[nn.Module, float]:
+    """Train recipe ``r`` on ``shot``'s keyframes from ``seed`` (crops; weights too unless ``init``, a state dict to
+    start from, as ``--init-from`` starts from a model's EMA weights, with a fresh optimizer and EMA); returns the
+    network to evaluate (the EMA's, or the last weights) and the training seconds."""
     torch.manual_seed(seed)
     net, opt = build(r)
-    keys = list(range(0, len(shot.rgb), r.key_every))
-    pairs = [(shot.rgb[i], shot.matte[i][..., None]) for i in keys]
+    if init is not None:
+        net.load_state_dict(init)
+    pairs = [(shot.rgb[i], shot.matte[i][..., None]) for i in range(0, len(shot.rgb), r.key_every)]
     sampler = CropSampler(FramesInMemory(pairs), r.crop, r.batch, seed=seed, memory_format=torch.channels_last,
                           augment=r.augment, grade_sides="input")
     ema = WeightEMA(net, r.ema) if r.ema > 0 else None
@@ -151,8 +168,30 @@ def train(name: str, shot: matte_set.Shot, steps: int, precision: str, seed: int
 
     secs = common.train_loop(net, opt, sampler, steps, loss, lambda s: lr_at(s, steps, r.lr, r.warmup, "cosine"),
                              resolve_precision(precision, torch.device("cpu")).autocast, [ema] if ema else [])
+    return (ema.module if ema else net), secs
+
+
+def _source(name: str, r: Recipe, precision: str, seed: int) -> dict:
+    """The weights of variant ``name`` without its fine-tuning tokens (``from``, ``s``, ``ft``, ``wu``: the source is
+    trained as a run of its own would be) trained :data:`SOURCE_STEPS` on ``r.init_from`` from ``seed``, once per
+    process."""
+    base = parse("-".join(t for t in name.split("-") if not t.startswith(("from", "s", "ft", "wu"))))
+    key = (base, r.init_from, precision, seed)
+    if key not in _SOURCES:
+        net, _ = _fit(base, matte_set.load(r.init_from), SOURCE_STEPS, precision, seed)
+        _SOURCES[key] = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    return _SOURCES[key]
+
+
+def train(name: str, shot: matte_set.Shot, steps: int, precision: str, seed: int) -> dict:
+    """Train variant ``name`` on ``shot``'s keyframes from ``seed`` (weights and crops; ``fromSHOT``: from SHOT's
+    model); its held-out :class:`MatteScores` fields and training seconds."""
+    r = parse(name)
+    init = _source(name, r, precision, seed) if r.init_from else None
+    net, secs = _fit(replace(r, lr=r.ft_lr) if r.ft_lr else r, shot, r.steps or steps, precision, seed, init)
+    keys = set(range(0, len(shot.rgb), r.key_every))
     held = [i for i in shot.held if i not in keys]
-    s = score_sequence(predict(ema.module if ema else net, shot, held), {i: shot.matte[i] for i in held})
+    s = score_sequence(predict(net, shot, held), {i: shot.matte[i] for i in held})
     print(f"  {shot.name:9s} {name:32s} seed {seed}: IoU {s.iou:.4f}  edge {s.edge_mae:.4f}  MAE {s.mae:.4f}  "
           f"flicker {s.flicker:.4f}  ({secs:.0f} s)", flush=True)
     return {**s.__dict__, "train_s": secs}

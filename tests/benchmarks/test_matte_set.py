@@ -87,3 +87,27 @@ def test_a_short_run_trains_scores_and_beats_nothing_it_should_not(capsys):
     from trainer.data.matte_scores import score_sequence
 
     assert score_sequence(pred, {i: shot.matte[i] for i in held}).mae > r["mae"]
+
+
+def test_a_head_start_variant_starts_from_the_source_shots_model(monkeypatch):
+    """``fromSHOT`` trains the source once per process (the fine-tuning tokens stripped: its own lr, warmup and
+    steps) and starts the variant from its weights; ``sN`` and ``ftX`` set the fine-tune's steps and lr."""
+    r = mr.parse("cuetrain-muon-lr0.002-bce-fromcarphone-s500-ft0.001-wu0")
+    assert (r.init_from, r.steps, r.ft_lr, r.warmup, r.lr) == ("carphone", 500, 1e-3, 0, 2e-3)
+    fits = []
+    real_fit = mr._fit
+
+    def fake_fit(recipe, shot, steps, precision, seed, init=None):
+        fits.append((recipe, shot.name, steps, init is not None))
+        return real_fit(recipe, shot, 2, precision, seed, init)
+
+    monkeypatch.setattr(mr, "_fit", fake_fit)
+    monkeypatch.setattr(mr, "_SOURCES", {})
+    shot = ms.load("street")
+    mr.train("cuetrain-muon-lr0.002-bce-fromcarphone-s500-ft0.001-wu0", shot, 1000, "fp32", 0)
+    mr.train("cuetrain-muon-lr0.002-bce-fromcarphone-s333", shot, 1000, "fp32", 0)
+    source, tuned, tuned2 = fits
+    assert (source[1], source[2], source[3], source[0].lr, source[0].warmup) == ("carphone", mr.SOURCE_STEPS, False,
+                                                                                2e-3, 50)
+    assert (tuned[1], tuned[2], tuned[3], tuned[0].lr, tuned[0].warmup) == ("street", 500, True, 1e-3, 0)
+    assert (tuned2[2], tuned2[3], tuned2[0].lr) == (333, True, 2e-3)  # the source trained once, reused
