@@ -13,7 +13,7 @@ Runs of the real trainer (``python -m cuetrain local``, ``--world-size`` ranks, 
 
 1. ``A``: shot A from random weights, ``--a-steps`` steps (once);
 2. for each run length N of ``--steps``: shot B from random weights for N steps, and shot B with ``--init-from``
-   A's run directory for N // 3 steps.
+   A's run directory for N // ``--fraction`` steps (3 by default: a third).
 
 Printed: held-out PSNR of B's Input and of each B model (``cuetrain infer``'s output), the gains, and whether the
 head start with a third of the steps reaches the from-scratch run's gain at each length; also each run's wall time.
@@ -93,22 +93,25 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                     "1000 (the farm's default) and 3000 (the demo's)); each head start gets a third")
     ap.add_argument("--a-steps", type=int, default=3000, help="steps of shot A's model (default 3000)")
     ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--fraction", type=int, default=3, help="B from A's model trains N // this many steps (default 3: "
+                    "a third; 2: half)")
     ap.add_argument("--work", type=Path, help="folder for the shots and runs (default: a temporary one)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args(argv)
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-head-start-"))
     shot_a, shot_b = shots(work)
     lengths = [int(n) for n in a.steps.split(",")]
-    print(f"bench_recipe head-start: A {a.a_steps} steps, B {lengths} steps from scratch and a third of each from A, "
+    print(f"bench_recipe head-start: A {a.a_steps} steps, B {lengths} steps from scratch and 1/{a.fraction} of each "
+          f"from A, "
           f"{a.world_size} ranks, in {work}, load {os.getloadavg()[0]:.2f}", flush=True)
     wall = {"A": train(shot_a, work / "run_A", a.a_steps, a.world_size, [])}
     base = mean_psnr(shot_b / "holdout/input", shot_b / "holdout/target")
     rows = []
     for n in lengths:
-        scratch, head = work / f"run_B_scratch_{n}", work / f"run_B_head_{n // 3}"
+        scratch, head = work / f"run_B_scratch_{n}", work / f"run_B_head_{n // a.fraction}"
         wall[scratch.name] = train(shot_b, scratch, n, a.world_size, [])
-        wall[head.name] = train(shot_b, head, n // 3, a.world_size, ["--init-from", str(work / "run_A")])
-        rows.append({"steps": n, "scratch_psnr": heldout(scratch, shot_b), "head_steps": n // 3,
+        wall[head.name] = train(shot_b, head, n // a.fraction, a.world_size, ["--init-from", str(work / "run_A")])
+        rows.append({"steps": n, "scratch_psnr": heldout(scratch, shot_b), "head_steps": n // a.fraction,
                      "head_psnr": heldout(head, shot_b), "scratch_s": wall[scratch.name], "head_s": wall[head.name]})
     print(f"\nshot B held out: Input {base:.2f} dB; shot A's model took {wall['A']:.0f} s")
     print("| B from scratch | gain | B from A's model | gain | head start - scratch | reached |\n|---|---|---|---|---|---|")
