@@ -131,16 +131,24 @@ def build(name: str) -> tuple[nn.Module, object, str]:
 
 
 @torch.no_grad()
-def scores(net: nn.Module, held: list) -> tuple[float, float]:
-    """Mean held-out (IoU at 0.5, MAE) of the network's fp32 matte (frames padded to a multiple of 4)."""
+def predict(net: nn.Module, frames: list[np.ndarray]) -> list[np.ndarray]:
+    """The network's matte of each full frame: (H, W, 3) float32 0..1 -> (H, W) float32 (padded to a multiple of 4
+    by replication, cropped back), in eval mode (train mode restored after)."""
     net.eval()
     out = []
-    for inp, matte in held:
+    for inp in frames:
         h, w = inp.shape[:2]
         x = torch.from_numpy(inp).permute(2, 0, 1)[None]
         x = F.pad(x, [0, -w % 4, 0, -h % 4], mode="replicate")
-        out.append(matte_scores(net(x)[0, 0, :h, :w].numpy(), matte[..., 0]))
+        out.append(net(x)[0, 0, :h, :w].float().numpy())
     net.train()
+    return out
+
+
+def scores(net: nn.Module, held: list) -> tuple[float, float]:
+    """Mean held-out (IoU at 0.5, MAE) of the network's fp32 matte (:func:`predict`)."""
+    preds = predict(net, [inp for inp, _ in held])
+    out = [matte_scores(p, matte[..., 0]) for p, (_, matte) in zip(preds, held)]
     return float(np.mean([o[0] for o in out])), float(np.mean([o[1] for o in out]))
 
 

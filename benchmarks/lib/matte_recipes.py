@@ -32,7 +32,6 @@ The held-out shot (``matte_set.HELD_OUT_SHOT``) is left out unless ``--shots`` n
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from dataclasses import dataclass, replace
@@ -41,11 +40,11 @@ from pathlib import Path
 import common
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lib import matte_set
 from lib.matte import PlainUNet
+from lib.matte import predict as matte_predict
 from trainer.core.channels import RGB, ChannelPlan
 from trainer.data.crops import CropSampler
 from trainer.data.matte_scores import score_sequence
@@ -58,6 +57,7 @@ from trainer.learn.precision import resolve_precision
 from trainer.learn.schedule import lr_at
 from trainer.learn.unet import PlainUNet as UNetTrunk
 from trainer.learn.unet import UNetConfig
+from trainer.record.rundir import atomic_write_json
 
 PLAN = ChannelPlan(RGB, ("A",))
 DECISION_SHOTS = tuple(s for s in matte_set.SHOTS if s != matte_set.HELD_OUT_SHOT)
@@ -130,18 +130,9 @@ def build(r: Recipe) -> tuple[nn.Module, torch.optim.Optimizer]:
     return net, torch.optim.Adam(net.parameters(), lr=r.lr)
 
 
-@torch.no_grad()
 def predict(net: nn.Module, shot: matte_set.Shot, frames: list[int]) -> dict[int, np.ndarray]:
-    """{frame: (H, W) float32 matte} of the network on full frames (padded to a multiple of 4, cropped back)."""
-    net.eval()
-    out = {}
-    for i in frames:
-        h, w = shot.rgb.shape[1:3]
-        x = torch.from_numpy(shot.rgb[i]).permute(2, 0, 1)[None]
-        x = F.pad(x, [0, -w % 4, 0, -h % 4], mode="replicate")
-        out[i] = net(x)[0, 0, :h, :w].float().numpy()
-    net.train()
-    return out
+    """{frame: (H, W) float32 matte} of the network on ``shot``'s full frames (``lib.matte.predict``)."""
+    return dict(zip(frames, matte_predict(net, [shot.rgb[i] for i in frames])))
 
 
 #: Steps the source model of a ``fromSHOT`` variant trains on SHOT (the farm's default run length).
@@ -220,9 +211,7 @@ def _trainer(a: argparse.Namespace, shots: list[str], seeds: list[int]) -> None:
           f"extra {a.extra!r}; load {os.getloadavg()[0]:.2f}", flush=True)
     results = matte_trainer.run(shots, a.steps, seeds, a.extra, a.work)
     if a.json:
-        tmp = a.json.with_name(a.json.name + ".tmp")
-        tmp.write_text(json.dumps({"steps": a.steps, "seeds": seeds, "extra": a.extra, "results": results}, indent=1))
-        tmp.replace(a.json)
+        atomic_write_json(a.json, {"steps": a.steps, "seeds": seeds, "extra": a.extra, "results": results})
     print("\n| shot | what | IoU | edge MAE | MAE | flicker | bar (IoU) |\n|---|---|---|---|---|---|---|")
     for name, res in results.items():
         model = _mean(list(res["model"].values()), ("iou", "edge_mae", "mae", "flicker"))
@@ -258,7 +247,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
 
         result = matte_trainer.mixed(a.steps, seeds, a.work)
         if a.json:
-            a.json.write_text(json.dumps({"steps": a.steps, "seeds": seeds, "mixed": result}, indent=1))
+            atomic_write_json(a.json, {"steps": a.steps, "seeds": seeds, "mixed": result})
         return
     if a.trainer:
         _trainer(a, shots, seeds)
@@ -274,9 +263,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
             runs = [train(name, shot, a.steps, a.precision, s) for s in seeds]
             res[name] = {**_mean(runs), "seeds": dict(zip(seeds, runs))}
             if a.json:
-                tmp = a.json.with_name(a.json.name + ".tmp")
-                tmp.write_text(json.dumps({"steps": a.steps, "seeds": seeds, "results": results}, indent=1))
-                tmp.replace(a.json)
+                atomic_write_json(a.json, {"steps": a.steps, "seeds": seeds, "results": results})
     print(f"\n{a.steps} steps, mean of seeds {seeds} ({time.time() - started:.0f} s)")
     print("| shot | variant | IoU | edge MAE | MAE | flicker |\n|---|---|---|---|---|---|")
     for shot_name, res in results.items():

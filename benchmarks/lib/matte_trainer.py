@@ -22,8 +22,10 @@ from trainer.data.images import write_image
 from trainer.demo import DemoData, _write_rgba, holdout_matte, train_demo
 
 
-def export(shot: matte_set.Shot, folder: Path) -> DemoData:
-    """Write ``shot`` as the demo's four PNG sequences under ``folder`` (frame numbers 1..120: frame i is i + 1)."""
+def export(shot: matte_set.Shot, folder: Path, inputs: np.ndarray | None = None) -> DemoData:
+    """Write ``shot`` as the demo's four PNG sequences under ``folder`` (frame numbers 1..120: frame i is i + 1):
+    the Inputs are ``inputs`` (T, H, W, 3) float32 0..1 where given, else the shot's plates; the Ground Truths the
+    plates with the matte as alpha."""
     d = DemoData(*(folder / n for n in ("train/input", "train/target", "holdout/input", "holdout/target")))
     for p in (d.train_input, d.train_target, d.holdout_input, d.holdout_target):
         p.mkdir(parents=True, exist_ok=True)
@@ -31,7 +33,8 @@ def export(shot: matte_set.Shot, folder: Path) -> DemoData:
     for i in range(len(shot.rgb)):
         name = f"{shot.name}.{i + 1:04d}.png"
         rgba = np.concatenate([shot.rgb[i], shot.matte[i][..., None]], -1)
-        write_image((d.train_input if i in keys else d.holdout_input) / name, shot.rgb[i])
+        plate = shot.rgb[i] if inputs is None else inputs[i]
+        write_image((d.train_input if i in keys else d.holdout_input) / name, plate)
         _write_rgba((d.train_target if i in keys else d.holdout_target) / name, rgba)
     return d
 
@@ -67,10 +70,7 @@ def mixed(steps: int, seeds: list[int], work: Path, architectures: tuple[str, ..
 
     shot = matte_set.load("carphone")
     distorted = _decode(clip_path("carphone_distorted.mp4"))[: len(shot.rgb)].astype(np.float32) / 255.0
-    data = export(matte_set.Shot("carphone", shot.rgb, shot.matte), work / "mixed" / "data")
-    for i in range(len(shot.rgb)):  # the Inputs become the distorted frames; the Ground Truths stay pristine RGBA
-        folder = data.train_input if i in set(shot.keys) else data.holdout_input
-        write_image(folder / f"carphone.{i + 1:04d}.png", distorted[i])
+    data = export(shot, work / "mixed" / "data", inputs=distorted)
     out: dict[str, dict] = {}
     for arch in architectures:
         for seed in seeds:
