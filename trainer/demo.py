@@ -40,7 +40,7 @@ import numpy as np
 
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.data.images import DataError, read_image, write_image
-from trainer.data.matte_scores import MatteScores, score_sequence
+from trainer.data.matte_scores import MatteScores, nearest_keyframe, score_sequence
 from trainer.data.sequences import find_sequence
 
 log = logging.getLogger(__name__)
@@ -293,7 +293,7 @@ def holdout_matte(run_dir: Path, data: DemoData) -> dict[str, MatteScores]:
     truth = {n: alpha(p) for n, p in find_sequence(data.holdout_target).items()}
     made = find_sequence(out)
     preds = {"model": {n: alpha(made[n]) for n in truth}, "mean keyframe": {n: mean_key for n in truth},
-             "nearest keyframe": {n: keys[min(keys, key=lambda k: (abs(k - n), k))] for n in truth}}
+             "nearest keyframe": {n: keys[nearest_keyframe(keys, n)] for n in truth}}
     return {name: score_sequence(p, truth) for name, p in preds.items()}
 
 

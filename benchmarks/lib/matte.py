@@ -56,7 +56,7 @@ from torch import nn
 
 from trainer.core.channels import RGB, ChannelPlan
 from trainer.data.crops import CropSampler
-from trainer.data.matte_scores import matte_scores
+from trainer.data.matte_scores import matte_scores, nearest_keyframe
 from trainer.data.sources import FramesInMemory
 from trainer.demo import MATTE_KEYFRAME_EVERY, _decode, _matte_frames, clip_path
 from trainer.learn.ema import WeightEMA
@@ -178,10 +178,12 @@ def baselines(keys: list, held: list) -> dict:
     key_frames = [i for i in range(len(keys) + len(held)) if i % MATTE_KEYFRAME_EVERY == 0]
     held_frames = [i for i in range(len(keys) + len(held)) if i % MATTE_KEYFRAME_EVERY != 0]
     mean = np.mean([m[..., 0] for _, m in keys], axis=0)
+
+    def nearest(i: int) -> np.ndarray:
+        return keys[key_frames.index(nearest_keyframe(key_frames, i))][1][..., 0]
+
     out = {}
-    for name, pick in (("mean keyframe", lambda i: mean),
-                       ("nearest keyframe", lambda i: keys[min(range(len(keys)),
-                                                               key=lambda k: (abs(key_frames[k] - i), k))][1][..., 0])):
+    for name, pick in (("mean keyframe", lambda i: mean), ("nearest keyframe", nearest)):
         s = [matte_scores(pick(i), m[..., 0]) for i, (_, m) in zip(held_frames, held)]
         out[name] = {"iou": float(np.mean([a for a, _ in s])), "mae": float(np.mean([b for _, b in s]))}
     return out

@@ -47,7 +47,7 @@ from lib.matte import PlainUNet
 from lib.matte import predict as matte_predict
 from trainer.core.channels import RGB, ChannelPlan
 from trainer.data.crops import CropSampler
-from trainer.data.matte_scores import score_sequence
+from trainer.data.matte_scores import nearest_keyframe, score_sequence
 from trainer.data.sources import FramesInMemory
 from trainer.learn.ema import WeightEMA
 from trainer.learn.heads import channel_fields
@@ -192,7 +192,7 @@ def baselines(shot: matte_set.Shot) -> dict[str, dict]:
     """The mean keyframe matte and the nearest keyframe's matte, scored on the held-out frames."""
     truth = {i: shot.matte[i] for i in shot.held}
     mean = np.mean([shot.matte[k] for k in shot.keys], axis=0)
-    nearest = {i: shot.matte[min(shot.keys, key=lambda k: (abs(k - i), k))] for i in shot.held}
+    nearest = {i: shot.matte[nearest_keyframe(shot.keys, i)] for i in shot.held}
     return {"mean keyframe": score_sequence({i: mean for i in shot.held}, truth).__dict__,
             "nearest keyframe": score_sequence(nearest, truth).__dict__}
 

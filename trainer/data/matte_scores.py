@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
@@ -64,6 +65,16 @@ def edge_mae(pred: np.ndarray, truth: np.ndarray, radius: int = EDGE_BAND_PX) ->
     truth has no edge."""
     band = edge_band(truth, radius)
     return float(np.mean(np.abs(pred[band].astype(np.float64) - truth[band]))) if band.any() else 0.0
+
+
+def nearest_keyframe(keys: Iterable[int], frame: int) -> int:
+    """The keyframe of ``keys`` (frame numbers) nearest ``frame``, the earlier of two as near: the frame whose matte
+    the "hold the nearest keyframe" baseline shows at ``frame``.
+
+    Raises:
+        ValueError: ``keys`` is empty.
+    """
+    return min(keys, key=lambda k: (abs(k - frame), k))
 
 
 def score_sequence(preds: dict[int, np.ndarray], truths: dict[int, np.ndarray]) -> MatteScores:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.data.matte_scores import EDGE_BAND_PX, edge_band, edge_mae, matte_scores, score_sequence
+from trainer.data.matte_scores import (EDGE_BAND_PX, edge_band, edge_mae, matte_scores, nearest_keyframe,
+                                        score_sequence)
 
 
 def disc(h: int = 40, w: int = 40, r: float = 10.0, cx: float = 20.0) -> np.ndarray:
@@ -58,3 +59,10 @@ def test_flicker_counts_change_the_truth_does_not_have():
 def test_score_sequence_refuses_frames_that_do_not_match():
     with pytest.raises(ValueError, match="same non-empty set"):
         score_sequence({1: disc()}, {2: disc()})
+
+
+def test_the_nearest_keyframe_is_the_earlier_of_two_as_near():
+    keys = [1, 11, 21]
+    assert [nearest_keyframe(keys, n) for n in (1, 5, 6, 7, 16, 30)] == [1, 1, 1, 11, 11, 21]
+    with pytest.raises(ValueError):
+        nearest_keyframe([], 3)
