@@ -16,18 +16,22 @@ another host). ``cuetrain submit`` only checks: a queued job holds no lease unti
 Claiming: a new lease is created with ``link(2)`` of a temp file, which fails when the name exists, also on NFS
 (the ``open(2)`` man page's advice for O_EXCL on NFS); a stale one is replaced (``os.replace``), then read back after
 :attr:`LeaseConfig.settle_s`, so of two processes taking over one stale lease the later writer wins and the earlier
-is refused. This module is stdlib-only: the GUI and the farm client read it.
+is refused. A claim then removes the temp files of lease writes older than :attr:`LeaseConfig.ttl_s`
+(:func:`stale_lease_temps`): a holder killed between writing one and renaming it leaves it behind, and no live writer's
+temp file lives that long. This module is stdlib-only: the GUI and the farm client read it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from trainer.record.rundir import RunDirError, RunPaths, atomic_write_json, make_folder, read_json
@@ -36,6 +40,9 @@ log = logging.getLogger(__name__)
 
 #: ``lease.json``'s record version.
 LEASE_VERSION = 1
+#: temp files of lease writes: ``.lease.json.XXXXXXXX.tmp`` (a renewal or takeover, ``rundir.atomic_write_json``),
+#: ``.lease.HOLDER.tmp`` (a creation, linked to ``lease.json``) and that one's own ``..lease.HOLDER.tmp.XXXXXXXX.tmp``
+_LEASE_TEMP = re.compile(r"^\.\.?lease\..+\.tmp$")
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,24 @@ def check_free(paths: RunPaths, job: str = "", now: Callable[[], float] = time.t
     return current
 
 
+def stale_lease_temps(paths: RunPaths, before: float) -> list[Path]:
+    """The temp files of lease writes (:data:`_LEASE_TEMP`) in the run directory last modified before ``before``
+    [s since the epoch], sorted. Reads only; a file that vanishes while it is read is left out."""
+    found = []
+    try:
+        names = sorted(os.listdir(paths.root))
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if _LEASE_TEMP.match(name):
+            try:
+                if os.stat(paths.root / name).st_mtime < before:
+                    found.append(paths.root / name)
+            except FileNotFoundError:
+                continue
+    return found
+
+
 class RunLease:
     """The claimed lease of one run directory, renewed by a daemon thread until :meth:`release`.
 
@@ -167,12 +192,20 @@ class RunLease:
             current = check_free(self.paths, self.lease.job, self._now)  # judged and acted on as one read
             if self._write(create=current is None):
                 if current is None:
+                    self._sweep()
                     return self.lease
                 time.sleep(self.config.settle_s)  # two takers of one stale lease: the later replace wins
                 if (read_lease(self.paths) or self.lease).holder == self.lease.holder:
+                    self._sweep()
                     return self.lease
         check_free(self.paths, self.lease.job, self._now)
         raise LeaseHeld(f"run directory {self.paths.root}: another process claimed it at the same moment")
+
+    def _sweep(self) -> None:
+        for path in stale_lease_temps(self.paths, self._now() - self.config.ttl_s):
+            path.unlink(missing_ok=True)
+            log.info("run directory %s: removed %s, a lease write that its writer never finished", self.paths.root,
+                     path.name)
 
     def _write(self, create: bool) -> bool:
         now = self._now()

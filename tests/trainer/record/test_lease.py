@@ -56,6 +56,24 @@ def test_stale_leases_never_block_a_resume_or_a_retry(tmp_path):
         assert not paths.lease.exists(), name  # released at the end
 
 
+def test_a_claim_removes_the_lease_writes_a_killed_holder_left_and_no_fresh_one(tmp_path):
+    paths = RunPaths.of(tmp_path / "run")
+    dead = subprocess.Popen(["sleep", "0"])
+    dead.wait()
+    _plant(paths, host=socket.gethostname(), pid=dead.pid)  # its holder was SIGKILLed mid-write
+    old = [paths.root / n for n in (".lease.json.a1b2c3d4.tmp", ".lease.0123456789abcdef.tmp",
+                                    "..lease.0123456789abcdef.tmp.x9y8z7w6.tmp")]
+    fresh = paths.root / ".lease.json.f0f0f0f0.tmp"  # a write under way now (another claimant's) is not stale
+    other = paths.root / ".run.json.a1b2c3d4.tmp"  # not a lease write: rundir.remove_stale_temp_files's
+    for p in (*old, fresh, other):
+        p.write_text("{")
+    for p in (*old, other):
+        os.utime(p, (time.time() - 2 * FAST.ttl_s,) * 2)
+    with RunLease(paths, "cuetrain train (rank 0)", config=FAST):
+        assert [p.exists() for p in old] == [False] * 3
+        assert fresh.exists() and other.exists()
+
+
 def test_the_holder_renews_and_a_claim_after_release_succeeds(tmp_path):
     paths = RunPaths.of(tmp_path / "run")
     with RunLease(paths, "cuetrain local", config=FAST) as mine:
