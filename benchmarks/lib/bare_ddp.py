@@ -1,11 +1,13 @@
 """A bare DDP training loop, the baseline cuetrain is measured against.
 
-Usage: bare_ddp.py RANK WORLD PORT GLOBAL_BATCH STEPS MODEL_SIZE CROP [PRECISION MEMORY_FORMAT [DEVICE [compile]]].
+Usage: bare_ddp.py RANK WORLD PORT GLOBAL_BATCH STEPS MODEL_SIZE CROP [PRECISION MEMORY_FORMAT [DEVICE [compile]
+[untuned]]].
 Prints images/s (rank 0). Same model, optimizer, L1 loss and per-rank batch as cuetrain; crops are
 pre-made random tensors, no data pipeline, no logging, no outputs. PRECISION (fp32, bf16, fp16;
 default fp32) autocasts the forward pass as cuetrain does, with fp16's gradient scaler;
-MEMORY_FORMAT is channels_last or contiguous (default); DEVICE cpu (default) or cuda. It gets the same glibc allocator tuning as the trainer
-(``trainer.core.allocator``), so the ratio measures cuetrain's overhead, not the allocator.
+MEMORY_FORMAT is channels_last or contiguous (default); DEVICE cpu (default) or cuda. It gets the same glibc allocator
+tuning as the trainer (``trainer.core.allocator``), so the ratio measures cuetrain's overhead, not the allocator;
+``untuned`` leaves glibc's defaults, as a plain loop that a user writes runs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ ARCHITECTURE = TrainConfig("-", "-", "-").architecture_name
 
 def main() -> None:
     rank, world, port, batch, steps = (int(a) for a in sys.argv[1:6])
-    tune_allocator()
+    if "untuned" not in sys.argv[11:]:
+        tune_allocator()
     size, crop = sys.argv[6], int(sys.argv[7])
     name, fmt_name, dev = (sys.argv[8:11] + ["fp32", "contiguous", "cpu"][len(sys.argv[8:11]):])
     device, fmt = torch.device(dev), memory_format(fmt_name)
@@ -42,7 +45,7 @@ def main() -> None:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
                                 rank=rank, world_size=world, timeout=timedelta(seconds=120))
         model = DDP(model)
-    if sys.argv[11:12] == ["compile"]:
+    if "compile" in sys.argv[11:]:
         model = torch.compile(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = prec.grad_scaler()
