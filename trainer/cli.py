@@ -148,12 +148,18 @@ def _run(ns: argparse.Namespace) -> int:
         print(f"wrote {len(written)} frames to {ns.output}")
         return 0
     if ns.command == "export":
+        from trainer.core.envvars import read_farm_env, read_run_lease_env
         from trainer.export.deferred import export_onnx_of_run
         from trainer.learn.model import model_config_from_dict, network
-        from trainer.record.rundir import RunPaths
+        from trainer.record.lease import RunLease
+        from trainer.record.rundir import RunPaths, read_json
 
-        return export_onnx_of_run(RunPaths.of(ns.run_dir), lambda config: network(model_config_from_dict(config)),
-                                  background=ns.background)
+        paths = RunPaths.of(ns.run_dir)
+        read_json(paths.model_meta)  # not a finished run: its error (exit 2) before a lease makes anything
+        # the run's lease (handed over by cuetrain local): a live run there, exit 2
+        with RunLease(paths, "cuetrain export (model.onnx)", job=read_farm_env().job_id, adopt=read_run_lease_env()):
+            return export_onnx_of_run(paths, lambda config: network(model_config_from_dict(config)),
+                                      background=ns.background)
     if ns.command == "demo":
         from trainer.demo import run_demo, task_train_args
 

@@ -163,22 +163,27 @@ def launch_local(train_argv: list[str], world_size: int, run_dir: str, *, sync_i
                                                                        else {})})
         code = NodeAgent(role, max_restarts).run()
         if code == 0 and onnx_later:
-            start_onnx_export(paths)
+            start_onnx_export(paths, lease)
         return code
 
 
-def start_onnx_export(paths: RunPaths) -> int | None:
+def start_onnx_export(paths: RunPaths, lease: RunLease | None = None) -> int | None:
     """Start :data:`EXPORT_COMMAND` for the run in ``paths``, detached (its own session, so it outlives this
     process and a closed terminal; output appended to ``logs/export.log``), after marking ``model.onnx`` pending in
     ``model.json`` (:data:`PENDING_KEY`; the export clears it); returns its pid, None when it could not be started
-    (logged: the run keeps ``model.pt``, as when the ONNX export fails)."""
+    (logged: the run keeps ``model.pt``, as when the ONNX export fails). ``lease``, the run directory's, is handed to
+    the export (``CUETRAIN_RUN_LEASE``; :meth:`trainer.record.lease.RunLease.hand_over`), so no other run writes
+    there until ``model.onnx`` is written; it stays this process's when the export cannot start."""
     export_log = paths.logs / "export.log"
     try:
         atomic_write_json(paths.model_meta, {**read_json(paths.model_meta), PENDING_KEY: ["model.onnx"]})
         with open(export_log, "ab") as out:
             os.chmod(export_log, FILE_MODE)
+            env = None if lease is None else environ_with({"CUETRAIN_RUN_LEASE": lease.lease.holder})
             proc = subprocess.Popen([*EXPORT_COMMAND, "--run-dir", str(paths.root)], stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        if lease is not None:
+            lease.hand_over()
     except (OSError, RunDirError) as exc:
         log.warning("model.onnx not written: cannot start its export (%s)", exc)
         return None

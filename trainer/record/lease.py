@@ -9,6 +9,8 @@ expiry :attr:`LeaseConfig.ttl_s` ahead, and a lease past its expiry is stale.
 
 Who holds it: ``cuetrain local`` (its supervisor, for the whole gang and its restarts; its ranks get
 ``CUETRAIN_RUN_LEASE`` and claim nothing), else rank 0 of ``cuetrain train`` (a farm frame's rank 0 among them).
+``cuetrain local`` hands it to the detached ``model.onnx`` export it starts at the end (:meth:`RunLease.hand_over`;
+the export gets ``CUETRAIN_RUN_LEASE`` and claims with ``adopt``), which holds it until ``model.onnx`` is written.
 A lease is stale, and taken over, when it has expired, when its holder ran on this host and its pid is gone (a
 SIGKILLed run never blocks ``--resume``), or when it belongs to the same farm job (``CUE_JOB_ID``: a frame retry on
 another host). ``cuetrain submit`` only checks: a queued job holds no lease until its rank 0 starts.
@@ -162,13 +164,16 @@ class RunLease:
         job: the farm job's id, "" for a local run.
         config: its timing (:class:`LeaseConfig`).
         now: the clock [s since the epoch] (tests pass their own).
+        adopt: the holder id of a lease handed to this process (:meth:`hand_over`): a lease with that holder is
+            taken over even while it is live; "" claims as usual.
 
     Use as a context manager: entering claims (raises :class:`LeaseHeld`), leaving releases.
     """
 
     def __init__(self, paths: RunPaths, command: str, job: str = "", config: LeaseConfig = LeaseConfig(),
-                 now: Callable[[], float] = time.time) -> None:
-        self.paths, self.config, self._now = paths, config, now
+                 now: Callable[[], float] = time.time, adopt: str = "") -> None:
+        self.paths, self.config, self._now, self._adopt = paths, config, now, adopt
+        self._handed_over = False
         self.lease = Lease(uuid.uuid4().hex, command, socket.gethostname(), os.getpid(), job)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -188,6 +193,12 @@ class RunLease:
         Raises:
             LeaseHeld: another live run holds it, or another process took it over at the same moment.
         """
+        handed = read_lease(self.paths) if self._adopt else None
+        if handed is not None and handed.holder == self._adopt:
+            self._write(create=False)  # this process's pid, command and expiry from now on
+            time.sleep(self.config.settle_s)  # a stale-lease taker at the same moment: the later writer wins
+            if (read_lease(self.paths) or self.lease).holder == self.lease.holder:
+                return self.lease
         for _ in range(3):
             current = check_free(self.paths, self.lease.job, self._now)  # judged and acted on as one read
             if self._write(create=current is None):
@@ -240,11 +251,21 @@ class RunLease:
             except OSError as exc:  # a full or read-only share: try again at the next renewal
                 log.warning("run directory %s: could not renew its lease (%s)", self.paths.root, exc)
 
+    def hand_over(self) -> str:
+        """Stop renewing and leave the lease in place for a process this one starts, which claims it with ``adopt``
+        set to the returned holder id; :meth:`release` then removes nothing. Until that process claims it, the lease
+        goes stale as this process's would (its pid gone, or its expiry)."""
+        self._handed_over = True
+        self._stop.set()
+        return self.lease.holder
+
     def release(self) -> None:
-        """Stop renewing and remove the lease if it is still this process's."""
+        """Stop renewing and remove the lease if it is still this process's (and was not handed over)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._handed_over:
+            return
         current = read_lease(self.paths)
         if current is not None and current.holder == self.lease.holder:
             self.paths.lease.unlink(missing_ok=True)

@@ -31,6 +31,7 @@ FAKE_RANK = textwrap.dedent("""
 FAKE_EXPORT = textwrap.dedent("""
     import json, os, sys
     print("fake export", " ".join(sys.argv[1:]), "session leader:", os.getsid(0) == os.getpid(), flush=True)
+    print("lease:", os.environ.get("CUETRAIN_RUN_LEASE", "none"), flush=True)
 """)
 
 
@@ -47,11 +48,11 @@ def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return run
 
 
-def _export_log(run: Path, timeout_s: float = 20.0) -> str:
-    """``logs/export.log`` once the detached export wrote its line."""
+def _export_log(run: Path, timeout_s: float = 20.0, lines: int = 1) -> str:
+    """``logs/export.log`` once the detached export wrote its ``lines`` lines."""
     path, deadline = run / "logs" / "export.log", time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if path.is_file() and path.read_text().endswith("\n"):
+        if path.is_file() and path.read_text().endswith("\n") and path.read_text().count("\n") >= lines:
             return path.read_text()
         time.sleep(0.05)
     raise AssertionError(f"{path} was not written")
@@ -67,8 +68,11 @@ def test_ranks_skip_onnx_and_a_detached_export_follows_the_gang(fakes, monkeypat
         assert launch.launch_local(["--run-dir", str(fakes)], 2, str(fakes), threads_per_rank=1) == 0
     assert [(fakes / f"onnx_env_{r}.txt").read_text() for r in (0, 1)] == ["0", "0"]
     assert json.loads((fakes / "model.json").read_text())[deferred.PENDING_KEY] == ["model.onnx"]
-    assert _export_log(fakes) == f"fake export --background --run-dir {fakes} session leader: True\n"
+    lines = _export_log(fakes, lines=2).splitlines()
+    assert lines[0] == f"fake export --background --run-dir {fakes} session leader: True"
     assert "model.onnx: written in the background by pid" in caplog.text
+    # the supervisor handed its lease to the export instead of removing it: no other run writes here meanwhile
+    assert lines[1] == f"lease: {json.loads((fakes / 'lease.json').read_text())['holder']}"
 
 
 def test_without_onnx_the_ranks_environment_is_left_alone_and_nothing_follows(fakes, monkeypatch):

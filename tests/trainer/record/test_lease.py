@@ -74,6 +74,34 @@ def test_a_claim_removes_the_lease_writes_a_killed_holder_left_and_no_fresh_one(
         assert fresh.exists() and other.exists()
 
 
+def test_a_handed_over_lease_goes_to_its_heir_alone_and_the_export_holds_it(tmp_path):
+    paths = RunPaths.of(tmp_path / "run")
+    with RunLease(paths, "cuetrain local", config=FAST) as local:
+        holder = local.hand_over()
+    assert read_lease(paths).holder == holder  # left in place for the export, not released
+    with pytest.raises(LeaseHeld, match="cuetrain local"):  # live to anyone else (this pid still runs)
+        RunLease(paths, "cuetrain train (rank 0)", config=FAST).claim()
+    with RunLease(paths, "cuetrain export (model.onnx)", config=FAST, adopt=holder) as heir:
+        now = read_lease(paths)
+        assert (now.holder, now.command, now.pid) == (heir.lease.holder, "cuetrain export (model.onnx)", os.getpid())
+        with pytest.raises(LeaseHeld, match="cuetrain export"):
+            RunLease(paths, "cuetrain local", config=FAST, adopt=holder).claim()  # the old id is spent
+    assert not paths.lease.exists()
+
+
+def test_cuetrain_export_into_a_live_run_directory_is_refused_and_writes_nothing(tmp_path):
+    paths = RunPaths.of(tmp_path / "run")
+    _plant(paths)
+    atomic_write_json(paths.model_meta, {"exports": {"model.pt": {}}})
+    before = {p.name: p.read_bytes() for p in paths.root.iterdir()}
+    done = subprocess.run([sys.executable, "-m", "trainer.cli", "export", "--run-dir", str(paths.root)],
+                          env={**os.environ, "PYTHONPATH": CHILD_PYTHONPATH}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "in use by a live run (cuetrain local on host render-07, pid 4242" in done.stderr
+    assert {p.name: p.read_bytes() for p in paths.root.iterdir()} == before
+
+
 def test_the_holder_renews_and_a_claim_after_release_succeeds(tmp_path):
     paths = RunPaths.of(tmp_path / "run")
     with RunLease(paths, "cuetrain local", config=FAST) as mine:
