@@ -53,7 +53,8 @@ ENV_TABLE: dict[str, str] = {
     "CUETRAIN_ERROR_FILE": "set by cuetrain's rank supervisor: where a failing rank writes its failure record "
                            "(trainer.record.rankfailure; read only there)",
     "CUETRAIN_RUN_LEASE": "set by cuetrain local for its ranks: the supervisor holds the run directory's lease "
-                          "(trainer.record.lease), so rank 0 claims none",
+                          "(trainer.record.lease), so rank 0 claims none; and for its model.onnx export, which "
+                          "takes that lease over",
     "CUETRAIN_EXPORT_ONNX": "optional: 0 skips writing model.onnx at the end of training (default 1; 5-15 s on CPU)",
 }
 
