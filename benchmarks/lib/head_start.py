@@ -22,6 +22,8 @@ head start with a third of the steps reaches the from-scratch run's gain at each
 
 Run (under the heavy lock on a shared host; ~9 min at the defaults on 2 cores):
     flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_recipe.py head-start [--steps 1000,3000] [--world-size 2]
+and the fine-tune search of docs/studies/head_start.md, one pair and one recipe a run (A is trained once per --work):
+    ... head-start --a-steps 3000 --fraction 2 --pair alike --head-args '--lr 3e-3' --work /tmp/hs
 """
 
 from __future__ import annotations
