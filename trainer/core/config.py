@@ -40,6 +40,7 @@ DEFAULT_ARCHITECTURE = "auto"
 GRAD_COMPRESSION = ("none", "fp16", "powersgd")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see trainer.learn.precision
 MEMORY_FORMATS = ("channels_last", "contiguous")
+INIT_EMAS = ("fresh", "source")  # TrainConfig.init_ema; see trainer.learn.resume._init_from
 LR_SCHEDULES = ("cosine", "onecycle")  # see trainer.learn.schedule.lr_at
 OPTIMIZERS = ("auto", "adam", "muon")  # see trainer.learn.schedule.build_optimizer and TrainConfig.optimizer_name
 #: Default ``--data-cache-mb`` [MiB]: two ranks of a small farm node stay well inside 3 GiB (docs/scaling.md,
@@ -158,6 +159,9 @@ class TrainConfig:
         init_from: start from another model's weights ("" = random weights): a run directory (its exported
             ``model.pt``), a checkpoint ``.pt`` or a ``model.pt``; only the weights are loaded, the optimizer and
             the schedule start fresh (``trainer.learn.init_from``). Ignored when ``--resume`` finds a checkpoint.
+        init_ema: with ``init_from`` and ``ema_decay``, where the weight average starts: ``fresh`` (a copy of the
+            loaded weights whose warm-up restarts, ``trainer.learn.ema``) or ``source`` (the same copy, its warm-up
+            counted on from the source's step, so the average keeps a longer memory at once).
         time_budget: train until a wall-clock budget ends instead of for ``steps`` ("" = off): a duration (``90s``,
             ``30m``, ``2h``) or an ISO 8601 deadline with its UTC offset (``trainer.core.budget``). The lr schedule runs
             over the budget, rank 0 decides the last step and every rank stops on it; the export fits inside it.
@@ -205,6 +209,7 @@ class TrainConfig:
     shot_check_s: float = 30.0
     scale: int = 1
     init_from: str = ""
+    init_ema: str = "fresh"
     input_channels: str = "R,G,B"
     target_channels: str = "R,G,B"
     matte_loss: str = MATTE_LOSSES[0]
@@ -258,6 +263,7 @@ class TrainConfig:
         except ChannelError as exc:
             raise ConfigError(str(exc)) from None
         _check_choice("matte_loss", self.matte_loss, MATTE_LOSSES)
+        _check_choice("init_ema", self.init_ema, INIT_EMAS)
         _check_choice("augment_grade", self.augment_grade, AUGMENT_GRADES)
         if isinstance(self.augment, bool) or not 0.0 <= self.augment <= 1.0:
             raise ConfigError(f"augment={self.augment!r} must be a probability from 0 (off) to 1 (e.g. 0.5)")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.core.config import (ARCHITECTURES, AUGMENT_GRADES, DEFAULT_ARCHITECTURE, DEFAULT_DATA_CACHE_MB,
-                                 DEFAULT_LR, DEFAULT_MUON_LR, GRAD_COMPRESSION, LR_SCALINGS, LR_SCHEDULES,
+                                 DEFAULT_LR, DEFAULT_MUON_LR, GRAD_COMPRESSION, INIT_EMAS, LR_SCALINGS, LR_SCHEDULES,
                                  MATTE_LOSSES, MEMORY_FORMATS, MODEL_SIZES, OPTIMIZERS, PATH_FIELDS, PRECISIONS,
                                  SCALES, ConfigError, TrainConfig)
 
@@ -99,6 +99,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--init-from", metavar="PATH",
                    help="start from an earlier model's weights: a run directory, a checkpoint or a model.pt of the "
                         "same architecture, size and scale (default: random weights)")
+    g.add_argument("--init-ema", choices=INIT_EMAS,
+                   help="with --init-from: fresh (default: the weight average's warm-up restarts) or source (it "
+                        "counts on from the source's step)")
     g.add_argument("--input-channels", metavar="NAMES",
                    help="Input channels the network reads, as the files name them (default R,G,B; e.g. R,G,B,A)")
     g.add_argument("--target-channels", metavar="NAMES",

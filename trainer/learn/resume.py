@@ -118,6 +118,8 @@ class RunStart:
                                  channels=len(self.plan.inputs), target_channels=len(self.plan.targets))
         if self.ema is not None:
             self.ema = WeightEMA(self.net, self.cfg.ema_decay)
+            if self.cfg.init_ema == "source":
+                self.ema.updates = int(record.get("step") or 0)  # its warm-up counts on from the source's step
         log.info("rank %d: weights from %s (%s, step %s)", self.env.rank, record.get("weights"), record.get("kind"),
                  record.get("step"))
         return record

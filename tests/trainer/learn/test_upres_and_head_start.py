@@ -94,6 +94,24 @@ def test_init_from_starts_from_the_source_weights_and_run_json_records_it(tmp_pa
     assert ckpt["step"] == 2  # the schedule and step count start fresh: 2 steps of its own
 
 
+@pytest.mark.parametrize("init_ema, updates", [("fresh", 2), ("source", 6 + 2)])
+def test_the_ema_of_a_head_start_restarts_or_counts_on_from_the_source_step(tmp_path, init_ema, updates):
+    """``--init-ema``: ``fresh`` restarts the average's warm-up (2 updates of its own), ``source`` counts on from
+    the source's 6 steps; a run that ignored the field would count 2 in both."""
+    inp, tgt = make_pairs(tmp_path / "data", frames=2)
+    train(cfg(inp, tgt, tmp_path / "a", steps=6, checkpoint_interval=6), NON_DIST)
+    b_run = tmp_path / "b"
+    train(cfg(inp, tgt, b_run, steps=2, checkpoint_interval=2, init_from=str(tmp_path / "a"), init_ema=init_ema),
+          NON_DIST)
+    assert load_latest_checkpoint(RunPaths.of(b_run))["ema"]["updates"] == updates
+    assert read_json(RunPaths.of(b_run).run_json)["config"]["init_ema"] == init_ema
+
+
+def test_init_ema_names_its_choices_on_a_bad_value(tmp_path):
+    with pytest.raises(ConfigError, match="init_ema"):
+        cfg(tmp_path, tmp_path, tmp_path / "r", init_ema="source-weights")
+
+
 def test_init_from_a_model_of_another_scale_fails_as_bad_input_naming_the_mismatch(tmp_path):
     inp, tgt = make_pairs(tmp_path / "data", frames=2)
     train(cfg(inp, tgt, tmp_path / "a", steps=2), NON_DIST)

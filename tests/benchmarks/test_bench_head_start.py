@@ -1,0 +1,42 @@
+"""The head-start benchmark's shots (benchmarks/lib/head_start.py): the alike pair is later frames of shot A's clip
+at A's size, held out as the demo holds out; a pair it does not know is refused."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from lib import head_start as hs  # noqa: E402
+from trainer.data.images import find_sequence, read_image  # noqa: E402
+
+
+def test_halved_is_the_2x2_mean_in_0_1_and_drops_an_odd_last_row_and_column():
+    frames = np.arange(2 * 5 * 7 * 3, dtype=np.uint8).reshape(2, 5, 7, 3)
+    out = hs.halved(frames)
+    assert out.shape == (2, 2, 3, 3) and out.dtype == np.float32
+    expected = frames[:, :4, :6].astype(np.float32).reshape(2, 2, 2, 3, 2, 3).mean(axis=(2, 4)) / 255.0
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    np.testing.assert_allclose(out[0, 0, 0, 0], np.mean([frames[0, y, x, 0] for y in (0, 1) for x in (0, 1)]) / 255.0,
+                               rtol=1e-6)
+
+
+def test_the_alike_pair_is_later_frames_of_shot_as_clip_at_its_size_every_6th_held_out(tmp_path):
+    a, b = hs.shots(tmp_path, "alike")
+    assert b.name == "shot_c"
+    a_train = find_sequence(a / "train/target")
+    held, train = find_sequence(b / "holdout/target"), find_sequence(b / "train/target")
+    assert len(a_train) == 120 and not (a / "holdout").exists()
+    assert (len(held), len(train)) == (20, 100) and set(held) == set(range(6, 121, 6))
+    first_a = read_image(a_train[min(a_train)])
+    first_b = read_image(train[min(train)])
+    assert first_a.shape == first_b.shape  # the same camera, halved alike
+    assert np.abs(first_a - first_b).mean() > 0.05  # another stretch of the clip, not A's frames again
+
+
+def test_a_pair_it_does_not_know_is_refused_naming_the_choices(tmp_path):
+    with pytest.raises(ValueError, match="'same' is not one of different, alike"):
+        hs.shots(tmp_path, "same")
