@@ -115,8 +115,8 @@ def main() -> None:
         print(f"{k}: convolutions {totals[k]:.1f} ms of a {steps[k]:.1f} ms step ({totals[k] / steps[k]:.0%})")
     floor = gflop / peak * 1000
     rest = max(0.0, steps["channels_last"] - totals["channels_last"])
-    print(f"{gflop:.2f} GFLOP of convolution a step: {floor:.1f} ms at the practical peak. A step with every convolution "
-          f"there and the rest as channels_last's ({rest:.1f} ms) would train at {steps['nchw'] / (floor + rest):.2f}x "
+    print(f"{gflop:.2f} GFLOP of convolution a step: {floor:.1f} ms at the practical peak. A step with every "
+          f"convolution there and the rest as channels_last's ({rest:.1f} ms) would train at {steps['nchw'] / (floor + rest):.2f}x "
           f"the plain NCHW loop's images/s; channels_last trains at {steps['nchw'] / steps['channels_last']:.2f}x")
 
 
