@@ -123,9 +123,8 @@ def time_to_plain(steps: int, batch: int, crop: int, size: str, env: dict[str, s
              f"    plain fp32 loop (Adam {PLAIN_LR:g} constant, L1, NCHW, no EMA): {target - base:+.2f} dB in {steps} "
              f"steps = {plain_s:.1f} s",
              f"    cuetrain at its defaults: {cue[-1][2] - base:+.2f} dB in {steps} steps; "
-             + (f"the plain loop's {target - base:+.2f} dB at step {reach:.0f} = "
-                f"{reach * batch / rates['cuetrain']:.1f} s: {plain_s / (reach * batch / rates['cuetrain']):.2f}x sooner"
-                if reach is not None
+             + (f"the plain loop's {target - base:+.2f} dB at step {reach:.0f} = {reach * batch / rates['cuetrain']:.1f}"
+                f" s: {plain_s * rates['cuetrain'] / (reach * batch):.2f}x sooner" if reach is not None
                 else "never reached the plain loop's gain"),
              f"    wall clocks of the two training runs (load-dependent): plain {plain[-1][0]:.1f} s, cuetrain "
              f"{cue[-1][0]:.1f} s"]

@@ -115,9 +115,10 @@ def main() -> None:
         print(f"{k}: convolutions {totals[k]:.1f} ms of a {steps[k]:.1f} ms step ({totals[k] / steps[k]:.0%})")
     floor = gflop / peak * 1000
     rest = max(0.0, steps["channels_last"] - totals["channels_last"])
+    ceiling, cl = steps["nchw"] / (floor + rest), steps["nchw"] / steps["channels_last"]
     print(f"{gflop:.2f} GFLOP of convolution a step: {floor:.1f} ms at the practical peak. A step with every "
-          f"convolution there and the rest as channels_last's ({rest:.1f} ms) would train at {steps['nchw'] / (floor + rest):.2f}x "
-          f"the plain NCHW loop's images/s; channels_last trains at {steps['nchw'] / steps['channels_last']:.2f}x")
+          f"convolution there and the rest as channels_last's ({rest:.1f} ms) would train at {ceiling:.2f}x the plain "
+          f"NCHW loop's images/s; channels_last trains at {cl:.2f}x")
 
 
 if __name__ == "__main__":
