@@ -59,7 +59,9 @@ def test_a_supervisor_exit_is_accepted_only_where_its_fault_explains_it():
 def test_the_limit_of_each_fault_is_the_documented_chain_of_timeouts():
     # notice: max(collective 5 s, 3 heartbeats + 1 s = 10 s); SIGTERM -> SIGKILL: max(20, 5) + 10 s; gang: 60 s
     assert soak_plan.resolve_limit_s("kill_rank", 5, 5, 60) == pytest.approx(10 + 30 + 60)
-    assert soak_plan.resolve_limit_s("sigstop_rank", 5, 5, 60) == pytest.approx(10 + 8 + 30 + 60)
+    # a SIGSTOP or a cut link is held twice the collective timeout + 3 s: past it from every peer's view
+    assert soak_plan.resolve_limit_s("sigstop_rank", 5, 5, 60) == pytest.approx(10 + 13 + 30 + 60)
+    assert soak_plan.resolve_limit_s("cut_host", 5, 5, 60) == pytest.approx(10 + 13 + 30 + 60)
 
 
 def test_kind_table_gives_count_median_worst_and_steps_lost():
