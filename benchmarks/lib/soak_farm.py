@@ -10,8 +10,8 @@ Kinds here: a rank's trainer killed or stopped past the collective timeout, a fr
 killed, a whole frame killed (its process group, as RQD's kill does), a truncated newest checkpoint, and the Cuebot
 double stopped for 3 s and started again on its port (frames train on; RQD's reports wait). Not here:
 ``sigterm_agent`` (a frame preempted twice spends the layer's one Cuebot retry:
-tests/cue_plugin/test_e2e_recovery.py covers it once) and ``elastic`` (not driven yet:
-tests/cue_plugin/test_elastic.py).
+tests/cue_plugin/test_e2e_recovery.py covers it once) and ``elastic`` (a job's setting, not a fault:
+docs/failure_handling.md, "Randomized fault soak"; tests/cue_plugin/test_elastic.py).
 """
 
 from __future__ import annotations

@@ -53,8 +53,10 @@ class Kind:
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("kill_rank", ("local", "farm", "netns"), what="SIGKILL of one trainer rank"),
-    Kind("kill_agent", ("local", "farm", "netns"), what="SIGKILL of the node agent (`cuetrain local` / the frame process)"),
-    Kind("kill_frame", ("local", "farm", "netns"), what="SIGKILL of a whole frame: the agent and its ranks (process group)"),
+    Kind("kill_agent", ("local", "farm", "netns"),
+         what="SIGKILL of the node agent (`cuetrain local` / the frame process)"),
+    Kind("kill_frame", ("local", "farm", "netns"),
+         what="SIGKILL of a whole frame: the agent and its ranks (process group)"),
     Kind("sigstop_rank", ("local", "farm", "netns"),
          what="SIGSTOP of one rank for twice the collective timeout + 3 s, then SIGCONT"),
     Kind("sigterm_rank", ("local",), what="SIGTERM (preemption) of one rank"),
@@ -70,7 +72,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("cuebot_stop", ("farm",), attempts=0, lost_intervals=0, what="the Cuebot double stopped for 3 s, then back"),
     Kind("cut_host", ("netns",),
          what="a host's link cut (its bridge port down) for twice the collective timeout + 3 s, then back"),
-    # Not driven (no path draws it): tests/cue_plugin/test_elastic.py
+    # Not drawn (no path has it): an elastic job is set at submit and changes how every other fault recovers
+    # (docs/failure_handling.md, "Randomized fault soak"); tests/cue_plugin/test_elastic.py covers it
     Kind("elastic", (), attempts=2,
          what="frame 1 SIGKILLed: the gang shrinks to 1 rank, grows back when Cuebot's retry returns"),
 )}
