@@ -97,3 +97,22 @@ def test_a_process_left_behind_by_a_run_is_found_unless_it_was_there_before():
         child.kill()
         child.wait()
     assert child.pid not in [p.pid for p in soak.stray_children(set(before))]
+
+
+def test_the_netns_path_cuts_a_host_and_its_jobs_set_no_address_by_hand(tmp_path):
+    from types import SimpleNamespace
+
+    from lib.soak_farm import FarmDriver
+    from lib.soak_netns import NetnsDriver, netns_unavailable
+
+    kinds, notes = soak.available_kinds(["netns"])
+    if netns_unavailable() is None:
+        assert "cut_host" in kinds["netns"] and not {"disk_full", "second_submit", "cuebot_stop"} & set(kinds["netns"])
+    else:
+        assert kinds["netns"] == [] and any(n.startswith("netns: skipped: ") for n in notes), notes
+    farm = SimpleNamespace(cuebot=SimpleNamespace(address="127.0.0.1:1", bridge_address="10.77.20.1:2"))
+    args = (soak_plan.RunConfig(), (tmp_path, tmp_path), tmp_path / "run", tmp_path, farm)
+    netns, local_farm = NetnsDriver(*args).job_env(), FarmDriver(*args).job_env()
+    assert "CUETRAIN_MAIN_HOST" not in netns and netns["CUEBOT_HOSTS"] == "10.77.20.1:2"  # rank 1 is across the bridge
+    assert local_farm["CUETRAIN_MAIN_HOST"] == "127.0.0.1" and local_farm["CUEBOT_HOSTS"] == "127.0.0.1:1"
+    assert NetnsDriver(*args).job_options() == {"cores": 2.0}  # one frame per host
