@@ -151,13 +151,20 @@ class FarmDriver:
         return {}
 
     def exit_code(self) -> int | None:
-        """0 when the job FINISHED succeeded, 1 when it FINISHED otherwise, None while it runs."""
+        """0 when the job FINISHED succeeded, 1 when it FINISHED otherwise or a frame is DEAD (Cuebot will not
+        start it again: the job can never finish; the frame is noted), None while it runs."""
         if self._code is None and time.monotonic() - self._asked >= DESCRIBE_EVERY_S:
             self._asked = time.monotonic()
             with contextlib.suppress(Exception):  # the double may be away (cuebot_stop)
                 status = self.cue.describe(self.handle)
+                dead = {n: f for n, f in status.frames.items() if f.get("state") == "DEAD"}
                 if status.native_state.startswith("FINISHED"):
                     self._code = 0 if status.state.value == "succeeded" else 1
+                elif dead:
+                    self._code = 1
+                    self.notes.append("PROBLEM: " + "; ".join(
+                        f"frame {n} DEAD (exit status {f.get('exit_status')}, retries {f.get('retries')})"
+                        for n, f in sorted(dead.items())))
         return self._code
 
     def ranks(self) -> dict[int, psutil.Process]:

@@ -25,8 +25,8 @@ MAX_FAULTS_PER_RUN = 4  # faults drawn per run: 1 .. this [count]
 def stop_hold_s(collective_timeout_s: float) -> float:
     """How long a rank stays SIGSTOPped, or a host cut off, before the soak undoes it [s]: twice the collective
     timeout + 3 s, so the fault outlasts the timeout from every peer's view even when a peer enters its next
-    collective late (rank 0 busy at a checkpoint step on a loaded machine; one timeout + 3 s was once waited out
-    in place)."""
+    collective late (rank 0 writing a checkpoint on a loaded machine): a gang that then trains on in place, with
+    no new attempt, is a bug (the stop vote's group once waited without the timeout), not the fault too short."""
     return 2 * collective_timeout_s + 3
 
 
@@ -129,9 +129,33 @@ def schedule(faults: int, seed: int, kinds: dict[str, list[str]], steps: int, in
         chosen = sorted(rng.sample(slots, count))
         drawn = tuple(Fault(rng.choice(kinds[path]), s + rng.randrange(interval), rng.randrange(world_size))
                       for s in chosen)
-        runs.append(PlannedRun(path, len(runs), drawn))
+        runs.append(PlannedRun(path, len(runs), within_cuebot_retries(path, drawn)))
         left -= count
     return runs
+
+
+def within_cuebot_retries(path: str, faults: tuple[Fault, ...]) -> tuple[Fault, ...]:
+    """``faults`` with every ``kill_frame`` of a frame that Cuebot already started again in this run made a
+    ``kill_agent`` of it (farm and netns; a ``local`` run is returned as it is).
+
+    Cuebot counts every restart of a frame against the job's retries (``FrameDaoJdbc.updateFrameStarted``; the
+    soak's jobs have ``max_retries=1``, the cap ``JobSpec`` allows) and retries a frame past them only for a memory
+    failure (tests/cuebot/completion.py, rules 12-13). A frame process killed alone (``kill_agent``) exits 137, a
+    memory failure, retried always; a frame's whole process group killed (``kill_frame``: RQD's ``/usr/bin/time``
+    too) reports exit status 1 with signal 9, which a frame retried before may not spend: it goes DEAD, and the job
+    can never finish. The same rule as ``sigterm_agent``, which the farm path does not draw.
+    """
+    if path == "local":
+        return faults
+    restarted: set[int] = set()
+    out = []
+    for fault in faults:
+        if fault.kind == "kill_frame" and fault.target in restarted:
+            fault = Fault("kill_agent", fault.step, fault.target)
+        if fault.kind in ("kill_agent", "kill_frame"):
+            restarted.add(fault.target)
+        out.append(fault)
+    return tuple(out)
 
 
 def resolve_limit_s(kind: str, collective_timeout_s: float, stop_grace_s: float, gang_timeout_s: float) -> float:

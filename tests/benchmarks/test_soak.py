@@ -116,3 +116,22 @@ def test_the_netns_path_cuts_a_host_and_its_jobs_set_no_address_by_hand(tmp_path
     assert "CUETRAIN_MAIN_HOST" not in netns and netns["CUEBOT_HOSTS"] == "10.77.20.1:2"  # rank 1 is across the bridge
     assert local_farm["CUETRAIN_MAIN_HOST"] == "127.0.0.1" and local_farm["CUEBOT_HOSTS"] == "127.0.0.1:1"
     assert NetnsDriver(*args).job_options() == {"cores": 2.0}  # one frame per host
+
+
+def test_a_frame_cuebot_started_again_is_never_killed_as_a_whole_group_again():
+    # run 14 of the 100-fault soak at seed 1: kill_agent then kill_frame of frame 0; the group kill reports exit
+    # status 1, the frame had spent the job's one retry on the first restart, so it went DEAD and the job hung
+    plan = soak_plan.schedule(200, 3, {"farm": ["kill_frame", "kill_agent"], "local": ["kill_frame"]}, 300, 25)
+    assert any(f.kind == "kill_frame" for r in plan if r.path == "farm" for f in r.faults)
+    for run in plan:
+        restarted: set[int] = set()
+        for f in run.faults:
+            if run.path == "farm":
+                assert not (f.kind == "kill_frame" and f.target in restarted), run
+                restarted.add(f.target)
+    # cuetrain local has no Cuebot: its kill_frame are left as drawn, twice on one rank too
+    assert any(len([f for f in r.faults if f.kind == "kill_frame" and f.target == 0]) > 1
+               for r in plan if r.path == "local")
+    two = (Fault("kill_agent", 60, 0), Fault("kill_frame", 120, 0), Fault("kill_frame", 180, 1))
+    assert soak_plan.within_cuebot_retries("netns", two) == (two[0], Fault("kill_agent", 120, 0), two[2])
+    assert soak_plan.within_cuebot_retries("local", two) == two
