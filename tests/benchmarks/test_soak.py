@@ -135,3 +135,19 @@ def test_a_frame_cuebot_started_again_is_never_killed_as_a_whole_group_again():
     two = (Fault("kill_agent", 60, 0), Fault("kill_frame", 120, 0), Fault("kill_frame", 180, 1))
     assert soak_plan.within_cuebot_retries("netns", two) == (two[0], Fault("kill_agent", 120, 0), two[2])
     assert soak_plan.within_cuebot_retries("local", two) == two
+
+
+def test_a_farm_job_with_a_dead_frame_ends_its_run_as_lost_not_as_a_hang(tmp_path):
+    from types import SimpleNamespace
+
+    from lib.soak_farm import FarmDriver
+
+    frames = {"0": {"state": "DEAD", "exit_status": 1, "retries": 1}, "1": {"state": "RUNNING"}}
+    driver = FarmDriver(soak_plan.RunConfig(), (tmp_path, tmp_path), tmp_path / "run", tmp_path, farm=None)
+    driver.cue = SimpleNamespace(describe=lambda handle: SimpleNamespace(native_state="IN_PROGRESS", frames=frames))
+    assert driver.exit_code() == 1  # a PENDING job whose frame is DEAD never finishes by itself
+    assert driver.notes == ["PROBLEM: frame 0 DEAD (exit status 1, retries 1)"]
+    frames["0"]["state"] = "RUNNING"
+    driver = FarmDriver(soak_plan.RunConfig(), (tmp_path, tmp_path), tmp_path / "run", tmp_path, farm=None)
+    driver.cue = SimpleNamespace(describe=lambda handle: SimpleNamespace(native_state="IN_PROGRESS", frames=frames))
+    assert driver.exit_code() is None and driver.notes == []
