@@ -142,7 +142,7 @@ def within_cuebot_retries(path: str, faults: tuple[Fault, ...]) -> tuple[Fault, 
     soak's jobs have ``max_retries=1``, the cap ``JobSpec`` allows) and retries a frame past them only for a memory
     failure (tests/cuebot/completion.py, rules 12-13). A frame process killed alone (``kill_agent``) exits 137, a
     memory failure, retried always; a frame's whole process group killed (``kill_frame``: RQD's ``/usr/bin/time``
-    too) reports exit status 1 with signal 9, which a frame retried before may not spend: it goes DEAD, and the job
+    too) reports exit status 1, a failure that a frame retried before has no retry left for: it goes DEAD, and the job
     can never finish. The same rule as ``sigterm_agent``, which the farm path does not draw.
     """
     if path == "local":
