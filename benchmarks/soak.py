@@ -3,8 +3,8 @@
 ``python benchmarks/soak.py --faults N --seed S [--paths local,farm,netns]`` draws N faults over several tiny runs
 (:func:`soak_plan.schedule`: each fault a kind and a training step drawn from ``random.Random(S)``), injects each
 when its run reaches that step, and waits for the recovery. The fault kinds and their limits: :mod:`soak_plan`;
-the paths: :mod:`soak_local` (``cuetrain local``, 2 ranks), :mod:`soak_farm` (the Cuebot double with real RQDs);
-``netns`` (the 2-host network-namespace bed) is not driven yet and says so.
+the paths: :mod:`soak_local` (``cuetrain local``, 2 ranks), :mod:`soak_farm` (the Cuebot double with real RQDs),
+:mod:`soak_netns` (the 2-host network-namespace bed: one frame per host, a host's link cut off and back).
 
 After each run it checks (:mod:`soak_checks`): the run ended ``succeeded`` (a supervisor that a fault ended must
 have ended with that fault's expected exit and run.json state; the soak then starts it again with ``--resume``, as an
@@ -62,11 +62,13 @@ def available_kinds(paths: list[str]) -> tuple[dict[str, list[str]], list[str]]:
         if path == "farm" and names:
             notes.append("farm: sigterm_agent not drawn (a frame preempted twice spends the layer's one Cuebot "
                          "retry; tests/cue_plugin/test_e2e_recovery.py covers one); elastic (shrink and grow) not "
-                         "driven yet (tests/cue_plugin/test_elastic.py)")
+                         "drawn (docs/failure_handling.md, 'Randomized fault soak'; tests/cue_plugin/test_elastic.py)")
         if path == "netns":
-            notes.append("netns: skipped: the 2-host network-namespace bed is not driven by the soak yet "
-                         "(a host cut off and back: tests/multihost/test_multihost.py case (c))")
-            names = []
+            from lib.soak_netns import netns_unavailable
+
+            if (why := netns_unavailable()) is not None:
+                notes.append(f"netns: skipped: {why}")
+                names = []
         kinds[path] = names
     return kinds, notes
 
@@ -77,6 +79,10 @@ def make_driver(path: str, cfg: RunConfig, data: tuple[Path, Path], run_dir: Pat
         from lib.soak_farm import FarmDriver
 
         return FarmDriver(cfg, data, run_dir, out_dir, farm)
+    if path == "netns":
+        from lib.soak_netns import NetnsDriver
+
+        return NetnsDriver(cfg, data, run_dir, out_dir, farm)
     return LocalDriver(cfg, data, run_dir, out_dir)
 
 
@@ -111,7 +117,8 @@ def one_run(planned: PlannedRun, cfg: RunConfig, data_root: Path, work: Path, re
     d = extract(data_root)
     folder = work / f"{planned.path}_{planned.index:03d}"
     own_fs = planned.path == "local" and root_unavailable() is None
-    with run_filesystem(folder / "fs", own_fs, folder / "run" if keep else None) as run_dir:
+    with run_filesystem(folder / "fs", own_fs, folder / "run" if keep else None) as run_dir, \
+            _pycue_for(planned.path, farm):
         (folder / "out").mkdir(parents=True, exist_ok=True)
         driver = make_driver(planned.path, cfg, (d.train_input, d.train_target), run_dir, folder / "out", farm)
         watcher = Watcher(RunPaths.of(run_dir))
@@ -132,6 +139,15 @@ def one_run(planned: PlannedRun, cfg: RunConfig, data_root: Path, work: Path, re
         if not outcome.hang and (why := check_gain(gain, reference)):
             problems.append(why)
     return outcome, gain, problems, orphans
+
+
+def _pycue_for(path: str, farm) -> contextlib.AbstractContextManager:
+    """pycue pointed at the bed's double for a netns run (the farm path's double is pycue's otherwise)."""
+    if path != "netns":
+        return contextlib.nullcontext()
+    from lib.soak_netns import pycue_at
+
+    return pycue_at(farm)
 
 
 def kind_table(faults: list[FaultOutcome]) -> list[str]:
@@ -209,23 +225,27 @@ def soak(plan: list[PlannedRun], cfg: RunConfig, work: Path, paths: list[str], k
     faults: list[FaultOutcome] = []
     hangs = lost = orphans = 0
     with ExitStack() as stack:
-        farm = None
+        farms: dict[str, object] = {}
         if "farm" in paths:
             from lib.soak_farm import started_farm
 
-            farm = stack.enter_context(started_farm(work / "farm"))
-        baseline = frozenset(c.pid for c in psutil.Process().children(recursive=True))  # the farm's RQDs
+            farms["farm"] = stack.enter_context(started_farm(work / "farm"))
+        if "netns" in paths:
+            from lib.soak_netns import started_bed
+
+            farms["netns"] = stack.enter_context(started_bed())
+        baseline = frozenset(c.pid for c in psutil.Process().children(recursive=True))  # the farms' RQDs
         references: dict[str, float | None] = {}
         for path in paths:
-            outcome, gain, problems, left = one_run(PlannedRun(path, 999, ()), cfg, data_root, work, None, farm, keep,
-                                                    baseline)
+            outcome, gain, problems, left = one_run(PlannedRun(path, 999, ()), cfg, data_root, work, None,
+                                                    farms.get(path), keep, baseline)
             references[path] = gain
             print(f"{path} reference (no fault): held-out gain {gain if gain is None else f'{gain:+.3f}'} dB"
                   + (f"; PROBLEMS: {'; '.join(problems)}" if problems else ""), flush=True)
             hangs, lost, orphans = hangs + bool(outcome.hang), lost + bool(problems), orphans + len(left)
         for planned in plan:
-            outcome, gain, problems, left = one_run(planned, cfg, data_root, work, references[planned.path], farm,
-                                                    keep, baseline)
+            outcome, gain, problems, left = one_run(planned, cfg, data_root, work, references[planned.path],
+                                                    farms.get(planned.path), keep, baseline)
             faults += outcome.faults
             hangs, lost = hangs + bool(outcome.hang), lost + bool(problems or outcome.hang)
             orphans += len(left)

@@ -10,8 +10,8 @@ Kinds here: a rank's trainer killed or stopped past the collective timeout, a fr
 killed, a whole frame killed (its process group, as RQD's kill does), a truncated newest checkpoint, and the Cuebot
 double stopped for 3 s and started again on its port (frames train on; RQD's reports wait). Not here:
 ``sigterm_agent`` (a frame preempted twice spends the layer's one Cuebot retry:
-tests/cue_plugin/test_e2e_recovery.py covers it once) and ``elastic`` (not driven yet:
-tests/cue_plugin/test_elastic.py).
+tests/cue_plugin/test_e2e_recovery.py covers it once) and ``elastic`` (a job's setting, not a fault:
+docs/failure_handling.md, "Randomized fault soak"; tests/cue_plugin/test_elastic.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 
 import psutil
 
-from lib.soak_plan import Fault, RunConfig
+from lib.soak_plan import Fault, RunConfig, stop_hold_s
 
 FARM_KINDS = ("kill_rank", "kill_agent", "kill_frame", "sigstop_rank", "truncate_ckpt", "cuebot_stop")
 DESCRIBE_EVERY_S = 0.5  # seconds between asking the double for the job's state [s]
@@ -121,7 +121,6 @@ class FarmDriver:
             raise RuntimeError("a farm job is restarted by its frames and Cuebot, not by the soak")
         from cue_plugin.submit import templates
         from cue_plugin.submit.opencue_farm import OpenCueFarm
-        from tests.conftest import CHILD_PYTHONPATH
         from trainer.core.config import TrainConfig
 
         c = self.cfg
@@ -130,22 +129,42 @@ class FarmDriver:
                             checkpoint_interval=c.interval, contact_sheet_interval=10 * c.steps, precision="fp32",
                             seed=c.seed, collective_timeout_s=c.collective_timeout_s, stop_grace_s=c.stop_grace_s,
                             gang_timeout_s=c.gang_timeout_s)
-        extra = {"PYTHONPATH": CHILD_PYTHONPATH, "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
-                 "CUEBOT_HOSTS": self.farm.cuebot.address, "CUETRAIN_EXPORT_ONNX": "0"}
         job = templates.make_job(train, template="cpu-test", world_size=c.world_size, show="cuetrain", shot="soak",
-                                 user="trainer", extra_env=extra, rendezvous_timeout_s=60, max_retries=1,
-                                 max_restarts=c.max_restarts)
-        self.cue = OpenCueFarm(hosts=[self.farm.cuebot.address], allow_root=True)
+                                 user="trainer", extra_env=self.job_env(), rendezvous_timeout_s=60, max_retries=1,
+                                 max_restarts=c.max_restarts, **self.job_options())
+        self.cue = OpenCueFarm(hosts=[self.cuebot_address()], allow_root=True)
         self.handle = self.cue.submit(job)
 
+    def cuebot_address(self) -> str:
+        """Where pycue and the frames reach the Cuebot double."""
+        return self.farm.cuebot.address
+
+    def job_env(self) -> dict[str, str]:
+        """The frames' extra environment (every rank on loopback: ``CUETRAIN_MAIN_HOST``)."""
+        from tests.conftest import CHILD_PYTHONPATH
+
+        return {"PYTHONPATH": CHILD_PYTHONPATH, "OMP_NUM_THREADS": "1", "CUETRAIN_MAIN_HOST": "127.0.0.1",
+                "CUEBOT_HOSTS": self.cuebot_address(), "CUETRAIN_EXPORT_ONNX": "0"}
+
+    def job_options(self) -> dict[str, object]:
+        """More ``templates.make_job`` keywords (none here)."""
+        return {}
+
     def exit_code(self) -> int | None:
-        """0 when the job FINISHED succeeded, 1 when it FINISHED otherwise, None while it runs."""
+        """0 when the job FINISHED succeeded, 1 when it FINISHED otherwise or a frame is DEAD (Cuebot will not
+        start it again: the job can never finish; the frame is noted), None while it runs."""
         if self._code is None and time.monotonic() - self._asked >= DESCRIBE_EVERY_S:
             self._asked = time.monotonic()
             with contextlib.suppress(Exception):  # the double may be away (cuebot_stop)
                 status = self.cue.describe(self.handle)
+                dead = {n: f for n, f in status.frames.items() if f.get("state") == "DEAD"}
                 if status.native_state.startswith("FINISHED"):
                     self._code = 0 if status.state.value == "succeeded" else 1
+                elif dead:
+                    self._code = 1
+                    self.notes.append("PROBLEM: " + "; ".join(
+                        f"frame {n} DEAD (exit status {f.get('exit_status')}, retries {f.get('retries')})"
+                        for n, f in sorted(dead.items())))
         return self._code
 
     def ranks(self) -> dict[int, psutil.Process]:
@@ -168,7 +187,7 @@ class FarmDriver:
             os.killpg(os.getpgid(frames[target].pid), signal.SIGKILL)
         elif fault.kind == "sigstop_rank":
             ranks[target].suspend()
-            timer = threading.Timer(self.cfg.collective_timeout_s + 3, lambda: _quietly(ranks[target].resume))
+            timer = threading.Timer(stop_hold_s(self.cfg.collective_timeout_s), lambda: _quietly(ranks[target].resume))
             timer.daemon = True
             timer.start()
         elif fault.kind == "truncate_ckpt":
@@ -180,8 +199,16 @@ class FarmDriver:
         elif fault.kind == "cuebot_stop":
             return stop_cuebot(self.farm.cuebot)  # back after soak_local.HOLD_S
         else:
-            raise ValueError(f"fault kind {fault.kind} is not one of the farm's {FARM_KINDS}")
+            return self.inject_more(fault)
         return None
+
+    def inject_more(self, fault: Fault) -> Callable[[], None] | None:
+        """A kind only a subclass does (:class:`soak_netns.NetnsDriver`).
+
+        Raises:
+            ValueError: ``fault.kind`` is not a kind of this path.
+        """
+        raise ValueError(f"fault kind {fault.kind} is not one of the farm's {FARM_KINDS}")
 
     def processes(self) -> list[psutil.Process]:
         """Every live process naming the run directory (frames, trainers)."""

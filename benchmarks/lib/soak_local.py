@@ -28,7 +28,7 @@ from typing import Callable
 
 import psutil
 
-from lib.soak_plan import Fault, RunConfig
+from lib.soak_plan import Fault, RunConfig, stop_hold_s
 from trainer.core.exitcodes import ExitCode
 
 log = logging.getLogger("soak")
@@ -149,7 +149,7 @@ class LocalDriver:
     def _sigstop_rank(self, fault: Fault) -> None:
         rank = self._rank(fault.target)
         rank.suspend()
-        timer = threading.Timer(self.cfg.collective_timeout_s + 3, lambda: _quietly(rank.resume))
+        timer = threading.Timer(stop_hold_s(self.cfg.collective_timeout_s), lambda: _quietly(rank.resume))
         timer.daemon = True
         timer.start()
 

@@ -22,6 +22,14 @@ from trainer.gang.heartbeat import HEARTBEAT_S
 MAX_FAULTS_PER_RUN = 4  # faults drawn per run: 1 .. this [count]
 
 
+def stop_hold_s(collective_timeout_s: float) -> float:
+    """How long a rank stays SIGSTOPped, or a host cut off, before the soak undoes it [s]: twice the collective
+    timeout + 3 s, so the fault outlasts the timeout from every peer's view even when a peer enters its next
+    collective late (rank 0 writing a checkpoint on a loaded machine): a gang that then trains on in place, with
+    no new attempt, is a bug (the stop vote's group once waited without the timeout), not the fault too short."""
+    return 2 * collective_timeout_s + 3
+
+
 @dataclass(frozen=True)
 class Kind:
     """One fault kind.
@@ -44,10 +52,13 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("kill_rank", ("local", "farm"), what="SIGKILL of one trainer rank"),
-    Kind("kill_agent", ("local", "farm"), what="SIGKILL of the node agent (`cuetrain local` / the frame process)"),
-    Kind("kill_frame", ("local", "farm"), what="SIGKILL of a whole frame: the agent and its ranks (process group)"),
-    Kind("sigstop_rank", ("local", "farm"), what="SIGSTOP of one rank for the collective timeout + 3 s, then SIGCONT"),
+    Kind("kill_rank", ("local", "farm", "netns"), what="SIGKILL of one trainer rank"),
+    Kind("kill_agent", ("local", "farm", "netns"),
+         what="SIGKILL of the node agent (`cuetrain local` / the frame process)"),
+    Kind("kill_frame", ("local", "farm", "netns"),
+         what="SIGKILL of a whole frame: the agent and its ranks (process group)"),
+    Kind("sigstop_rank", ("local", "farm", "netns"),
+         what="SIGSTOP of one rank for twice the collective timeout + 3 s, then SIGCONT"),
     Kind("sigterm_rank", ("local",), what="SIGTERM (preemption) of one rank"),
     Kind("sigterm_agent", ("local",), what="SIGTERM (preemption) of the node agent / frame"),
     Kind("disk_full", ("local",), root=True, lost_intervals=2,  # the checkpoint being written (off the training
@@ -59,10 +70,12 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("second_submit", ("local",), attempts=0, lost_intervals=0,
          what="a second `cuetrain local --resume` into the live run directory"),
     Kind("cuebot_stop", ("farm",), attempts=0, lost_intervals=0, what="the Cuebot double stopped for 3 s, then back"),
-    # Not driven yet (no path draws them): tests/cue_plugin/test_elastic.py and tests/multihost/test_multihost.py (c)
+    Kind("cut_host", ("netns",),
+         what="a host's link cut (its bridge port down) for twice the collective timeout + 3 s, then back"),
+    # Not drawn (no path has it): an elastic job is set at submit and changes how every other fault recovers
+    # (docs/failure_handling.md, "Randomized fault soak"); tests/cue_plugin/test_elastic.py covers it
     Kind("elastic", (), attempts=2,
          what="frame 1 SIGKILLed: the gang shrinks to 1 rank, grows back when Cuebot's retry returns"),
-    Kind("netns_cut", (), what="a host's link cut for the collective timeout + 5 s, then back"),
 )}
 
 
@@ -116,9 +129,33 @@ def schedule(faults: int, seed: int, kinds: dict[str, list[str]], steps: int, in
         chosen = sorted(rng.sample(slots, count))
         drawn = tuple(Fault(rng.choice(kinds[path]), s + rng.randrange(interval), rng.randrange(world_size))
                       for s in chosen)
-        runs.append(PlannedRun(path, len(runs), drawn))
+        runs.append(PlannedRun(path, len(runs), within_cuebot_retries(path, drawn)))
         left -= count
     return runs
+
+
+def within_cuebot_retries(path: str, faults: tuple[Fault, ...]) -> tuple[Fault, ...]:
+    """``faults`` with every ``kill_frame`` of a frame that Cuebot already started again in this run made a
+    ``kill_agent`` of it (farm and netns; a ``local`` run is returned as it is).
+
+    Cuebot counts every restart of a frame against the job's retries (``FrameDaoJdbc.updateFrameStarted``; the
+    soak's jobs have ``max_retries=1``, the cap ``JobSpec`` allows) and retries a frame past them only for a memory
+    failure (tests/cuebot/completion.py, rules 12-13). A frame process killed alone (``kill_agent``) exits 137, a
+    memory failure, retried always; a frame's whole process group killed (``kill_frame``: RQD's ``/usr/bin/time``
+    too) reports exit status 1, a failure that a frame retried before has no retry left for: it goes DEAD, and the job
+    can never finish. The same rule as ``sigterm_agent``, which the farm path does not draw.
+    """
+    if path == "local":
+        return faults
+    restarted: set[int] = set()
+    out = []
+    for fault in faults:
+        if fault.kind == "kill_frame" and fault.target in restarted:
+            fault = Fault("kill_agent", fault.step, fault.target)
+        if fault.kind in ("kill_agent", "kill_frame"):
+            restarted.add(fault.target)
+        out.append(fault)
+    return tuple(out)
 
 
 def resolve_limit_s(kind: str, collective_timeout_s: float, stop_grace_s: float, gang_timeout_s: float) -> float:
@@ -127,8 +164,8 @@ def resolve_limit_s(kind: str, collective_timeout_s: float, stop_grace_s: float,
     its own hold), the supervisor's SIGTERM-to-SIGKILL grace (:data:`trainer.core.timeouts.GRACE`) and a new gang
     forming (the gang timeout). A fault the soak undoes itself (disk full, run.json unwritable) adds its hold."""
     notice = max(collective_timeout_s, 3 * HEARTBEAT_S + 1)
-    hold = {"sigstop_rank": collective_timeout_s + 3, "disk_full": 3.0, "runjson_immutable": 3.0,
-            "cuebot_stop": 3.0, "netns_cut": collective_timeout_s + 5, "elastic": 30.0}.get(kind, 0.0)
+    hold = {"sigstop_rank": stop_hold_s(collective_timeout_s), "disk_full": 3.0, "runjson_immutable": 3.0,
+            "cuebot_stop": 3.0, "cut_host": stop_hold_s(collective_timeout_s), "elastic": 30.0}.get(kind, 0.0)
     return notice + hold + GRACE.kill_after_for(["--stop-grace-s", str(stop_grace_s)]) + gang_timeout_s
 
 

@@ -41,7 +41,7 @@ from trainer.core import procstat
 from trainer.record import runrecord
 from trainer.data.colour import ColourSpec
 from trainer.core.config import TrainConfig
-from trainer.gang.distributed import Runtime
+from trainer.gang.distributed import Runtime, side_group
 from trainer.core.envvars import read_scratch
 from trainer.core.exitcodes import ExitCode
 from trainer.gang.formation import RankLost
@@ -237,7 +237,7 @@ class ShotWatch:
         self.shot, self.who, self.rt, self.every = shot, who, rt, every
         self.problem = ""
         self._stop = threading.Event()
-        self._group = dist.new_group(backend="gloo") if rt.backend != "none" else None
+        self._group = side_group(rt) if rt.backend != "none" else None
         self._thread = threading.Thread(target=self._look, args=(interval_s,), name="shot-watch", daemon=True)
         self._thread.start()
 

@@ -42,6 +42,8 @@ class Runtime:
         backend: ``nccl``, ``gloo`` or ``none`` (not distributed).
         store: the gang's TCPStore (rank 0 hosts it; kept alive for the run), or None.
         heartbeat: this rank's heartbeat thread, or None.
+        collective_timeout_s: ``--collective-timeout-s`` of the default process group [s]; every group made
+            for the run (:func:`side_group`) takes it too.
     """
 
     env: DistEnv
@@ -49,6 +51,7 @@ class Runtime:
     backend: str
     store: Any = field(default=None, repr=False)
     heartbeat: Heartbeat | None = field(default=None, repr=False)
+    collective_timeout_s: float = 0.0
 
 
 def interface_for(local_addr: str) -> str:
@@ -197,7 +200,22 @@ def setup(env: DistEnv, collective_timeout_s: float, gang_timeout_s: float,
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # NCCL returns at enqueue; its connections are made when it runs
     guard.close()
-    return Runtime(env, device, backend, store, Heartbeat(env, collective_timeout_s))
+    return Runtime(env, device, backend, store, Heartbeat(env, collective_timeout_s), collective_timeout_s)
+
+
+def side_group(rt: Runtime) -> Any:
+    """A gloo process group of every rank (the stop vote's, the shot watch's) with the default group's
+    ``--collective-timeout-s``: ``torch.distributed.new_group`` without a timeout takes gloo's default of 30 minutes,
+    so a rank stopped (SIGSTOP, a host cut off) during one of its collectives would stall the gang instead of
+    ending the attempt. Call it on every rank in the same order (``new_group``'s rule).
+
+    Raises:
+        ValueError: ``rt`` is not distributed or has no collective timeout (a Runtime not made by :func:`setup`).
+    """
+    if rt.backend == "none" or rt.collective_timeout_s <= 0:
+        raise ValueError(f"side_group needs a distributed Runtime made by setup() (backend {rt.backend!r}, "
+                         f"collective_timeout_s {rt.collective_timeout_s})")
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=rt.collective_timeout_s))
 
 
 def teardown(rt: Runtime | None = None) -> None:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.gang import distributed
@@ -117,7 +116,7 @@ class _Loop(RunStart):
     def __init__(self, cfg: TrainConfig, rt: distributed.Runtime, sig: StopSignal | None = None) -> None:
         self.cfg, self.rt, self.env = cfg, rt, rt.env
         self.sig = sig or StopSignal(cfg.stop_grace_s)
-        self.stop = GangStop(self.sig, rt.backend != "none", lambda: dist.new_group(backend="gloo"))
+        self.stop = GangStop(self.sig, rt.backend != "none", lambda: distributed.side_group(rt))
         self.master = rt.env.is_main  # this process logs, writes contact sheets and checkpoints
         self.paths = RunPaths.of(cfg.run_dir)
         self.colour = ColourSpec(cfg.colorspace, cfg.working_space)
