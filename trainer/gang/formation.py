@@ -48,6 +48,9 @@ from trainer.record.runrecord import FailureKind
 log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 10.0  # seconds between "waiting for ranks" lines
+#: How long rank 0, the store's host, waits for every rank to read a rejecting verdict before it exits [s]: a rank
+#: that reads it after the host is gone gets a connection error (exit 1) instead of the rejection (exit 5).
+VERDICT_READ_S = 5.0
 GUARD_POLL_S = 0.5  # seconds between a PhaseGuard's looks at the store's abort key
 PROBE_FIRST_S, PROBE_MAX_S, PROBE_CONNECT_S = 0.01, 0.25, 2.0  # a client's looks for the store: first and longest
 # pause between looks, longest look (a host that drops packets instead of refusing them) [s]
@@ -201,9 +204,22 @@ def form(env: DistEnv, store: dist.TCPStore, token: str | None, gang_timeout_s: 
     _wait_keys(store, ["verdict"], deadline, "rank")
     verdict = store.get("verdict").decode()
     if verdict != "ok":
+        _all_read_verdict(store, env)
         raise GangRejected(f"job token check failed ({verdict}): a process from another job or attempt tried to join "
                            "the gang; nobody trains with it")
     log.info("gang of %d formed (rank %d)", env.world_size, env.rank)
+
+
+def _all_read_verdict(store: dist.TCPStore, env: DistEnv) -> None:
+    """Count this rank's reading of a rejecting verdict; rank 0 (the store's host) then waits up to
+    :data:`VERDICT_READ_S` for every rank's, so none asks a store that is gone. Never raises: the rejection is what
+    every rank reports."""
+    with contextlib.suppress(Exception):  # c10d raises on a store that went away: the rejection still stands
+        read = store.add("verdict_read", 1)
+        until = time.monotonic() + VERDICT_READ_S
+        while env.rank == 0 and read < env.world_size and time.monotonic() < until:
+            time.sleep(0.05)
+            read = store.add("verdict_read", 0)
 
 
 #: Errors of the collective backend that are not about the network: NCCL's result codes for a misuse, an
