@@ -17,7 +17,6 @@ path's; nothing in them differs across hosts) and the local-only kinds.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 from typing import Callable, Iterator
 
@@ -39,16 +38,10 @@ def netns_unavailable() -> str | None:
 def started_bed() -> Iterator[object]:
     """The 2-host bed with the double and an RQD per host (a ``tests.multihost.farm.MultiHostFarm``); everything
     deleted after (namespaces, bridge, processes the RQDs left)."""
-    from tests.multihost.bed import NetnsBed
-    from tests.multihost.farm import start
+    from tests.multihost.farm import running
 
-    with NetnsBed(hosts=HOSTS) as bed:
-        farm = start(bed)
-        try:
-            yield farm
-        finally:
-            farm.stop()
-            shutil.rmtree(farm.workdir, ignore_errors=True)
+    with running(HOSTS) as farm:
+        yield farm
 
 
 @contextlib.contextmanager

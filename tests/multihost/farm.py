@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
@@ -86,6 +87,19 @@ def start(bed: NetnsBed) -> MultiHostFarm:
     return farm
 
 
+@contextlib.contextmanager
+def running(hosts: int) -> Iterator[MultiHostFarm]:
+    """A :class:`NetnsBed` of ``hosts`` hosts with the farm of :func:`start` on it; everything deleted after
+    (namespaces, bridge, the processes the RQDs left, the work folder)."""
+    with NetnsBed(hosts=hosts) as bed:
+        farm = start(bed)
+        try:
+            yield farm
+        finally:
+            farm.stop()
+            shutil.rmtree(farm.workdir, ignore_errors=True)
+
+
 def skip_or_fail(reason: str) -> None:
     """Skip with ``reason``; fail instead when ``CUETRAIN_REQUIRE_NETNS=1`` (set by .ci/run as root on Linux)."""
     if os.environ.get("CUETRAIN_REQUIRE_NETNS") == "1":
@@ -99,10 +113,5 @@ def multihost_farm():
     reason = unavailable() or (None if os.path.exists("/usr/bin/time") else "RQD runs frames through /usr/bin/time")
     if reason:
         skip_or_fail(reason)
-    with NetnsBed(hosts=3) as bed:
-        farm = start(bed)
-        try:
-            yield farm
-        finally:
-            farm.stop()
-            shutil.rmtree(farm.workdir, ignore_errors=True)
+    with running(3) as farm:
+        yield farm
