@@ -196,21 +196,21 @@ class RunLease:
         handed = read_lease(self.paths) if self._adopt else None
         if handed is not None and handed.holder == self._adopt:
             self._write(create=False)  # this process's pid, command and expiry from now on
-            time.sleep(self.config.settle_s)  # a stale-lease taker at the same moment: the later writer wins
-            if (read_lease(self.paths) or self.lease).holder == self.lease.holder:
+            if self._still_mine():
                 return self.lease
         for _ in range(3):
             current = check_free(self.paths, self.lease.job, self._now)  # judged and acted on as one read
-            if self._write(create=current is None):
-                if current is None:
-                    self._sweep()
-                    return self.lease
-                time.sleep(self.config.settle_s)  # two takers of one stale lease: the later replace wins
-                if (read_lease(self.paths) or self.lease).holder == self.lease.holder:
-                    self._sweep()
-                    return self.lease
+            if self._write(create=current is None) and (current is None or self._still_mine()):
+                self._sweep()
+                return self.lease
         check_free(self.paths, self.lease.job, self._now)
         raise LeaseHeld(f"run directory {self.paths.root}: another process claimed it at the same moment")
+
+    def _still_mine(self) -> bool:
+        """After replacing a lease, read it back :attr:`LeaseConfig.settle_s` later: of processes that replaced it at
+        the same moment (takers of one stale lease, or one taking over a handed-over lease), the later writer wins."""
+        time.sleep(self.config.settle_s)
+        return (read_lease(self.paths) or self.lease).holder == self.lease.holder
 
     def _sweep(self) -> None:
         for path in stale_lease_temps(self.paths, self._now() - self.config.ttl_s):
