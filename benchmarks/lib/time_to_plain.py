@@ -32,7 +32,7 @@ import torch
 
 import common
 from bench_time_to_quality import heldout_psnr, input_psnr, load_extracted, time_to
-from trainer.core.config import TrainConfig
+from lib.bare_ddp import ARCHITECTURE  # the network the bare loops train: --architecture auto's for colour
 from trainer.data.crops import CropSampler, per_crop_l1
 from trainer.learn.init_from import shipped_weights
 from trainer.learn.model import build_model, model_config_from_dict, network
@@ -48,7 +48,7 @@ def plain_curve(train: list, held: list, steps: int, batch: int, crop: int, size
     """The plain fp32 loop's curve (module doc) on ``train``/``held`` pairs of (H, W, 3) float32 0..1 frames."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    net = build_model(size, TrainConfig("-", "-", "-").architecture_name)
+    net = build_model(size, ARCHITECTURE)
     opt = torch.optim.Adam(net.parameters(), lr=PLAIN_LR)
     sampler = CropSampler(train, crop, batch, seed=0, memory_format=torch.contiguous_format)
     curve: Curve = [(0.0, 0, heldout_psnr(net, held))]
@@ -74,7 +74,7 @@ def cuetrain_curve(data: Path, held: list, steps: int, batch: int, crop: int, si
                        stderr=subprocess.DEVNULL)
         wall = {r["step"]: r["wall_s"] for r in common.read_rows(Path(tmp))}
         torch.manual_seed(0)
-        first = build_model(size, TrainConfig("-", "-", "-").architecture_name)
+        first = build_model(size, ARCHITECTURE)
         curve: Curve = [(0.0, 0, heldout_psnr(first, held))]
         for step, path in RunPaths(Path(tmp)).list_checkpoints():
             ckpt = torch.load(path, map_location="cpu", weights_only=False)
@@ -116,6 +116,7 @@ def time_to_plain(steps: int, batch: int, crop: int, size: str, env: dict[str, s
     by_step = [(float(s), s, p) for _, s, p in cue]
     reach = time_to(by_step, target)  # cuetrain's steps to the plain loop's final gain
     plain_s = steps * batch / rates["plain"]
+    cue_s = None if reach is None else reach * batch / rates["cuetrain"]  # seconds to the plain loop's gain
     lines = [f"(f) seconds to the plain loop's quality: 1 rank, 1 thread, {batch} crops of {crop} px, {size}, "
              f"{steps} steps each, held-out gain over the Input ({base:.2f} dB)",
              f"    images/s (median of {repeats} interleaved runs of {rate_steps} steps): cuetrain "
@@ -123,9 +124,8 @@ def time_to_plain(steps: int, batch: int, crop: int, size: str, env: dict[str, s
              f"    plain fp32 loop (Adam {PLAIN_LR:g} constant, L1, NCHW, no EMA): {target - base:+.2f} dB in {steps} "
              f"steps = {plain_s:.1f} s",
              f"    cuetrain at its defaults: {cue[-1][2] - base:+.2f} dB in {steps} steps; "
-             + (f"the plain loop's {target - base:+.2f} dB at step {reach:.0f} = {reach * batch / rates['cuetrain']:.1f}"
-                f" s: {plain_s * rates['cuetrain'] / (reach * batch):.2f}x sooner" if reach is not None
-                else "never reached the plain loop's gain"),
+             + (f"the plain loop's {target - base:+.2f} dB at step {reach:.0f} = {cue_s:.1f} s: "
+                f"{plain_s / cue_s:.2f}x sooner" if cue_s is not None else "never reached the plain loop's gain"),
              f"    wall clocks of the two training runs (load-dependent): plain {plain[-1][0]:.1f} s, cuetrain "
              f"{cue[-1][0]:.1f} s"]
     lines.append("    curves (step, dB): plain " + " ".join(f"{s}/{p - base:+.2f}" for _, s, p in plain)

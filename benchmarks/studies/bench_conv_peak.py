@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: E402,F401  (puts the checkout on sys.path)
 
-from trainer.core.config import TrainConfig  # noqa: E402
+from lib.bare_ddp import ARCHITECTURE  # noqa: E402  (the bare loops' network: --architecture auto's for colour)
 from trainer.learn.model import build_model  # noqa: E402
 
 FORMATS = {"nchw": torch.contiguous_format, "channels_last": torch.channels_last}
@@ -76,7 +76,7 @@ def conv_gflops(layer: torch.nn.Conv2d, shape: tuple[int, ...], fmt: torch.memor
 def step_ms(fmt: torch.memory_format, batch: int, crop: int, repeats: int) -> float:
     """Median ms of one plain training step (Adam 1e-3, L1, float32) in memory format ``fmt``."""
     torch.manual_seed(0)
-    net = build_model("small", TrainConfig("-", "-", "-").architecture_name).to(memory_format=fmt)
+    net = build_model("small", ARCHITECTURE).to(memory_format=fmt)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     x = torch.rand(batch, 3, crop, crop).contiguous(memory_format=fmt)
     y = torch.rand(batch, 3, crop, crop)
@@ -100,7 +100,7 @@ def main() -> None:
     peak = max(conv_gflops(torch.nn.Conv2d(256, 256, 3, padding=1), (b, 256, 32, 32), torch.channels_last, True,
                            5)[1] for b in (4, 8))
     print(f"practical peak (256->256 3x3 at 32x32, channels_last): {peak:.1f} GFLOP/s")
-    net = build_model("small", TrainConfig("-", "-", "-").architecture_name)
+    net = build_model("small", ARCHITECTURE)
     totals = {k: 0.0 for k in FORMATS}
     gflop = 0.0  # per training step, all convolutions
     for i, (name, layer, shape) in enumerate(conv_shapes(net, a.batch, a.crop)):
