@@ -11,6 +11,7 @@ given with `-c`; `RQD_CONFIG_FILE` works too):
   RQD_TAGS = rqdport_<rqd_port>        how the double learns which port to dial (farm_servicers)
   OVERRIDE_NIMBY = False               never lock the host for a desktop user (also --nimbyoff)
   RQD_BECOME_JOB_USER = True           only when root: run frames as RunFrame.user_name
+  [UseHostEnvVar] <names>              the CPU a frame sees (CPU_EMULATION_VARS, those set here)
 
 Running as root (RQD_BECOME_JOB_USER): RQD drops its effective uid to the `daemon` account,
 runs each frame as `/usr/bin/time -p -o <stat> /bin/su <user_name> -c <command file>`, and
@@ -57,6 +58,13 @@ runpy.run_module("rqd", run_name="__main__", alter_sys=True)
 """
 
 
+#: What makes this machine run as another kind of CPU (``pytest --cpu-bf16 0|1``: tests/cpu_bf16; torch's and
+#: oneDNN's kernel limits of ``bench_trainer.py --cpu avx2``). RQD gives a frame a fresh environment (rqcore's
+#: ``frameEnv``) but passes the host variables named in rqd.conf's ``[UseHostEnvVar]`` section: those set in this
+#: process are named there, so a frame sees the CPU its host emulates, as a frame on a real host sees that host's.
+CPU_EMULATION_VARS = ("CUETRAIN_TEST_CPU_BF16", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
 class RqdProcess:
     def __init__(self, cuebot_port: int, rqd_port: int, hostname: str, workdir: Path,
                  extra_env: dict | None = None, *, overrides: dict[str, str] | None = None,
@@ -94,8 +102,10 @@ class RqdProcess:
             "RQD_BECOME_JOB_USER": str(self.become_job_user), "CONSOLE_LOG_LEVEL": "INFO",
             **self.overrides}
         self.workdir.mkdir(parents=True, exist_ok=True)
+        host_vars = [name for name in CPU_EMULATION_VARS if os.environ.get(name)]
         self.config_path.write_text(
-            "[Override]\n" + "".join(f"{key} = {value}\n" for key, value in entries.items()))
+            "[Override]\n" + "".join(f"{key} = {value}\n" for key, value in entries.items())
+            + ("[UseHostEnvVar]\n" + "".join(f"{name}\n" for name in host_vars) if host_vars else ""))
         return self.config_path
 
     def start(self, timeout: float = 30) -> None:
