@@ -20,7 +20,6 @@ import contextlib
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -30,6 +29,7 @@ from lib.soak_plan import Fault, RunConfig, stop_hold_s
 
 FARM_KINDS = ("kill_rank", "kill_agent", "kill_frame", "sigstop_rank", "truncate_ckpt", "cuebot_stop")
 DESCRIBE_EVERY_S = 0.5  # seconds between asking the double for the job's state [s]
+STOP_POLLING_S = 15.0  # how long ``kill_all`` waits for a describe in flight to return [s] (pycue's timeout: 10 s)
 
 
 def farm_unavailable() -> str | None:
@@ -113,7 +113,8 @@ class FarmDriver:
         self.notes: list[str] = []
         self.extra_attempts = 0
         self._code: int | None = None
-        self._asked = 0.0
+        self._closed = threading.Event()
+        self._poller: threading.Thread | None = None
 
     def start(self, resume: bool = False) -> None:
         """Submit the job (``resume``: the soak never restarts a farm job; the farm does)."""
@@ -134,6 +135,20 @@ class FarmDriver:
                                  max_restarts=c.max_restarts, **self.job_options())
         self.cue = OpenCueFarm(hosts=[self.cuebot_address()], allow_root=True)
         self.handle = self.cue.submit(job)
+        self.start_polling()
+
+    def start_polling(self) -> None:
+        """Ask the job's state every :data:`DESCRIBE_EVERY_S` from a thread of its own until it ends or
+        :meth:`kill_all`. A describe can block for seconds (pycue retries every 0.5 s while the double is away, and
+        gRPC backs off reconnecting after a ``cuebot_stop``); asked inline, it once stalled the soak's wait for a
+        fault's step until the job had finished (100-fault soak at e7eb8cb, farm run 4)."""
+        self._poller = threading.Thread(target=self._poll, name="soak-describe", daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while self._code is None and not self._closed.is_set():
+            self.poll_state()
+            self._closed.wait(DESCRIBE_EVERY_S)
 
     def cuebot_address(self) -> str:
         """Where pycue and the frames reach the Cuebot double."""
@@ -151,21 +166,26 @@ class FarmDriver:
         return {}
 
     def exit_code(self) -> int | None:
-        """0 when the job FINISHED succeeded, 1 when it FINISHED otherwise or a frame is DEAD (Cuebot will not
-        start it again: the job can never finish; the frame is noted), None while it runs."""
-        if self._code is None and time.monotonic() - self._asked >= DESCRIBE_EVERY_S:
-            self._asked = time.monotonic()
-            with contextlib.suppress(Exception):  # the double may be away (cuebot_stop)
-                status = self.cue.describe(self.handle)
-                dead = {n: f for n, f in status.frames.items() if f.get("state") == "DEAD"}
-                if status.native_state.startswith("FINISHED"):
-                    self._code = 0 if status.state.value == "succeeded" else 1
-                elif dead:
-                    self._code = 1
-                    self.notes.append("PROBLEM: " + "; ".join(
-                        f"frame {n} DEAD (exit status {f.get('exit_status')}, retries {f.get('retries')})"
-                        for n, f in sorted(dead.items())))
+        """0 when the job FINISHED succeeded, 1 when it FINISHED otherwise or a frame is DEAD, None while it runs
+        (as :meth:`poll_state` last saw it; never blocks)."""
         return self._code
+
+    def poll_state(self) -> None:
+        """Describe the job once (blocks while pycue retries) and record its end: 0 when it FINISHED succeeded, 1
+        when it FINISHED otherwise or a frame is DEAD (Cuebot will not start it again: the job can never finish;
+        the frame is noted). An unreachable double (``cuebot_stop``) changes nothing."""
+        if self._code is not None:
+            return
+        with contextlib.suppress(Exception):  # the double may be away (cuebot_stop)
+            status = self.cue.describe(self.handle)
+            dead = {n: f for n, f in status.frames.items() if f.get("state") == "DEAD"}
+            if status.native_state.startswith("FINISHED"):
+                self._code = 0 if status.state.value == "succeeded" else 1
+            elif dead:
+                self.notes.append("PROBLEM: " + "; ".join(
+                    f"frame {n} DEAD (exit status {f.get('exit_status')}, retries {f.get('retries')})"
+                    for n, f in sorted(dead.items())))
+                self._code = 1
 
     def ranks(self) -> dict[int, psutil.Process]:
         """The trainers of this job by rank."""
@@ -216,7 +236,10 @@ class FarmDriver:
                 and p.pid != os.getpid()]
 
     def kill_all(self) -> None:
-        """Kill the job's processes (after a hang) and the job."""
+        """Stop asking the job's state, kill the job's processes (after a hang) and the job."""
+        self._closed.set()
+        if self._poller is not None:
+            self._poller.join(STOP_POLLING_S)
         for p in self.processes():
             _quietly(p.kill)
         with contextlib.suppress(Exception):

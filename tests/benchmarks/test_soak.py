@@ -145,9 +145,40 @@ def test_a_farm_job_with_a_dead_frame_ends_its_run_as_lost_not_as_a_hang(tmp_pat
     frames = {"0": {"state": "DEAD", "exit_status": 1, "retries": 1}, "1": {"state": "RUNNING"}}
     driver = FarmDriver(soak_plan.RunConfig(), (tmp_path, tmp_path), tmp_path / "run", tmp_path, farm=None)
     driver.cue = SimpleNamespace(describe=lambda handle: SimpleNamespace(native_state="IN_PROGRESS", frames=frames))
+    driver.poll_state()
     assert driver.exit_code() == 1  # a PENDING job whose frame is DEAD never finishes by itself
     assert driver.notes == ["PROBLEM: frame 0 DEAD (exit status 1, retries 1)"]
     frames["0"]["state"] = "RUNNING"
     driver = FarmDriver(soak_plan.RunConfig(), (tmp_path, tmp_path), tmp_path / "run", tmp_path, farm=None)
     driver.cue = SimpleNamespace(describe=lambda handle: SimpleNamespace(native_state="IN_PROGRESS", frames=frames))
+    driver.poll_state()
     assert driver.exit_code() is None and driver.notes == []
+
+
+def test_asking_a_farm_job_its_state_never_stalls_the_wait_for_a_faults_step(tmp_path):
+    # 100-fault soak at e7eb8cb, farm run 4: after a cuebot_stop, pycue's describe retried for seconds inside the
+    # wait for the next fault's step, and the job trained past it to its end ("run ended (exit 0) before the fault")
+    import threading
+    from types import SimpleNamespace
+
+    from lib.soak_farm import FarmDriver
+
+    inside, release = threading.Event(), threading.Event()
+
+    def describe(handle):
+        inside.set()
+        release.wait(5)  # pycue retrying against a double that is away
+        inside.clear()
+        return SimpleNamespace(native_state="FINISHED", state=SimpleNamespace(value="succeeded"), frames={})
+
+    driver = FarmDriver(soak_plan.RunConfig(), (tmp_path, tmp_path), tmp_path / "run", tmp_path, farm=None)
+    driver.cue = SimpleNamespace(describe=describe, cancel=lambda handle: None)
+    driver.start_polling()
+    assert inside.wait(5)
+    assert driver.exit_code() is None
+    assert inside.is_set()  # answered while the describe was still in flight
+    release.set()
+    assert driver._poller is not None
+    driver._poller.join(5)
+    assert driver.exit_code() == 0
+    driver.kill_all()
