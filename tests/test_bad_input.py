@@ -130,14 +130,18 @@ def full_disk_under(monkeypatch, folder: Path) -> None:
     monkeypatch.setattr(os, "fsync", fsync)
 
 
-def test_disk_full_while_checkpointing_fails_the_run_and_leaves_no_partial_files(pairs, tmp_path, clean_env, capsys):
+def test_disk_full_past_the_grace_fails_the_run_and_leaves_no_partial_files(pairs, tmp_path, clean_env, capsys):
+    """Checkpoints that a full disk keeps out are held and retried (trainer.record.storage) until
+    --storage-full-grace-s runs out; then the run fails, naming the reason, the file and the errno."""
     run = RunPaths.of(tmp_path / "run")
     full_disk_under(clean_env, run.checkpoints)
-    code, err = run_main(cli.main, train_argv(pairs, run.root), capsys)
+    code, err = run_main(cli.main, train_argv(pairs, run.root, "--storage-full-grace-s", "0.5"), capsys)
     assert code == 2
-    assert f"cannot write {run.checkpoint(2)}: No space left on device; check free space and permissions" in err
+    assert (f"longer than --storage-full-grace-s 0.5: cannot write {run.checkpoint(4)} ([Errno {errno.ENOSPC}] "
+            "ENOSPC: No space left on device)") in err  # the held checkpoint of step 2 was replaced by step 4's
     record = read_json(run.run_json)
-    assert record["state"] == "failed" and "No space left on device" in record["error"]
+    assert record["state"] == "failed" and record["failure_kind"] == "storage_full"
+    assert "No space left on device" in record["error"] and record["exit_code"] == 2
     assert run.list_checkpoints() == [] and not run.model.exists()
     assert not [f for f in files_in(run.root) if f.endswith(".tmp") or "/." in f"/{f}"]  # temp files removed
 
