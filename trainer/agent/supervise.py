@@ -137,6 +137,7 @@ class RankLogs:
         self._stream = stream
         self._fds: dict[int, int] = {}
         self._held: dict[int, bytes] = {}  # text a full disk kept out of rank N's log, oldest first
+        self._lost: dict[int, int] = {}  # bytes of rank N's log dropped beyond LOG_HELD_BYTES [bytes]
         self._full = StorageWatch(None, "rank log lines held in memory")
         self._lock = threading.Lock()
 
@@ -159,18 +160,22 @@ class RankLogs:
 
     def _to_file(self, rank: int, data: bytes) -> None:
         path = self._paths.rank_log(rank)
+        lost = self._lost.pop(rank, 0)
+        buf = (f"[{lost} bytes of this log lost: the disk was full]\n".encode() if lost else b"") + data
         try:
             if rank not in self._fds:
                 self._fds[rank] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-            while data:
-                data = data[os.write(self._fds[rank], data):]
+            while buf:
+                buf = buf[os.write(self._fds[rank], buf):]
         except OSError as exc:
             if not self._full.failed(path.name, path, exc):
                 raise
-            if len(data) > LOG_HELD_BYTES:
-                lost = len(data) - LOG_HELD_BYTES
-                data = f"[{lost} bytes of this log lost: the disk was full]\n".encode() + data[lost:]
-            self._held[rank] = data
+            if len(buf) > len(data):  # the note of what was lost is not (wholly) written: write it again later
+                self._lost[rank], buf = lost, buf[len(buf) - len(data):]
+            if len(buf) > LOG_HELD_BYTES:
+                self._lost[rank] = self._lost.get(rank, 0) + len(buf) - LOG_HELD_BYTES
+                buf = buf[-LOG_HELD_BYTES:]
+            self._held[rank] = buf
             return
         self._full.cleared(path.name, path)
 
