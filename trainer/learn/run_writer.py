@@ -191,7 +191,7 @@ class RunWriter:
                 raise
             log.error("run.json not updated to %s: storage full (%s)", state, describe_errno(code))
         held = self._writes.held_step if self._writes is not None else None
-        if self._rows or held is not None:
+        if self.storage.full and (self._rows or held is not None):
             log.error("storage full: %d metrics rows and %s never written", len(self._rows),
                       "no checkpoint" if held is None else f"the checkpoint of step {held}")
 
