@@ -25,8 +25,8 @@ import torch
 from trainer.core.channels import ChannelPlan
 from trainer.core.config import ConfigError, TrainConfig
 from trainer.learn.background import BackgroundWrites
-from trainer.learn.contact_sheet import (SHEET_GAP, SHEET_HEADER, SHEET_LABELS, SHEET_MIN_CELL,  # noqa: F401 (re-exported)
-                                         contact_sheet_image, sheet_scale)
+from trainer.learn.contact_sheet import (SHEET_GAP, SHEET_HEADER, SHEET_LABELS,  # noqa: F401 (re-exported)
+                                         SHEET_MIN_CELL, contact_sheet_image, sheet_scale)
 from trainer.learn.model import count_parameters, model_config
 from trainer.learn.optim import optimizer_of
 from trainer.record import runrecord
