@@ -25,7 +25,7 @@ from cue_plugin.node.publication import Publication
 from tests.conftest import CHILD_PYTHONPATH, ROOT
 from trainer import cli
 from trainer.core.envvars import CueFrameEnv
-from trainer.record.rundir import RunPaths, read_json
+from trainer.record.rundir import RunPaths, read_json, read_metrics
 
 DIST = ("COPYCAT_MAIN_ADDR", "COPYCAT_MAIN_PORT", "COPYCAT_RANK", "COPYCAT_WORLD_SIZE", "COPYCAT_LOCAL_ADDR",
         "COPYCAT_SYNC_INTERVAL", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUETRAIN_GANG_TOKEN")
@@ -130,16 +130,57 @@ def full_disk_under(monkeypatch, folder: Path) -> None:
     monkeypatch.setattr(os, "fsync", fsync)
 
 
-def test_disk_full_while_checkpointing_fails_the_run_and_leaves_no_partial_files(pairs, tmp_path, clean_env, capsys):
+def test_disk_full_past_the_grace_fails_the_run_and_leaves_no_partial_files(pairs, tmp_path, clean_env, capsys):
+    """Checkpoints that a full disk keeps out are held and retried (trainer.record.storage) until
+    --storage-full-grace-s runs out; then the run fails, naming the reason, the file and the errno."""
     run = RunPaths.of(tmp_path / "run")
     full_disk_under(clean_env, run.checkpoints)
-    code, err = run_main(cli.main, train_argv(pairs, run.root), capsys)
+    code, err = run_main(cli.main, train_argv(pairs, run.root, "--storage-full-grace-s", "0.5"), capsys)
     assert code == 2
-    assert f"cannot write {run.checkpoint(2)}: No space left on device; check free space and permissions" in err
+    assert (f"longer than --storage-full-grace-s 0.5: cannot write {run.checkpoint(4)} ([Errno {errno.ENOSPC}] "
+            "ENOSPC: No space left on device)") in err  # the held checkpoint of step 2 was replaced by step 4's
     record = read_json(run.run_json)
-    assert record["state"] == "failed" and "No space left on device" in record["error"]
+    assert record["state"] == "failed" and record["failure_kind"] == "storage_full"
+    assert "No space left on device" in record["error"] and record["exit_code"] == 2
     assert run.list_checkpoints() == [] and not run.model.exists()
     assert not [f for f in files_in(run.root) if f.endswith(".tmp") or "/." in f"/{f}"]  # temp files removed
+
+
+def test_disk_full_for_two_seconds_mid_run_is_ridden_out(pairs, tmp_path, clean_env, capsys, caplog):
+    """The run directory fills as the first checkpoint is written and frees 2 s later: the run trains on and ends
+    succeeded in its one attempt, with every metrics row in order, the last checkpoint and model.pt."""
+    run = RunPaths.of(tmp_path / "run")
+    spell: dict[str, float] = {}
+    real_write, real_fsync = os.write, os.fsync
+
+    def full(fd: int) -> bool:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(run.checkpoints)):
+            spell.setdefault("until", time.monotonic() + 2.0)
+        return path.startswith(str(run.root)) and time.monotonic() < spell.get("until", 0.0)
+
+    def write(fd: int, data: bytes) -> int:
+        if full(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    def fsync(fd: int) -> None:
+        if full(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    clean_env.setattr(os, "write", write)
+    clean_env.setattr(os, "fsync", fsync)
+    with caplog.at_level("WARNING"):
+        code, err = run_main(cli.main, train_argv(pairs, run.root, "--steps", "12", "--log-interval", "1"), capsys)
+    assert code == 0, err
+    record = read_json(run.run_json)
+    assert record["state"] == "succeeded" and record["final_step"] == 12 and len(record["attempts"]) == 1
+    assert [row["step"] for row in read_metrics(run)] == list(range(1, 13))
+    assert run.list_checkpoints()[-1][0] == 12 and run.model.exists() and run.model_meta.exists()
+    messages = [r.getMessage() for r in caplog.records]
+    assert len([m for m in messages if m.startswith("storage full: cannot write")]) == 1
+    assert len([m for m in messages if m.startswith("storage writable again")]) == 1
 
 
 def test_disk_full_at_start_writes_no_run_json(pairs, tmp_path, clean_env, capsys):

@@ -26,7 +26,6 @@ EXPECTED_EXITS: dict[str, dict[int, tuple[str, ...]]] = {
     "kill_agent": {-9: ("running", "failed")},  # the ranks die of a broken pipe and rank 0 records it, or not
     "kill_frame": {-9: ("running", "failed")},  # every process killed at once: nobody records anything
     "sigterm_agent": {ExitCode.STOPPED: ("stopped",)},  # the gang agreed on a step and checkpointed it
-    "disk_full": {ExitCode.USAGE: ("failed", "running")},  # "No space left": a restart cannot help until it is freed
     "runjson_immutable": {ExitCode.USAGE: ("running", "failed")},  # run.json cannot take the new attempt
 }
 

@@ -2,8 +2,9 @@
 
 The supervisor runs as ``python -m trainer.cli local --max-restarts R`` in a session of its own (a stand-in for a farm
 frame's process group); its ranks are each in their own session (``trainer.agent.launch``). The soak plays the
-operator (or the farm's retry): when the supervisor itself exits for a fault that ends it (killed, preempted, the run
-directory full or unwritable), the soak undoes what it did and starts the same command again with ``--resume``.
+operator (or the farm's retry): when the supervisor itself exits for a fault that ends it (killed, preempted, run.json
+unwritable), the soak undoes what it did and starts the same command again with ``--resume``. A full run directory
+ends nothing: rank 0 rides it out (``trainer.record.storage``) and trains on.
 
 Root-only kinds: the run directory lives on a tmpfs of the soak's own (``mount -t tmpfs -o size=...``), which can be
 filled (disk full) and whose files take ``chattr +i`` (tmpfs supports the immutable flag since Linux 6.0; plain

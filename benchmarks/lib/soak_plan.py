@@ -40,6 +40,8 @@ class Kind:
         root: needs root (a tmpfs of the soak's own, ``chattr +i``).
         attempts: training attempts it adds to ``run.json`` [count].
         lost_intervals: steps it may cost, in checkpoint intervals (2 where the newest checkpoint is destroyed).
+        rows_after_undo: the run holds its metrics rows while the fault lasts (a full disk), so "training again" is
+            the first row that lands after the soak undid it, not one appended before.
         what: one line for the docs.
     """
 
@@ -48,6 +50,7 @@ class Kind:
     root: bool = False
     attempts: int = 1
     lost_intervals: int = 1
+    rows_after_undo: bool = False
     what: str = ""
 
 
@@ -61,8 +64,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          what="SIGSTOP of one rank for twice the collective timeout + 3 s, then SIGCONT"),
     Kind("sigterm_rank", ("local",), what="SIGTERM (preemption) of one rank"),
     Kind("sigterm_agent", ("local",), what="SIGTERM (preemption) of the node agent / frame"),
-    Kind("disk_full", ("local",), root=True, lost_intervals=2,  # the checkpoint being written (off the training
-         what="the run directory's filesystem filled, freed 3 s later"),  # thread) fails: the one before is newest
+    # rank 0 rides a full disk out (trainer.record.storage): no exit, no new attempt; the checkpoint a full disk
+    # kept out lands once the soak frees it, so a later fault resumes from it (0 steps lost)
+    Kind("disk_full", ("local",), root=True, attempts=0, lost_intervals=0, rows_after_undo=True,
+         what="the run directory's filesystem filled, freed 3 s later: rank 0 holds its metrics rows and checkpoint "
+              "in memory and trains on"),
     Kind("truncate_ckpt", ("local", "farm"), lost_intervals=2,
          what="the newest checkpoint truncated to half, then SIGKILL of a rank"),
     Kind("runjson_immutable", ("local",), root=True,

@@ -57,6 +57,8 @@ class _Fault:
             now = time.monotonic()
             if self.undo is not None and now - applied >= HOLD_S:
                 self._undo()
+                if self.kind.rows_after_undo:  # rows held while the disk was full land with the next one after it
+                    row0 = self.watcher.rows
             if self._exited():
                 break
             if now - t0 > self.out.limit_s:
@@ -73,6 +75,8 @@ class _Fault:
     def _trained_again(self, row0: int) -> bool:
         if self.kind.attempts:
             return self.watcher.attempts > self.attempts0
+        if self.kind.rows_after_undo and self.undo is not None:  # the fault lasts its whole hold
+            return False
         return self.watcher.rows > row0
 
     def _undo(self) -> None:

@@ -54,6 +54,8 @@ def test_a_supervisor_exit_is_accepted_only_where_its_fault_explains_it():
     assert not soak_checks.expected_exit("sigterm_agent", 75, "failed")
     assert soak_checks.expected_exit("kill_agent", -9, "running")
     assert not soak_checks.expected_exit("kill_rank", 4, "failed")  # the supervisor restarts a lost rank itself
+    assert not soak_checks.expected_exit("disk_full", 2, "failed")  # rank 0 rides a full disk out: no exit
+    assert (soak_plan.KINDS["disk_full"].attempts, soak_plan.KINDS["disk_full"].lost_intervals) == (0, 0)
 
 
 def test_the_limit_of_each_fault_is_the_documented_chain_of_timeouts():

@@ -36,6 +36,7 @@ from trainer.core.envvars import EnvError
 from trainer.core.timeouts import GRACE
 from trainer.record.rankfailure import ERROR_FILE_VAR, RankFailure, clear_failure, read_failure
 from trainer.record.rundir import FILE_MODE, RunPaths
+from trainer.record.storage import StorageWatch
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,17 @@ def rank_envs(base: Mapping[str, str], first_rank: int, ranks: int,
             for local, share in enumerate(device_envs(devices, ranks))]
 
 
+#: Log text of one rank held in memory while the run directory is full [bytes]; beyond it the oldest is dropped
+#: (the terminal or the frame's log still shows every line).
+LOG_HELD_BYTES = 1 << 20
+
+
 class RankLogs:
     """Rank output lines to ``RUN_DIR/logs/rank_N.log`` (mode 0640) and to ``stream`` (default stdout).
+
+    A full run directory (ENOSPC, EDQUOT; ``trainer.record.storage``) loses no line and stops no rank: the text a
+    log file could not take is held (up to :data:`LOG_HELD_BYTES` per rank, the oldest dropped beyond it, with a
+    line saying how much) and written before the next line, once space returns; ``stream`` gets every line at once.
 
     Args:
         paths: the run directory layout.
@@ -125,7 +135,10 @@ class RankLogs:
         self._paths = paths
         self._prefix = prefix
         self._stream = stream
-        self._files: dict[int, IO[str]] = {}
+        self._fds: dict[int, int] = {}
+        self._held: dict[int, bytes] = {}  # text a full disk kept out of rank N's log, oldest first
+        self._lost: dict[int, int] = {}  # bytes of rank N's log dropped beyond LOG_HELD_BYTES [bytes]
+        self._full = StorageWatch(None, "rank log lines held in memory")
         self._lock = threading.Lock()
 
     @property
@@ -134,23 +147,44 @@ class RankLogs:
         return self._paths
 
     def write(self, rank: int, text: str, *, prefixed: bool = True) -> None:
-        """Write ``text`` (whole lines) of ``rank``; ``prefixed=False``: no stream prefix (the frame's own log)."""
+        """Write ``text`` (whole lines) of ``rank``; ``prefixed=False``: no stream prefix (the frame's own log).
+
+        Raises:
+            OSError: the log file cannot be opened or written for another reason than a full disk.
+        """
         with self._lock:
-            if rank not in self._files:
-                fd = os.open(self._paths.rank_log(rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-                self._files[rank] = os.fdopen(fd, "a", encoding="utf-8", errors="replace", buffering=1)
-            self._files[rank].write(text)
-            self._files[rank].flush()
+            self._to_file(rank, self._held.pop(rank, b"") + text.encode("utf-8", errors="replace"))
             stream = self._stream or sys.stdout
             stream.write(f"[rank {rank}] {text}" if self._prefix and prefixed else text)
             stream.flush()
 
+    def _to_file(self, rank: int, data: bytes) -> None:
+        path = self._paths.rank_log(rank)
+        lost = self._lost.pop(rank, 0)
+        buf = (f"[{lost} bytes of this log lost: the disk was full]\n".encode() if lost else b"") + data
+        try:
+            if rank not in self._fds:
+                self._fds[rank] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+            while buf:
+                buf = buf[os.write(self._fds[rank], buf):]
+        except OSError as exc:
+            if not self._full.failed(path.name, path, exc):
+                raise
+            if len(buf) > len(data):  # the note of what was lost is not (wholly) written: write it again later
+                self._lost[rank], buf = lost, buf[len(buf) - len(data):]
+            if len(buf) > LOG_HELD_BYTES:
+                self._lost[rank] = self._lost.get(rank, 0) + len(buf) - LOG_HELD_BYTES
+                buf = buf[-LOG_HELD_BYTES:]
+            self._held[rank] = buf
+            return
+        self._full.cleared(path.name, path)
+
     def close(self) -> None:
         """Close the log files (idempotent)."""
         with self._lock:
-            for fh in self._files.values():
-                fh.close()
-            self._files.clear()
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,10 @@ class TrainConfig:
             (0 = off). The held-out frames are every 10th frame of the shot, not trained on
             (``trainer.data.holdout``; the rule: ``trainer.core.stopping``). ``steps`` (and ``time_budget``) stay caps.
         flat_window: the window ``stop_when_flat`` compares over [steps].
+        storage_full_grace_s: how long rank 0 rides out a full run directory (ENOSPC, or EDQUOT: quota exceeded)
+            while training: metrics rows and the checkpoint that could not be written are held in memory and written
+            when space returns; a write still failing this long after its first failure fails the run (exit 2,
+            ``failure_kind`` ``storage_full``; ``trainer.record.storage``) [seconds].
     """
 
     input_dir: str
@@ -219,6 +223,7 @@ class TrainConfig:
     time_budget: str = ""
     stop_when_flat: float = 0.0
     flat_window: int = 500
+    storage_full_grace_s: float = 300.0
 
     def __post_init__(self) -> None:
         _check_positive(self, ("steps", "batch_size", "crop_size", "lr_reference_batch", "checkpoint_interval",
@@ -239,7 +244,7 @@ class TrainConfig:
             raise ConfigError(f"adam_beta2={self.adam_beta2} must be between 0 and 1, exclusive (e.g. 0.9 or 0.999)")
         if self.lr is not None and not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
-        for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s", "shot_check_s"):
+        for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s", "shot_check_s", "storage_full_grace_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0 seconds")
         _check_choice("model_size", self.model_size, MODEL_SIZES)

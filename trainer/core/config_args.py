@@ -124,6 +124,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"steps --stop-when-flat compares over (default {d['flat_window']})")
     g.add_argument("--stop-grace-s", type=float,
                    help="after SIGTERM/SIGINT: checkpoint and exit within this many seconds (default 20)")
+    g.add_argument("--storage-full-grace-s", type=float,
+                   help="ride out a full run directory (no space left, quota exceeded) for this many seconds, "
+                        "holding metrics and the checkpoint in memory, before failing the run (default "
+                        f"{d['storage_full_grace_s']:g})")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

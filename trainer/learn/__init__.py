@@ -2,6 +2,10 @@
 
 Modules (its public surface; names starting with ``_`` stay inside their module):
 
+- :mod:`trainer.learn.background`: Rank 0's one background writer thread: contact sheets, previews and checkpoints,
+  off the training thread.
+- :mod:`trainer.learn.contact_sheet`: Contact sheets: a labelled grid of Input, Output and Ground Truth crops, and
+  the PNG bytes rank 0 writes.
 - :mod:`trainer.learn.divergence`: The divergence watch: a run whose loss blows up stops with one clear error (exit
   81), not garbage weights.
 - :mod:`trainer.learn.ema`: Exponential moving average (EMA) of the weights, the model rank 0 exports when ``--ema-
@@ -35,6 +39,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 """
 
 __all__ = [
+    'background',
+    'contact_sheet',
     'divergence',
     'ema',
     'heads',

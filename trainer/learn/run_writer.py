@@ -1,40 +1,40 @@
 """Rank 0's outputs: run.json, metrics, contact sheets, preview frames, checkpoints and the exported model.
 
 Contact sheets, preview frames (rendered by ``trainer.learn.preview`` on the training thread) and checkpoints
-are written by one background thread so training does not wait on disk: the training thread only copies tensors
-to CPU memory (microseconds to milliseconds); encoding, ``torch.save`` and fsync happen off the training thread.
-Every file is written atomically (temp file + rename, see ``trainer.record.rundir``), so a kill mid-write leaves
-the previous checkpoint loadable.
+are written by one background thread (``trainer.learn.background``) so training does not wait on disk: the
+training thread only copies tensors to CPU memory (microseconds to milliseconds); encoding, ``torch.save`` and
+fsync happen off the training thread. Every file is written atomically (temp file + rename, see
+``trainer.record.rundir``), so a kill mid-write leaves the previous checkpoint loadable. A run directory that is
+full for a while (ENOSPC, EDQUOT) is ridden out for up to ``--storage-full-grace-s`` (``trainer.record.storage``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
+import json
 import logging
 import os
 import platform
 import socket
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from trainer.core.channels import ChannelPlan
 from trainer.core.config import ConfigError, TrainConfig
-from trainer.data.images import write_image
+from trainer.learn.background import BackgroundWrites
+from trainer.learn.contact_sheet import (SHEET_GAP, SHEET_HEADER, SHEET_LABELS,  # noqa: F401 (re-exported)
+                                         SHEET_MIN_CELL, contact_sheet_image, sheet_scale)
 from trainer.learn.model import count_parameters, model_config
 from trainer.learn.optim import optimizer_of
-from trainer.learn.preview import cell, columns, header_band, label_width
 from trainer.record import runrecord
 from trainer.record.netcheck import network_mismatches, network_of, run_network
-from trainer.record.rundir import RunPaths, append_metrics, atomic_write_bytes, atomic_write_json
+from trainer.record.rundir import RunDirError, RunPaths, append_metrics, atomic_write_bytes
+from trainer.record.storage import StorageFull, StorageWatch, describe_errno, storage_full_errno
 
 log = logging.getLogger(__name__)
-
-SHEET_GAP = 2  # pixels between contact-sheet cells
 
 
 def versions() -> dict[str, str]:
@@ -65,71 +65,38 @@ def cpu_copy(obj: Any) -> Any:
     return obj
 
 
-SHEET_LABELS = ("Input", "Output", "Ground Truth")
-SHEET_MIN_CELL = 96  # pixels: crops are enlarged (nearest neighbour, whole factors) to at least this width
-SHEET_HEADER = 30  # pixels: the band above the grid holding the step and the column labels
-
-
-def sheet_scale(crop: int) -> int:
-    """Whole enlargement factor of a ``crop``-pixel cell so that its label fits (>= 1)."""
-    return max(1, -(-SHEET_MIN_CELL // crop))
-
-
-def contact_sheet_image(inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor, step: int | None = None,
-                        plan: ChannelPlan | None = None) -> np.ndarray:
-    """Labelled grid of crops: rows = crops, columns = what the task shows, under a header band that names the
-    columns and the step, so the PNG reads on its own.
-
-    Columns (``trainer.learn.preview.columns``): Input | Output | Ground Truth for colour tasks (``plan`` None or
-    RGB -> RGB: exactly the sheet cuetrain always drew); a matte: Input | Output over Input (the matte as a
-    translucent red over the Input, Nuke's matte overlay) | Output matte | Ground Truth matte (grey);
-    colour+alpha: Input | Output RGB | Output alpha over Input | Ground Truth RGB | Ground Truth alpha over Input.
-
-    Args: (n, Cin, c, c) ``inp`` and (n, Cout, sc, sc) ``out`` and ``tgt`` (s = the ``--scale``, 1 for repair), their
-    channels named by ``plan`` (None: R, G, B); ``step``: training step written in the header (omitted when None).
-    Returns (SHEET_HEADER + n*C + (n-1)*gap, k*C + (k-1)*gap, 3) float32 clipped to 0..1 for k columns, where C =
-    sc * :func:`sheet_scale` (sc), or more when a label needs it (cells enlarged by whole factors, nearest neighbour,
-    so no pixel is invented: an upres run's Input is shown at the Output's size, its pixels as blocks).
-    """
-    cols = columns(plan)
-    labels = [col.label for col in cols]
-    n, c = inp.shape[0], tgt.shape[-1]
-    cell_px, g = c * max(sheet_scale(c), -(-(label_width(labels) + 4) // c)), SHEET_GAP
-    sheet = np.ones((SHEET_HEADER + n * cell_px + (n - 1) * g, len(cols) * cell_px + (len(cols) - 1) * g, 3),
-                    np.float32)
-    for row in range(n):
-        sides = {side: t[row].detach().float().cpu().permute(1, 2, 0).numpy()  # (C, c, c) -> (c, c, C)
-                 for side, t in (("input", inp), ("output", out), ("truth", tgt))}
-        for col, column in enumerate(cols):
-            y, x = SHEET_HEADER + row * (cell_px + g), col * (cell_px + g)
-            img = cell(column, sides, plan)
-            k = cell_px // img.shape[0]  # whole factor: the Input of an upres run is enlarged s times more
-            sheet[y:y + cell_px, x:x + cell_px] = img.repeat(k, axis=0).repeat(k, axis=1)
-    sheet[:SHEET_HEADER] = _header(sheet.shape[1], cell_px, g, step, labels)
-    return np.clip(sheet, 0.0, 1.0)
-
-
-def _header(width: int, cell_px: int, gap: int, step: int | None, labels: Sequence[str] = SHEET_LABELS) -> np.ndarray:
-    """(SHEET_HEADER, width, 3) float32: dark band, the step top left, a label centred over each column
-    (``trainer.learn.preview.header_band``: Pillow's built-in font, no font file is needed)."""
-    return header_band(width, cell_px, gap, labels, "" if step is None else f"step {step}", SHEET_HEADER)
+#: Metrics rows held in memory while the run directory is full [rows]: a row is about 150-200 bytes, so at most
+#: ~20 MB; at one row per --log-interval this outlasts any grace a run sets. More fails the run (StorageFull).
+METRICS_HELD_ROWS = 100_000
 
 
 class RunWriter:
     """Writes rank 0's outputs. On other ranks (``enabled=False``) every method is a no-op.
 
+    A full run directory (ENOSPC, or EDQUOT: quota exceeded; ``trainer.record.storage``) does not stop training:
+    metrics rows that could not be appended are held in memory (at most :data:`METRICS_HELD_ROWS`) and appended, in
+    order, with the next row that can be, so ``metrics.jsonl`` ends complete and ordered; a checkpoint is held and
+    retried off the training thread, a contact sheet or preview skipped (``trainer.learn.background``). One warning
+    names the path and the errno when storage fills, one says when it recovered. A write still failing
+    ``storage_full_grace_s`` after its first failure raises ``trainer.record.storage.StorageFull`` on the training
+    thread (at the next metrics row or queued write, or in :meth:`flush`); any other write error is raised there as
+    before.
+
     Args:
         paths: the run directory layout.
         enabled: True on rank 0.
         keep_checkpoints: how many checkpoints to keep [files].
+        storage_full_grace_s: how long a write may keep failing for a full disk (``TrainConfig``) [s].
     """
 
-    def __init__(self, paths: RunPaths, enabled: bool, keep_checkpoints: int) -> None:
+    def __init__(self, paths: RunPaths, enabled: bool, keep_checkpoints: int,
+                 storage_full_grace_s: float = 300.0) -> None:
         self.paths = paths
         self.enabled = enabled
         self.keep = keep_checkpoints
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-writer") if enabled else None
-        self._pending: list[Future[None]] = []
+        self.storage = StorageWatch(storage_full_grace_s, "rank 0 holds its metrics rows and checkpoint in memory")
+        self._writes = BackgroundWrites(paths, keep_checkpoints, self.storage) if enabled else None
+        self._rows: list[dict[str, Any]] = []  # metrics rows not yet in metrics.jsonl (the disk was full)
 
     def start(self, config: dict[str, Any], world_size: int, start_step: int, backend: str) -> None:
         """Record this attempt in run.json (state ``running``; ``attempts`` grows by one)."""
@@ -138,66 +105,99 @@ class RunWriter:
                                     backend=backend, host=socket.gethostname(), pid=os.getpid(), versions=versions())
 
     def metrics(self, row: dict[str, Any]) -> None:
-        """Append one metrics row (small; written on the training thread)."""
-        if self.enabled:
-            append_metrics(self.paths, [row])
+        """Append one metrics row (small; written on the training thread) after the rows a full disk held back.
+
+        Raises:
+            StorageFull: the disk stayed full past the grace, or more than :data:`METRICS_HELD_ROWS` rows are held.
+            RunDirError: any other write error (also one a background write met).
+        """
+        if self._writes is None:
+            return
+        self._writes.raise_failed()
+        self._rows.append(row)
+        try:
+            append_metrics(self.paths, self._rows)
+        except RunDirError as exc:
+            if not self.storage.failed("metrics.jsonl", self.paths.metrics, exc):
+                raise
+            if len(self._rows) > METRICS_HELD_ROWS:
+                raise StorageFull(f"storage full: {len(self._rows)} metrics rows held in memory, more than "
+                                  f"{METRICS_HELD_ROWS}; free space on the run directory's storage, then resume the "
+                                  "run with --resume") from exc
+            return
+        self._rows.clear()
+        self.storage.cleared("metrics.jsonl", self.paths.metrics)
 
     def contact_sheet(self, step: int, inp: torch.Tensor, out: torch.Tensor, tgt: torch.Tensor,
                       plan: ChannelPlan | None = None) -> None:
         """Queue ``contact_sheets/step_NNNNNN.png`` from (n, Cin, c, c) Input crops and (n, Cout, sc, sc) Output and
         Ground Truth crops (s = ``--scale``), drawn for ``plan``'s task (:func:`contact_sheet_image`)."""
-        if self.enabled:
+        if self._writes is not None:
             sheet = contact_sheet_image(inp, out, tgt, step, plan)
-            self._submit(write_image, self.paths.contact_sheet(step), sheet)
+            self._writes.submit(self._writes.picture, "contact sheet", self.paths.contact_sheet(step), sheet)
 
     def preview(self, step: int, image: np.ndarray) -> None:
         """Queue ``previews/step_NNNNNN.png``: ``image`` (H, W, 3) float32 0..1, ``trainer.learn.preview.render_preview``'s
         result (already on the CPU; written atomically off the training thread)."""
-        if self.enabled:
-            self._submit(write_image, self.paths.preview(step), image)
+        if self._writes is not None:
+            self._writes.submit(self._writes.picture, "preview", self.paths.preview(step), image)
 
     def checkpoint(self, step: int, state: dict[str, Any]) -> None:
         """Queue ``checkpoints/step_NNNNNN.pt`` (``state`` must already be a CPU copy) and prune old ones."""
-        if self.enabled:
-            self._submit(self._write_checkpoint, step, state)
+        if self._writes is not None:
+            self._writes.submit(self._writes.checkpoint, step, state)
 
-    def _write_checkpoint(self, step: int, state: dict[str, Any]) -> None:
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        atomic_write_bytes(self.paths.checkpoint(step), buf.getvalue())
-        for _, old in self.paths.list_checkpoints()[:-self.keep]:
-            old.unlink(missing_ok=True)
+    def flush(self, wait_held: bool = True) -> None:
+        """Wait for queued writes; re-raise the first error. ``wait_held``: also write the metrics rows and the
+        checkpoint a full disk held back, trying again every ``RETRY_S`` for up to the grace.
 
-    def _submit(self, fn: Any, *args: Any) -> None:
-        self._raise_failed()
-        if self._pool is not None:
-            self._pending.append(self._pool.submit(fn, *args))
-
-    def _raise_failed(self) -> None:
-        done = [f for f in self._pending if f.done()]
-        self._pending = [f for f in self._pending if not f.done()]
-        for f in done:
-            f.result()  # re-raises a background write error (e.g. disk full) on the training thread
-
-    def flush(self) -> None:
-        """Wait for queued writes; re-raise the first error."""
-        for f in self._pending:
-            f.result()
-        self._pending = []
+        Raises:
+            StorageFull: still full after the grace. RunDirError: any other write error.
+        """
+        if self._writes is None:
+            return
+        self._writes.flush(wait_held=False)
+        if wait_held and self._rows:
+            self.storage.patiently("metrics.jsonl", self.paths.metrics, lambda: append_metrics(self.paths, self._rows))
+            self._rows.clear()
+        self._writes.flush(wait_held)
 
     def finish(self, state: str, **fields: Any) -> None:
-        """Flush, then record the final ``state`` (and ``fields``) in run.json."""
-        if not self.enabled:
+        """Flush, then record the final ``state`` (and ``fields``) in run.json. For any state but ``failed`` both
+        wait for a full disk (up to the grace); a ``failed`` run tries once and logs what a full disk kept out."""
+        if self._writes is None:
+            return
+        patient = state != "failed"
+        try:
+            self.flush(wait_held=patient)
+        finally:
+            try:
+                self._record(state, fields, patient)
+            finally:
+                self._writes.close()
+
+    def _record(self, state: str, fields: dict[str, Any], patient: bool) -> None:
+        def write() -> None:
+            runrecord.update_record(self.paths, state=state, finished_at=runrecord.now_iso(), **fields)
+
+        if patient:
+            self.storage.patiently("run.json", self.paths.run_json, write)
             return
         try:
-            self.flush()
-        finally:
-            runrecord.update_record(self.paths, state=state, finished_at=runrecord.now_iso(), **fields)
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
+            write()
+        except RunDirError as exc:
+            code = storage_full_errno(exc)
+            if code is None:
+                raise
+            log.error("run.json not updated to %s: storage full (%s)", state, describe_errno(code))
+        held = self._writes.held_step if self._writes is not None else None
+        if self.storage.full and (self._rows or held is not None):
+            log.error("storage full: %d metrics rows and %s never written", len(self._rows),
+                      "no checkpoint" if held is None else f"the checkpoint of step {held}")
 
 
-def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], onnx: bool | None = None) -> None:
+def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], onnx: bool | None = None,
+                 storage: StorageWatch | None = None) -> None:
     """Write ``model.pt`` (TorchScript), ``model_nuke.nk``, ``model.onnx`` and ``model.json`` (``meta`` + exports + versions), atomically.
 
     The contracts of both files are in ``trainer.export.formats``. ``meta["scale"]`` (default 1) is the model's
@@ -209,12 +209,21 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
     the Nuke script's ``channelsIn``/``channelsOut`` follow them. ``model.onnx`` is skipped (with a warning,
     and ``exports`` in model.json without it) when ``onnx`` is False (default:
     ``CUETRAIN_EXPORT_ONNX``) or the onnx packages are missing; a failed ONNX export is logged and
-    skipped too, so a finished training run always leaves ``model.pt``.
+    skipped too, so a finished training run always leaves ``model.pt``. With ``storage`` (the run writer's
+    :class:`trainer.record.storage.StorageWatch`) a write that fails for a full disk is tried again every second for
+    up to its grace.
 
     Raises:
         ExportError: the model cannot be scripted for model.pt.
+        StorageFull: the disk stayed full past ``storage``'s grace.
         RunDirError: a file cannot be written.
     """
+    def write(path: Any, data: bytes) -> None:
+        if storage is None:
+            atomic_write_bytes(path, data)
+        else:
+            storage.patiently(path.name, path, lambda: atomic_write_bytes(path, data))
+
     from trainer.core.envvars import read_export_onnx
     from trainer.export.formats import ExportError, onnx_bytes, onnx_description, torchscript_bytes, torchscript_description
 
@@ -225,25 +234,24 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
     plan = ChannelPlan(tuple(recorded["in"]), tuple(recorded["out"])) if isinstance(recorded, dict) else ChannelPlan()
     channels = {"channels": len(plan.inputs), "channels_in": list(plan.inputs), "channels_out": list(plan.targets),
                 "task": plan.task}
-    atomic_write_bytes(paths.model, torchscript_bytes(model))
+    write(paths.model, torchscript_bytes(model))
     from trainer.export.nuke_script import nuke_script
 
-    atomic_write_bytes(paths.model_nuke, nuke_script(paths.model, paths.root.absolute().name, scale, plan.inputs,
-                                                     plan.targets).encode())
+    write(paths.model_nuke, nuke_script(paths.model, paths.root.absolute().name, scale, plan.inputs,
+                                        plan.targets).encode())
     exports: dict[str, Any] = {"model.pt": torchscript_description(scale, plan)}
     if read_export_onnx() if onnx is None else onnx:
         try:
-            atomic_write_bytes(paths.model_onnx, onnx_bytes(model, len(plan.inputs)))
+            write(paths.model_onnx, onnx_bytes(model, len(plan.inputs)))
             exports["model.onnx"] = onnx_description(scale, plan)
         except ExportError as exc:
             log.warning("model.onnx not written: %s", exc)
     from trainer.export.compat import MIN_LIBTORCH  # the oldest host libtorch model.pt loads in (Nuke 14)
 
     onnx_opset = {"onnx_opset": exports["model.onnx"]["opset"]} if "model.onnx" in exports else {}
-    atomic_write_json(paths.model_meta, {**meta, **channels, "scale": scale, "format": "torchscript",
-                                         "min_libtorch": MIN_LIBTORCH,
-                                         **onnx_opset, "exports": exports, "versions": versions(),
-                                         "exported_at": runrecord.now_iso()})
+    record = {**meta, **channels, "scale": scale, "format": "torchscript", "min_libtorch": MIN_LIBTORCH,
+              **onnx_opset, "exports": exports, "versions": versions(), "exported_at": runrecord.now_iso()}
+    write(paths.model_meta, (json.dumps(record, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 
 def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:

@@ -144,7 +144,7 @@ class _Loop(RunStart):
         self.opt = build_optimizer(cfg, self.net, self.peak_lr)
         self.optimizer_why = (cfg.optimizer, cfg.optimizer_reason)  # run.json's optimizer (a resume may change it)
         self.step, self.updates, self._last_ckpt = 0, 0, 0
-        self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints)
+        self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints, cfg.storage_full_grace_s)
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
         self.sampling = NoiseSampling(self.env.world_size, self.env.sync_interval, self.sampler.local_batch,
                                       cfg.batch_size, cfg.noise_interval)  # when the noise scale is sampled
@@ -184,8 +184,11 @@ class _Loop(RunStart):
                 self.writer.flush()
                 t_export = wall_clock()
                 export_model(self.paths, float32_contiguous(self._shipped()), model_meta(
-                    self.cfg, self.plan, self.net, self.step, self.env.world_size, self.colour, self.precision.name))
-                self.stop_plan.finish(self.step, wall_clock() - t_export)
+                    self.cfg, self.plan, self.net, self.step, self.env.world_size, self.colour, self.precision.name),
+                    storage=self.writer.storage)  # a full disk: each file waits up to --storage-full-grace-s
+                export_s = wall_clock() - t_export
+                self.writer.storage.patiently("run.json", self.paths.run_json,
+                                              lambda: self.stop_plan.finish(self.step, export_s))
         except StopTraining:
             raise
         except BaseException as exc:

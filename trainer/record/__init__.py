@@ -14,6 +14,7 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 - :mod:`trainer.record.runrecord`: ``run.json``: the one typed, versioned record of a run, and its one state table.
 - :mod:`trainer.record.sections`: The typed sections of ``run.json`` that other processes own: ``farm`` and
   ``gang``.
+- :mod:`trainer.record.storage`: Riding out a full disk: ENOSPC and EDQUOT while a run writes its run directory.
 """
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     'rundir',
     'runrecord',
     'sections',
+    'storage',
 ]

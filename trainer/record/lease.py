@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from trainer.record.rundir import RunDirError, RunPaths, atomic_write_json, make_folder, read_json
+from trainer.record.storage import RETRY_S, StorageWatch
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,14 @@ class RunLease:
             tmp.unlink(missing_ok=True)
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.config.renew_s):
+        """Renew every :attr:`LeaseConfig.renew_s`; a renewal that a full disk refused (``trainer.record.storage``:
+        one warning when it fills, one when it is renewed again) is tried again every ``RETRY_S``, so the lease stays
+        live through a full spell longer than its ``ttl_s``; any other failed renewal is logged and tried again at
+        the next renewal."""
+        full = StorageWatch(None, "the run goes on; its lease is renewed once space returns")
+        wait = self.config.renew_s
+        while not self._stop.wait(wait):
+            wait = self.config.renew_s
             current = read_lease(self.paths)
             if current is not None and current.holder != self.lease.holder:
                 log.error("run directory %s: its lease was taken over by %s; not renewing", self.paths.root,
@@ -248,8 +256,13 @@ class RunLease:
                 return
             try:
                 self._write(create=False)
-            except OSError as exc:  # a full or read-only share: try again at the next renewal
-                log.warning("run directory %s: could not renew its lease (%s)", self.paths.root, exc)
+            except (OSError, RunDirError) as exc:
+                if full.failed("lease.json", self.paths.lease, exc):
+                    wait = min(RETRY_S, self.config.renew_s)
+                else:  # a read-only share: try again at the next renewal
+                    log.warning("run directory %s: could not renew its lease (%s)", self.paths.root, exc)
+                continue
+            full.cleared("lease.json", self.paths.lease)
 
     def hand_over(self) -> str:
         """Stop renewing and leave the lease in place for a process this one starts, which claims it with ``adopt``

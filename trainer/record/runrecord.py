@@ -44,6 +44,7 @@ class FailureKind(str, enum.Enum):
     STOP_TIMEOUT = "stop_timeout"  # SIGTERM/SIGINT, and no checkpoint within the grace period
     DATA_CHANGED = "data_changed"  # a file of the shot was deleted, truncated or rewritten under the run (trainer.data.shot)
     DIVERGED = "diverged"  # the loss blew up far above the untrained network's (trainer.learn.divergence)
+    STORAGE_FULL = "storage_full"  # the run directory stayed full past --storage-full-grace-s (trainer.record.storage)
     ERROR = "error"  # anything else (the ``error`` text says what)
 
 

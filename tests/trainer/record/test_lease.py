@@ -195,3 +195,30 @@ def test_a_double_clicked_submit_is_refused_while_the_first_job_is_queued(tmp_pa
         capsys.readouterr().err
     farm.down = True  # a job the farm cannot describe has ended: the run directory is free again
     assert cli.main(argv, farm=farm) == 0 and len(farm.submitted) == 1
+
+
+def test_a_renewal_refused_by_a_full_disk_is_tried_again_until_it_lands(tmp_path, monkeypatch, caplog):
+    """A full share (ENOSPC) must not end the renewals (trainer.record.storage): the lease is renewed once it frees."""
+    import errno
+
+    from trainer.record import lease as lease_mod
+    from trainer.record.rundir import RunDirError
+
+    paths, disk, real = RunPaths.of(tmp_path / "run"), {"full": False}, lease_mod.atomic_write_json
+
+    def write(path, obj):
+        if disk["full"]:
+            raise RunDirError(f"cannot write {path}: No space left on device") from OSError(errno.ENOSPC, "full")
+        real(path, obj)
+
+    monkeypatch.setattr(lease_mod, "atomic_write_json", write)
+    with caplog.at_level("WARNING"), RunLease(paths, "cuetrain local", config=FAST) as mine:
+        disk["full"] = True
+        time.sleep(1.2)  # two renewals refused
+        stuck = read_lease(paths).expires
+        disk["full"] = False
+        time.sleep(1.0)
+        assert read_lease(paths).expires > stuck and read_lease(paths).holder == mine.lease.holder
+    messages = [r.getMessage() for r in caplog.records]
+    assert len([m for m in messages if m.startswith(f"storage full: cannot write {paths.lease}")]) == 1
+    assert len([m for m in messages if m.startswith(f"storage writable again: {paths.lease}")]) == 1
