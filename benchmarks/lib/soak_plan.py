@@ -109,7 +109,8 @@ def schedule(faults: int, seed: int, kinds: dict[str, list[str]], steps: int, in
     here; a path with none gets no run).
 
     Args:
-        faults: faults in all [count].
+        faults: faults in all [count]. A run draws at most one kind it trains on through (a full disk), made its
+            last fault (:func:`held_faults_last`).
         seed: the ``random.Random`` seed.
         kinds: the kinds each path can do on this machine.
         steps: each run's ``--steps`` [steps].
@@ -133,11 +134,29 @@ def schedule(faults: int, seed: int, kinds: dict[str, list[str]], steps: int, in
         path = paths[len(runs) % len(paths)]
         count = min(left, rng.randint(1, min(MAX_FAULTS_PER_RUN, len(slots))))
         chosen = sorted(rng.sample(slots, count))
-        drawn = tuple(Fault(rng.choice(kinds[path]), s + rng.randrange(interval), rng.randrange(world_size))
-                      for s in chosen)
-        runs.append(PlannedRun(path, len(runs), within_cuebot_retries(path, drawn)))
+        drawn: list[Fault] = []
+        for s in chosen:  # one fault the run trains on through per run at most (held_faults_last)
+            held = any(KINDS[f.kind].rows_after_undo for f in drawn)
+            names = [k for k in kinds[path] if not (held and KINDS[k].rows_after_undo)] or kinds[path]
+            drawn.append(Fault(rng.choice(names), s + rng.randrange(interval), rng.randrange(world_size)))
+        runs.append(PlannedRun(path, len(runs), within_cuebot_retries(path, held_faults_last(tuple(drawn)))))
         left -= count
     return runs
+
+
+def held_faults_last(faults: tuple[Fault, ...]) -> tuple[Fault, ...]:
+    """``faults`` (ascending steps) with the kind of a fault the run trains on through (``rows_after_undo``: a full
+    disk, held :data:`soak_local.HOLD_S` while training goes on at ~50 steps/s) swapped with the last fault's kind
+    and target, so no later fault of the run waits behind it: a 300-step run can reach its end during the hold,
+    and a fault planned after it was then never injected (the disk_full soak, seed 2). Steps stay where drawn."""
+    held = [i for i, f in enumerate(faults) if KINDS[f.kind].rows_after_undo]
+    if not held or held[-1] == len(faults) - 1:
+        return faults
+    out = list(faults)
+    i, last = held[0], len(faults) - 1
+    out[i] = Fault(faults[last].kind, faults[i].step, faults[last].target)
+    out[last] = Fault(faults[i].kind, faults[last].step, faults[i].target)
+    return held_faults_last(tuple(out))
 
 
 def within_cuebot_retries(path: str, faults: tuple[Fault, ...]) -> tuple[Fault, ...]:

@@ -184,3 +184,17 @@ def test_asking_a_farm_job_its_state_never_stalls_the_wait_for_a_faults_step(tmp
     driver._poller.join(5)
     assert driver.exit_code() == 0
     driver.kill_all()
+
+
+def test_a_fault_the_run_trains_on_through_is_the_last_of_its_run():
+    # the disk_full soak at seed 2: a run trained to its end during a full disk's 3 s hold, so the fault planned
+    # after it was never injected
+    plan = soak_plan.schedule(300, 5, {"local": ["disk_full", "kill_rank", "sigstop_rank"]}, 300, 25)
+    assert sum(f.kind == "disk_full" for r in plan for f in r.faults) > 10
+    for run in plan:
+        kinds = [f.kind for f in run.faults]
+        assert "disk_full" not in kinds[:-1], kinds
+        assert [f.step for f in run.faults] == sorted(f.step for f in run.faults)
+    two = (Fault("disk_full", 60, 1), Fault("kill_rank", 120, 0), Fault("disk_full", 180, 0), Fault("sigstop_rank", 240, 1))
+    assert soak_plan.held_faults_last(two) == (Fault("sigstop_rank", 60, 1), Fault("kill_rank", 120, 0),
+                                               Fault("disk_full", 180, 0), Fault("disk_full", 240, 1))
