@@ -28,17 +28,30 @@ test_elastic.py``'s module doc: a 2-rank gang of tiny crops finishes before a ne
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Callable
 
-import psutil
-
 from lib.soak_farm import FarmDriver
-from lib.soak_plan import (ELASTIC_MIN_WORLD_SIZE, ELASTIC_WINDOW_S, Fault, FaultOutcome, grow_limit_s)
+from lib.soak_plan import ELASTIC_MIN_WORLD_SIZE, ELASTIC_WINDOW_S, Fault, FaultOutcome, grow_limit_s
 from lib.soak_run import FaultInFlight
 from lib.soak_watch import POLL_S
 
 RQD_TIMEOUT_S = 10.0  # seconds a LockAll / UnlockAll call to an RQD may take [s]
+DISPATCH_LOG = "tests.cuebot.dispatcher"  # the double's dispatcher logs every frame an RQD refuses
+
+
+class LockedHostRefusals(logging.Filter):
+    """Drops the double's warning that RQD ``host`` refused a frame while the soak holds that host locked (it does
+    so every second by design; other refusals still show)."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__()
+        self.host = host
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for ``<host> refused ...``."""
+        return not record.getMessage().startswith(f"{self.host} refused ")
 
 
 def rqd_call(address: str, method: str) -> None:
@@ -146,7 +159,8 @@ class ElasticFarmDriver(FarmDriver):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.locked: list[str] = []  # RQD addresses this run locked and has not unlocked yet
+        self.locked: dict[str, logging.Filter] = {}  # RQD address this run locked and has not unlocked yet -> the
+        # filter that hides its refusals meanwhile
 
     def job_options(self) -> dict[str, object]:
         """An elastic gang: it trains on with :data:`soak_plan.ELASTIC_MIN_WORLD_SIZE` ranks after the window."""
@@ -166,20 +180,26 @@ class ElasticFarmDriver(FarmDriver):
         host = self.cue.describe(self.handle).frames[str(fault.target)]["host"]
         address = {r.hostname: r.address for r in self.farm.rqds}[host]
         frame = self.frames()[fault.target]
-        rqd_call(address, "LockAll")
-        self.locked.append(address)
+        quiet = LockedHostRefusals(host)
+        logging.getLogger(DISPATCH_LOG).addFilter(quiet)
+        self.locked[address] = quiet
         try:
+            rqd_call(address, "LockAll")
             frame.kill()
-        except psutil.Error:
-            self.unlock(address)
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.unlock(address)
             raise
         return lambda: self.unlock(address)
 
     def unlock(self, address: str) -> None:
         """Unlock the RQD at ``address`` (once)."""
         if address in self.locked:
-            self.locked.remove(address)
-            rqd_call(address, "UnlockAll")
+            quiet = self.locked.pop(address)
+            try:
+                rqd_call(address, "UnlockAll")
+            finally:
+                logging.getLogger(DISPATCH_LOG).removeFilter(quiet)
 
     def kill_all(self) -> None:
         """Every RQD this run locked unlocked again (the farm serves the next run), then the farm path's kill."""
