@@ -1,8 +1,9 @@
 """benchmarks/soak.py: its seeded schedule, its judgements, and the seeded 10-fault soak CI runs (issue 48).
 
 The soak itself (``--faults 10 --seed 0 --steps 200``, the ``cuetrain local`` path: 2 real ranks, real faults, the
-demo's carphone clip) must end with exit 0 and its one summary line. The figures of its 100-fault run are in
-docs/failure_handling.md ("Randomized fault soak").
+demo's carphone clip) must end with exit 0 and its one summary line; so must one elastic run on the farm
+(``--faults 1 --seed 0 --paths elastic``: a 3-frame job loses a frame's host, shrinks to 2 ranks and grows back). The
+figures of its 100-fault run are in docs/failure_handling.md ("Randomized fault soak").
 """
 
 from __future__ import annotations
