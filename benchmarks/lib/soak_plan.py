@@ -30,14 +30,17 @@ ELASTIC_MIN_WORLD_SIZE = 2  # the gang it shrinks to when one frame is lost [ran
 ELASTIC_WINDOW_S = 3.0  # ``--elastic-window-s`` [s]: the soak keeps the lost frame's host locked until the gang has
 # shrunk, so the window only delays the shrink; a short one keeps the fault short
 ELASTIC_CROP = 128  # ``--crop-size`` of elastic runs [px]: ~4x the seconds per step of the 32 px crops (measured
-# 0.06 s per 2-rank step on the 2-core VM under load), so the shrunk gang's steps outlast the grow-back
-ELASTIC_MIN_STEPS = 300  # ``--steps`` elastic runs need: >= 225 steps after the fault (at most step 74) for a
-# grow-back of ~10 s plus one checkpoint interval (docs/failure_handling.md, "Randomized fault soak")
+# 0.057 s per 2-rank step, 0.08 s per 3-rank step on the 2-core VM under load), so the shrunk gang's steps outlast
+# the grow-back
+ELASTIC_MIN_STEPS = 300  # ``--steps`` elastic runs need: >= 225 steps (~13 s) after the fault (at most step 74) for
+# the shrunk gang to be asked to regroup (one look of frame 0, 5 s) and reach its next checkpoint
+# (docs/failure_handling.md, "Randomized fault soak")
 #: The grow-back's own allowance [s]: once the lost frame's host is unlocked, Cuebot's dispatcher books the frame
 #: again (the double leaves a host that refused a frame alone for 1 s), RQD starts the frame process, frame 0's
 #: node agent sees it at its next look (every 5 s, ``cue_plugin.node.frame.WATCH_S``; the first look can come before
 #: the frame is back: two looks), and the shrunk gang trains on to its next checkpoint (one interval) before it
-#: regroups. Measured 6-12 s on the 2-core VM (docs); 30 s leaves room for a loaded machine.
+#: regroups. Measured 11.7-13.3 s to the regrouped attempt, its gang's forming included (docs); 30 s leaves room
+#: for a loaded machine.
 GROW_HOLD_S = 30.0
 
 
