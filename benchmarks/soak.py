@@ -1,15 +1,16 @@
 """A randomized, seeded fault soak of cuetrain's recovery (issue 48).
 
-``python benchmarks/soak.py --faults N --seed S [--paths local,farm,netns]`` draws N faults over several tiny runs
-(:func:`soak_plan.schedule`: each fault a kind and a training step drawn from ``random.Random(S)``), injects each
+``python benchmarks/soak.py --faults N --seed S [--paths local,farm,netns,elastic]`` draws N faults over several tiny
+runs (:func:`soak_plan.schedule`: each fault a kind and a training step drawn from ``random.Random(S)``), injects each
 when its run reaches that step, and waits for the recovery. The fault kinds and their limits: :mod:`soak_plan`;
 the paths: :mod:`soak_local` (``cuetrain local``, 2 ranks), :mod:`soak_farm` (the Cuebot double with real RQDs),
-:mod:`soak_netns` (the 2-host network-namespace bed: one frame per host, a host's link cut off and back).
+:mod:`soak_netns` (the 2-host network-namespace bed: one frame per host, a host's link cut off and back),
+:mod:`soak_elastic` (elastic 3-frame jobs on the farm: a frame's host lost, the gang shrinks to 2 and grows back).
 
 After each run it checks (:mod:`soak_checks`): the run ended ``succeeded`` (a supervisor that a fault ended must
 have ended with that fault's expected exit and run.json state; the soak then starts it again with ``--resume``, as an
 operator or the farm's retry would); the model's held-out gain (the demo's carphone clip, every 6th frame held
-out) is within 0.3 dB of a fault-free run of the same seed and steps; no fault lost more than its checkpoint
+out) is within 0.3 dB of a fault-free run of the same path, seed and steps; no fault lost more than its checkpoint
 intervals or took longer than its documented bound (:func:`soak_plan.resolve_limit_s`: a hang); no process of the
 run outlived it (an orphan); no ``*.tmp`` file; ``run.json``'s attempts match the faults.
 
@@ -35,13 +36,14 @@ import psutil
 from common import ROOT  # noqa: F401 - puts the checkout on sys.path
 from lib.soak_checks import check_gain, check_run
 from lib.soak_local import LocalDriver, root_unavailable, run_filesystem, wait_quiet
-from lib.soak_plan import KINDS, FaultOutcome, PlannedRun, RunConfig, schedule
+from lib.soak_plan import (ELASTIC_MIN_STEPS, ELASTIC_WORLD_SIZE, KINDS, FaultOutcome, PlannedRun, RunConfig,
+                            schedule)
 from lib.soak_run import RunOutcome, soak_run
 from lib.soak_watch import Watcher
 from trainer.record.rundir import RunPaths
 
 log = logging.getLogger("soak")
-PATHS = ("local", "farm", "netns")
+PATHS = ("local", "farm", "netns", "elastic")
 
 
 def available_kinds(paths: list[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -53,16 +55,15 @@ def available_kinds(paths: list[str]) -> tuple[dict[str, list[str]], list[str]]:
     kinds: dict[str, list[str]] = {}
     for path in paths:
         names = [k.name for k in KINDS.values() if path in k.paths and not (k.root and no_root)]
-        if path == "farm":
+        if path in ("farm", "elastic"):
             from lib.soak_farm import farm_unavailable
 
             if (why := farm_unavailable()) is not None:
-                notes.append(f"farm: skipped: {why}")
+                notes.append(f"{path}: skipped: {why}")
                 names = []
         if path == "farm" and names:
             notes.append("farm: sigterm_agent not drawn (a frame preempted twice spends the layer's one Cuebot "
-                         "retry; tests/cue_plugin/test_e2e_recovery.py covers one); elastic (shrink and grow) not "
-                         "drawn (docs/failure_handling.md, 'Randomized fault soak'; tests/cue_plugin/test_elastic.py)")
+                         "retry; tests/cue_plugin/test_e2e_recovery.py covers one); elastic has a path of its own")
         if path == "netns":
             from lib.soak_netns import netns_unavailable
 
@@ -83,6 +84,10 @@ def make_driver(path: str, cfg: RunConfig, data: tuple[Path, Path], run_dir: Pat
         from lib.soak_netns import NetnsDriver
 
         return NetnsDriver(cfg, data, run_dir, out_dir, farm)
+    if path == "elastic":
+        from lib.soak_elastic import ElasticFarmDriver
+
+        return ElasticFarmDriver(cfg, data, run_dir, out_dir, farm)
     return LocalDriver(cfg, data, run_dir, out_dir)
 
 
@@ -172,7 +177,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--faults", type=int, required=True, help="faults in all")
     p.add_argument("--seed", type=int, default=0, help="schedule seed (default 0)")
-    p.add_argument("--paths", default="local", help="comma-separated: local, farm, netns (default local)")
+    p.add_argument("--paths", default="local", help="comma-separated: local, farm, netns, elastic (default local)")
     p.add_argument("--steps", type=int, default=RunConfig.steps, help=f"steps per run (default {RunConfig.steps})")
     p.add_argument("--kinds", help="comma-separated fault kinds to draw from (default: every kind a path can do)")
     p.add_argument("--work-dir", help="make the soak's folder here (removed at the end unless --keep)")
@@ -187,6 +192,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--kinds {','.join(bad)}: unknown kind; use {', '.join(KINDS)}")
     if args.faults < 1:
         p.error(f"--faults {args.faults} must be >= 1")
+    if "elastic" in args.paths and args.steps < ELASTIC_MIN_STEPS:
+        p.error(f"--steps {args.steps} is too few for elastic runs (the shrunk gang must outlast its grow-back): "
+                f"give at least {ELASTIC_MIN_STEPS}, or leave elastic out of --paths")
     return args
 
 
@@ -226,10 +234,11 @@ def soak(plan: list[PlannedRun], cfg: RunConfig, work: Path, paths: list[str], k
     hangs = lost = orphans = 0
     with ExitStack() as stack:
         farms: dict[str, object] = {}
-        if "farm" in paths:
+        if "farm" in paths or "elastic" in paths:  # one farm for both; an elastic job's 3 frames need 3 RQDs
             from lib.soak_farm import started_farm
 
-            farms["farm"] = stack.enter_context(started_farm(work / "farm"))
+            farm = stack.enter_context(started_farm(work / "farm", ELASTIC_WORLD_SIZE if "elastic" in paths else 2))
+            farms.update(farm=farm, elastic=farm)
         if "netns" in paths:
             from lib.soak_netns import started_bed
 
@@ -237,15 +246,15 @@ def soak(plan: list[PlannedRun], cfg: RunConfig, work: Path, paths: list[str], k
         baseline = frozenset(c.pid for c in psutil.Process().children(recursive=True))  # the farms' RQDs
         references: dict[str, float | None] = {}
         for path in paths:
-            outcome, gain, problems, left = one_run(PlannedRun(path, 999, ()), cfg, data_root, work, None,
-                                                    farms.get(path), keep, baseline)
+            outcome, gain, problems, left = one_run(PlannedRun(path, 999, ()), cfg.for_path(path), data_root, work,
+                                                    None, farms.get(path), keep, baseline)
             references[path] = gain
             print(f"{path} reference (no fault): held-out gain {gain if gain is None else f'{gain:+.3f}'} dB"
                   + (f"; PROBLEMS: {'; '.join(problems)}" if problems else ""), flush=True)
             hangs, lost, orphans = hangs + bool(outcome.hang), lost + bool(problems), orphans + len(left)
         for planned in plan:
-            outcome, gain, problems, left = one_run(planned, cfg, data_root, work, references[planned.path],
-                                                    farms.get(planned.path), keep, baseline)
+            outcome, gain, problems, left = one_run(planned, cfg.for_path(planned.path), data_root, work,
+                                                    references[planned.path], farms.get(planned.path), keep, baseline)
             faults += outcome.faults
             hangs, lost = hangs + bool(outcome.hang), lost + bool(problems or outcome.hang)
             orphans += len(left)

@@ -1,15 +1,16 @@
 """The soak's checks: what a supervisor's exit may be after each fault, and what a finished run must show.
 
-A run passes when it ends ``succeeded`` at its last step with a valid ``run.json`` whose attempts match its faults,
-its model's held-out gain is within :data:`GAIN_TOLERANCE_DB` of the fault-free reference, no fault lost more than its
-kind's checkpoint intervals, and the run directory holds no temp file. Anything else makes it a lost run.
+A run passes when it ends ``succeeded`` at its last step with a valid ``run.json`` whose attempts match its faults (an
+elastic run's: world sizes full, shrunk, full again per fault), its model's held-out gain is within
+:data:`GAIN_TOLERANCE_DB` of the fault-free reference, no fault lost more than its kind's checkpoint intervals, and
+the run directory holds no temp file. Anything else makes it a lost run.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lib.soak_plan import KINDS, FaultOutcome, RunConfig
+from lib.soak_plan import ELASTIC_MIN_WORLD_SIZE, KINDS, FaultOutcome, RunConfig
 from trainer.core.exitcodes import ExitCode
 from trainer.record.rundir import RunDirError, RunPaths
 from trainer.record.runrecord import read_record
@@ -69,6 +70,9 @@ def check_run(paths: RunPaths, cfg: RunConfig, outcomes: list[FaultOutcome], ext
     if not expected <= len(record.attempts) <= expected + extra_attempts:
         problems.append(f"{len(record.attempts)} attempts in run.json, the faults make {expected}"
                         + (f" (+ up to {extra_attempts} of a second writer)" if extra_attempts else ""))
+    sizes = [a.get("world_size") for a in record.attempts]
+    if (want := elastic_sizes(cfg.world_size, outcomes)) and sizes != want:
+        problems.append(f"attempts of {sizes} ranks in run.json, an elastic run's faults make {want}")
     numbers = [a.get("attempt") for a in record.attempts]
     if numbers != list(range(1, len(numbers) + 1)):
         problems.append(f"attempt numbers {numbers} are not 1..{len(numbers)}")
@@ -80,6 +84,14 @@ def check_run(paths: RunPaths, cfg: RunConfig, outcomes: list[FaultOutcome], ext
     if temp:
         problems.append(f"temp files left: {', '.join(temp[:5])}")
     return problems
+
+
+def elastic_sizes(world_size: int, outcomes: list[FaultOutcome]) -> list[int]:
+    """The world sizes [ranks] of an elastic run's attempts: ``world_size``, then the shrunk and the full gang for
+    each fault; [] when any fault is not ``elastic`` (another path's run: not checked here)."""
+    if not outcomes or any(o.fault.kind != "elastic" for o in outcomes):
+        return []
+    return [world_size, *[ELASTIC_MIN_WORLD_SIZE, world_size] * len(outcomes)]
 
 
 def check_gain(gain_db: float | None, reference_db: float | None) -> str:

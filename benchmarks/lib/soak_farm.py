@@ -10,8 +10,8 @@ Kinds here: a rank's trainer killed or stopped past the collective timeout, a fr
 killed, a whole frame killed (its process group, as RQD's kill does), a truncated newest checkpoint, and the Cuebot
 double stopped for 3 s and started again on its port (frames train on; RQD's reports wait). Not here:
 ``sigterm_agent`` (a frame preempted twice spends the layer's one Cuebot retry:
-tests/cue_plugin/test_e2e_recovery.py covers it once) and ``elastic`` (a job's setting, not a fault:
-docs/failure_handling.md, "Randomized fault soak"; tests/cue_plugin/test_elastic.py).
+tests/cue_plugin/test_e2e_recovery.py covers it once) and ``elastic`` (a job's setting, not a fault: elastic 3-frame
+jobs on this farm are a path of their own, :mod:`soak_elastic`, which starts the farm with a third RQD).
 """
 
 from __future__ import annotations
@@ -45,12 +45,13 @@ def farm_unavailable() -> str | None:
 
 
 @contextlib.contextmanager
-def started_farm(workdir: Path) -> Iterator[object]:
-    """The double and 2 RQDs, pycue pointed at them; stopped after (with anything they left behind)."""
+def started_farm(workdir: Path, rqds: int = 2) -> Iterator[object]:
+    """The double and ``rqds`` RQDs (one frame per host: 3 for an elastic 3-frame job), pycue pointed at them;
+    stopped after (with anything they left behind)."""
     from tests.cue_plugin.test_e2e_training import Farm
     from tests.cuebot.fixtures import use_pycue
 
-    farm = Farm(2)
+    farm = Farm(rqds)
     try:
         farm.start()
         with use_pycue(farm.cuebot.address):

@@ -1,18 +1,21 @@
 """The soak's fault kinds, its seeded schedule and the documented time each fault may take to resolve.
 
 A fault kind says where it applies (``local``: ``cuetrain local``; ``farm``: the Cuebot double with real RQDs;
-``netns``: the 2-host network-namespace bed), whether it needs root (a tmpfs of the soak's own, ``chattr``), how many
-training attempts it adds to ``run.json`` and how many checkpoint intervals of steps it may cost.
+``netns``: the 2-host network-namespace bed; ``elastic``: elastic 3-frame jobs on the farm), whether it needs root (a
+tmpfs of the soak's own, ``chattr``), how many training attempts it adds to ``run.json`` and how many checkpoint
+intervals of steps it may cost.
 
 The schedule (:func:`schedule`) is drawn from one ``random.Random(seed)``: runs of 1 to :data:`MAX_FAULTS_PER_RUN`
 faults, each fault a kind drawn from those its path can do here and a step drawn from the run's middle, at least
 two checkpoint intervals apart (so every fault hits a gang that trains and has at least two checkpoints behind it:
-resuming the second-newest would show as steps lost). The same seed gives the same schedule on every machine
-that offers the same kinds.
+resuming the second-newest would show as steps lost). An elastic run takes one fault, in the first of those slots
+(:func:`_elastic_fault`: the gang must shrink and grow back before the run ends). The same seed gives the same
+schedule on every machine that offers the same kinds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -20,6 +23,25 @@ from trainer.core.timeouts import GRACE
 from trainer.gang.heartbeat import HEARTBEAT_S
 
 MAX_FAULTS_PER_RUN = 4  # faults drawn per run: 1 .. this [count]
+
+# Elastic runs (the ``elastic`` path): a 3-frame job that may train on with 2 ranks (``--min-world-size``).
+ELASTIC_WORLD_SIZE = 3  # frames = ranks of an elastic job
+ELASTIC_MIN_WORLD_SIZE = 2  # the gang it shrinks to when one frame is lost [ranks]
+ELASTIC_WINDOW_S = 3.0  # ``--elastic-window-s`` [s]: the soak keeps the lost frame's host locked until the gang has
+# shrunk, so the window only delays the shrink; a short one keeps the fault short
+ELASTIC_CROP = 128  # ``--crop-size`` of elastic runs [px]: ~4x the seconds per step of the 32 px crops (measured
+# 0.057 s per 2-rank step, 0.08 s per 3-rank step on the 2-core VM under load), so the shrunk gang's steps outlast
+# the grow-back
+ELASTIC_MIN_STEPS = 300  # ``--steps`` elastic runs need: >= 225 steps (~13 s) after the fault (at most step 74) for
+# the shrunk gang to be asked to regroup (one look of frame 0, 5 s) and reach its next checkpoint
+# (docs/failure_handling.md, "Randomized fault soak")
+#: The grow-back's own allowance [s]: once the lost frame's host is unlocked, Cuebot's dispatcher books the frame
+#: again (the double leaves a host that refused a frame alone for 1 s), RQD starts the frame process, frame 0's
+#: node agent sees it at its next look (every 5 s, ``cue_plugin.node.frame.WATCH_S``; the first look can come before
+#: the frame is back: two looks), and the shrunk gang trains on to its next checkpoint (one interval) before it
+#: regroups. Measured 11.7-13.3 s to the regrouped attempt, its gang's forming included (docs); 30 s leaves room
+#: for a loaded machine.
+GROW_HOLD_S = 30.0
 
 
 def stop_hold_s(collective_timeout_s: float) -> float:
@@ -36,7 +58,7 @@ class Kind:
 
     Attributes:
         name: the table's name.
-        paths: the paths it applies to (``local``, ``farm``, ``netns``).
+        paths: the paths it applies to (``local``, ``farm``, ``netns``, ``elastic``).
         root: needs root (a tmpfs of the soak's own, ``chattr +i``).
         attempts: training attempts it adds to ``run.json`` [count].
         lost_intervals: steps it may cost, in checkpoint intervals (2 where the newest checkpoint is destroyed).
@@ -78,10 +100,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("cuebot_stop", ("farm",), attempts=0, lost_intervals=0, what="the Cuebot double stopped for 3 s, then back"),
     Kind("cut_host", ("netns",),
          what="a host's link cut (its bridge port down) for twice the collective timeout + 3 s, then back"),
-    # Not drawn (no path has it): an elastic job is set at submit and changes how every other fault recovers
-    # (docs/failure_handling.md, "Randomized fault soak"); tests/cue_plugin/test_elastic.py covers it
-    Kind("elastic", (), attempts=2,
-         what="frame 1 SIGKILLed: the gang shrinks to 1 rank, grows back when Cuebot's retry returns"),
+    Kind("elastic", ("elastic",), attempts=2,  # the shrink (a restart) and the regroup at the next checkpoint
+         what="frame 1 or 2 of an elastic 3-frame job loses its host (its RQD locked, the frame process SIGKILLed): "
+              "the gang shrinks to 2 ranks; the host unlocked, Cuebot's retry returns and the gang grows back to 3"),
 )}
 
 
@@ -132,16 +153,25 @@ def schedule(faults: int, seed: int, kinds: dict[str, list[str]], steps: int, in
     left = faults
     while left > 0:
         path = paths[len(runs) % len(paths)]
-        count = min(left, rng.randint(1, min(MAX_FAULTS_PER_RUN, len(slots))))
-        chosen = sorted(rng.sample(slots, count))
-        drawn: list[Fault] = []
-        for s in chosen:  # one fault the run trains on through per run at most (held_faults_last)
-            held = any(KINDS[f.kind].rows_after_undo for f in drawn)
-            names = [k for k in kinds[path] if not (held and KINDS[k].rows_after_undo)] or kinds[path]
-            drawn.append(Fault(rng.choice(names), s + rng.randrange(interval), rng.randrange(world_size)))
-        runs.append(PlannedRun(path, len(runs), within_cuebot_retries(path, held_faults_last(tuple(drawn)))))
-        left -= count
+        if path == "elastic":
+            drawn: tuple[Fault, ...] = (_elastic_fault(rng, kinds[path], slots[0], interval),)
+        else:
+            count = min(left, rng.randint(1, min(MAX_FAULTS_PER_RUN, len(slots))))
+            drawn = held_faults_last(_draw(rng, kinds[path], sorted(rng.sample(slots, count)), interval, world_size))
+        runs.append(PlannedRun(path, len(runs), within_cuebot_retries(path, drawn)))
+        left -= len(drawn)
     return runs
+
+
+def _draw(rng: random.Random, names: list[str], chosen: list[int], interval: int, world_size: int) -> tuple[Fault, ...]:
+    """One fault per slot start in ``chosen`` [steps], at most one of a kind the run trains on through
+    (``rows_after_undo``; :func:`held_faults_last` makes it the last)."""
+    drawn: list[Fault] = []
+    for s in chosen:
+        held = any(KINDS[f.kind].rows_after_undo for f in drawn)
+        pool = [k for k in names if not (held and KINDS[k].rows_after_undo)] or names
+        drawn.append(Fault(rng.choice(pool), s + rng.randrange(interval), rng.randrange(world_size)))
+    return tuple(drawn)
 
 
 def held_faults_last(faults: tuple[Fault, ...]) -> tuple[Fault, ...]:
@@ -157,6 +187,13 @@ def held_faults_last(faults: tuple[Fault, ...]) -> tuple[Fault, ...]:
     out[i] = Fault(faults[last].kind, faults[i].step, faults[last].target)
     out[last] = Fault(faults[i].kind, faults[last].step, faults[i].target)
     return held_faults_last(tuple(out))
+
+
+def _elastic_fault(rng: random.Random, names: list[str], slot: int, interval: int) -> Fault:
+    """An elastic run's one fault: in the first slot (``slot`` .. ``slot + interval - 1`` [steps]), so the shrunk gang
+    has the rest of the run to grow back in, against frame 1 .. :data:`ELASTIC_WORLD_SIZE` - 1 (frame 0 hosts the
+    gang: an elastic gang cannot train on without it)."""
+    return Fault(rng.choice(names), slot + rng.randrange(interval), 1 + rng.randrange(ELASTIC_WORLD_SIZE - 1))
 
 
 def within_cuebot_retries(path: str, faults: tuple[Fault, ...]) -> tuple[Fault, ...]:
@@ -187,11 +224,21 @@ def resolve_limit_s(kind: str, collective_timeout_s: float, stop_grace_s: float,
     """The documented bound on a fault's time to training again [s] (docs/failure_handling.md, "Timeouts"): noticing
     it (the collective timeout, or the lost-rank watch of 3 heartbeats + 1 s, whichever is longer; a SIGSTOP adds
     its own hold), the supervisor's SIGTERM-to-SIGKILL grace (:data:`trainer.core.timeouts.GRACE`) and a new gang
-    forming (the gang timeout). A fault the soak undoes itself (disk full, run.json unwritable) adds its hold."""
+    forming (the gang timeout). A fault the soak undoes itself (disk full, run.json unwritable) adds its hold; an
+    elastic gang that lost a frame waits the elastic window for it before it shrinks (its grow-back has its own
+    bound, :func:`grow_limit_s`)."""
     notice = max(collective_timeout_s, 3 * HEARTBEAT_S + 1)
     hold = {"sigstop_rank": stop_hold_s(collective_timeout_s), "disk_full": 3.0, "runjson_immutable": 3.0,
-            "cuebot_stop": 3.0, "cut_host": stop_hold_s(collective_timeout_s), "elastic": 30.0}.get(kind, 0.0)
+            "cuebot_stop": 3.0, "cut_host": stop_hold_s(collective_timeout_s),
+            "elastic": ELASTIC_WINDOW_S}.get(kind, 0.0)
     return notice + hold + GRACE.kill_after_for(["--stop-grace-s", str(stop_grace_s)]) + gang_timeout_s
+
+
+def grow_limit_s(gang_timeout_s: float) -> float:
+    """The bound on an elastic gang's grow-back [s], from its lost frame's host unlocked to the attempt of every rank
+    in ``run.json``: :data:`GROW_HOLD_S` (the frame back, seen, the shrunk gang at its next checkpoint) and the
+    regrouped gang forming (the gang timeout). No SIGTERM grace: the shrunk gang stops by itself (exit 79)."""
+    return GROW_HOLD_S + gang_timeout_s
 
 
 @dataclass(frozen=True)
@@ -231,6 +278,13 @@ class RunConfig:
     def limit_s(self, kind: str) -> float:
         """:func:`resolve_limit_s` under these timeouts [s]."""
         return resolve_limit_s(kind, self.collective_timeout_s, self.stop_grace_s, self.gang_timeout_s)
+
+    def for_path(self, path: str) -> "RunConfig":
+        """The config of a run on ``path``: an elastic run has :data:`ELASTIC_WORLD_SIZE` ranks and
+        :data:`ELASTIC_CROP` px crops (the same seed, steps and timeouts); every other path this one."""
+        if path != "elastic":
+            return self
+        return dataclasses.replace(self, world_size=ELASTIC_WORLD_SIZE, crop=ELASTIC_CROP)
 
 
 @dataclass

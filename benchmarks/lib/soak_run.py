@@ -1,7 +1,8 @@
 """One soak run: start it, inject its scheduled faults at their steps, wait for each recovery, let it finish.
 
 Works with any driver that has the :class:`soak_local.LocalDriver` interface (``start``, ``exit_code``, ``ranks``,
-``inject``, ``processes``, ``kill_all``, ``notes``, ``extra_attempts``).
+``inject``, ``processes``, ``kill_all``, ``notes``, ``extra_attempts``). A driver whose faults recover by other
+rules names its own :class:`FaultInFlight` subclass as ``fault_class`` (:class:`soak_elastic.ElasticFault`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)
 
 
-class _Fault:
+class FaultInFlight:
     """The soak's side of one fault in flight: undo timer, relaunches, outcome."""
 
     def __init__(self, driver, watcher: Watcher, fault: Fault, cfg: RunConfig) -> None:
@@ -135,7 +136,7 @@ def soak_run(driver, planned: PlannedRun, cfg: RunConfig, watcher: Watcher) -> R
             outcome.hang = "" if reached else f"never reached step {fault.step}"
             outcome.notes.append(f"run ended (exit {driver.exit_code()}) before the fault at step {fault.step}")
             break
-        result = _Fault(driver, watcher, fault, cfg).run()
+        result = getattr(driver, "fault_class", FaultInFlight)(driver, watcher, fault, cfg).run()
         outcome.faults.append(result)
         log.info("%s %s at step %d: %s s, lost %d%s", driver.path, fault.kind, fault.step,
                  "-" if result.seconds is None else f"{result.seconds:.1f}", result.steps_lost,

@@ -1,8 +1,9 @@
 """benchmarks/soak.py: its seeded schedule, its judgements, and the seeded 10-fault soak CI runs (issue 48).
 
 The soak itself (``--faults 10 --seed 0 --steps 200``, the ``cuetrain local`` path: 2 real ranks, real faults, the
-demo's carphone clip) must end with exit 0 and its one summary line. The figures of its 100-fault run are in
-docs/failure_handling.md ("Randomized fault soak").
+demo's carphone clip) must end with exit 0 and its one summary line; so must one elastic run on the farm
+(``--faults 1 --seed 0 --paths elastic``: a 3-frame job loses a frame's host, shrinks to 2 ranks and grows back). The
+figures of its 100-fault run are in docs/failure_handling.md ("Randomized fault soak").
 """
 
 from __future__ import annotations
@@ -198,3 +199,126 @@ def test_a_fault_the_run_trains_on_through_is_the_last_of_its_run():
     two = (Fault("disk_full", 60, 1), Fault("kill_rank", 120, 0), Fault("disk_full", 180, 0), Fault("sigstop_rank", 240, 1))
     assert soak_plan.held_faults_last(two) == (Fault("sigstop_rank", 60, 1), Fault("kill_rank", 120, 0),
                                                Fault("disk_full", 180, 0), Fault("disk_full", 240, 1))
+
+
+def test_an_elastic_run_takes_one_fault_early_against_a_frame_that_is_not_frame_0():
+    plan = soak_plan.schedule(40, 5, {"local": LOCAL, "elastic": ["elastic"]}, steps=300, interval=25)
+    elastic = [r for r in plan if r.path == "elastic"]
+    assert elastic and all(len(r.faults) == 1 for r in elastic)
+    assert all(50 <= r.faults[0].step < 75 for r in elastic)  # the first slot: the rest of the run to grow back in
+    assert {r.faults[0].target for r in elastic} == {1, 2}  # frame 0 hosts the gang: never the lost frame
+    assert all(f.kind != "elastic" for r in plan if r.path == "local" for f in r.faults)
+    cfg = soak_plan.RunConfig().for_path("elastic")
+    assert (cfg.world_size, cfg.crop, cfg.steps, cfg.seed) == (3, soak_plan.ELASTIC_CROP, 300, 0)
+    assert soak_plan.RunConfig().for_path("farm") == soak_plan.RunConfig()
+    with pytest.raises(SystemExit) as exc:
+        soak.parse_args(["--faults", "1", "--paths", "elastic", "--steps", "200"])
+    assert exc.value.code == 2  # too few steps for the grow-back: a usage error, not a lost run
+
+
+def test_the_elastic_limits_are_the_window_for_the_shrink_and_their_own_for_the_grow_back():
+    # notice 10 s + the elastic window 3 s + SIGTERM -> SIGKILL 30 s + gang 60 s
+    assert soak_plan.resolve_limit_s("elastic", 5, 5, 60) == pytest.approx(10 + soak_plan.ELASTIC_WINDOW_S + 30 + 60)
+    assert soak_plan.grow_limit_s(60) == pytest.approx(soak_plan.GROW_HOLD_S + 60)
+
+
+def test_an_elastic_job_is_submitted_with_3_frames_and_min_world_size_2(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from cue_plugin.submit.builder import frame_argv
+    from cue_plugin.submit.opencue_farm import OpenCueFarm
+    from lib.soak_elastic import ElasticFarmDriver
+
+    jobs = []
+    monkeypatch.setattr(OpenCueFarm, "submit", lambda self, job: jobs.append(job) or "handle")
+    farm = SimpleNamespace(cuebot=SimpleNamespace(address="127.0.0.1:1"))
+    driver = ElasticFarmDriver(soak_plan.RunConfig().for_path("elastic"), (tmp_path, tmp_path), tmp_path / "run",
+                               tmp_path, farm)
+    driver.start()
+    (job,) = jobs
+    assert (job.world_size, job.min_world_size, job.train.crop_size) == (3, 2, soak_plan.ELASTIC_CROP)
+    argv = frame_argv(job)
+    assert argv[argv.index("--min-world-size"):][:4] == ["--min-world-size", "2", "--elastic-window-s", "3"]
+    with pytest.raises(ValueError, match="frame 1 or more"):  # frame 0 hosts the gang
+        driver.inject(Fault("elastic", 60, 0))
+
+
+class _ElasticJob:
+    """A scripted elastic job for :class:`soak_elastic.ElasticFault`, both its driver and its watcher: each poll of
+    the job's exit code moves ``run.json`` on to the next of ``states`` ((gang generation, attempts))."""
+
+    path = "elastic"
+
+    def __init__(self, states: list[tuple[int, list[dict]]]) -> None:
+        from trainer.record.runrecord import RunRecord
+
+        self.RunRecord, self.states, self.notes = RunRecord, list(states), []
+        self.first = {"attempt": 1, "world_size": 3, "start_step": 0}
+        self.record, self.attempts = RunRecord(attempts=[self.first], gang={"generation": 1}), 1
+        self.unlocked_with: int | None = None  # attempts in run.json when the soak unlocked the host
+
+    def inject(self, fault):
+        return lambda: setattr(self, "unlocked_with", self.attempts)
+
+    def exit_code(self):
+        if self.states:
+            generation, more = self.states.pop(0)
+            self.record = self.RunRecord(attempts=[self.first, *more], gang={"generation": generation})
+            self.attempts = len(self.record.attempts)
+        return None
+
+    def reached_before(self, n: int) -> int:
+        return {2: 60, 3: 75}.get(n, 0)
+
+
+def test_an_elastic_fault_passes_when_the_gang_shrinks_then_grows_back_and_fails_when_it_restarts_whole():
+    from lib.soak_elastic import ElasticFault
+
+    shrunk, grown = {"attempt": 2, "world_size": 2, "start_step": 50}, {"attempt": 3, "world_size": 3, "start_step": 75}
+    job = _ElasticJob([(2, []), (2, [shrunk]), (3, [shrunk]), (3, [shrunk, grown])])
+    out = ElasticFault(job, job, Fault("elastic", 63, 2), soak_plan.RunConfig().for_path("elastic")).run()
+    assert (out.problem, out.hang, out.steps_lost) == ("", False, 10)  # 60 - 50 by the shrink, 0 by the regroup
+    assert out.seconds is not None and job.unlocked_with == 1  # the host came back before the 2-rank attempt
+    assert "2 ranks from step 50" in out.note and "3 again from step 75" in out.note and job.notes
+    whole = {"attempt": 2, "world_size": 3, "start_step": 50}
+    job = _ElasticJob([(2, []), (2, [whole])])
+    out = ElasticFault(job, job, Fault("elastic", 63, 1), soak_plan.RunConfig().for_path("elastic")).run()
+    assert out.problem == "elastic: the gang did not shrink (attempt 2 has 3 ranks, not 2)"
+    assert job.unlocked_with == 1
+
+
+def test_an_elastic_run_must_show_its_gang_shrunk_and_grown_back_in_run_json(tmp_path):
+    from trainer.record.rundir import RunPaths
+    from trainer.record.runrecord import start_attempt, update_record
+
+    cfg = soak_plan.RunConfig().for_path("elastic")
+    outcomes = [FaultOutcome(Fault("elastic", 60, 1), "elastic", seconds=9.0, steps_lost=10)]
+    assert soak_checks.elastic_sizes(3, outcomes) == [3, 2, 3]
+    assert soak_checks.elastic_sizes(2, [FaultOutcome(Fault("kill_rank", 60, 1), "farm")]) == []
+    for name, sizes in (("grown", [3, 2, 3]), ("whole", [3, 3, 3])):
+        paths = RunPaths.of(tmp_path / name)
+        paths.root.mkdir()
+        for size, step in zip(sizes, (0, 50, 75)):
+            start_attempt(paths, config={}, world_size=size, start_step=step, backend="gloo", host="h", pid=1,
+                          versions={})
+        update_record(paths, state="succeeded", final_step=cfg.steps)
+        problems = soak_checks.check_run(paths, cfg, outcomes, 0)
+        assert problems == ([] if name == "grown" else
+                            ["attempts of [3, 3, 3] ranks in run.json, an elastic run's faults make [3, 2, 3]"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_seeded_elastic_soak_shrinks_and_grows_a_3_frame_job_on_the_farm(tmp_path):
+    from lib.soak_farm import farm_unavailable
+    from tests.cuebot.fixtures import skip_or_fail_missing_prerequisite
+
+    if (why := farm_unavailable()) is not None:
+        skip_or_fail_missing_prerequisite(why)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--faults", "1", "--seed", "0",
+                           "--paths", "elastic", "--work-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=380, cwd=ROOT)
+    lines = proc.stdout.strip().splitlines()
+    assert lines and SUMMARY.match(lines[-1]), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (proc.returncode, *map(int, SUMMARY.match(lines[-1]).groups()[:4])) == (0, 1, 0, 0, 0), proc.stdout
+    assert "| elastic | elastic | 1 |" in proc.stdout and "2 ranks from step" in proc.stdout  # shrank, grew back
