@@ -17,7 +17,8 @@ import os
 import platform
 import socket
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -218,22 +219,12 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
         StorageFull: the disk stayed full past ``storage``'s grace.
         RunDirError: a file cannot be written.
     """
-    def write(path: Any, data: bytes) -> None:
-        if storage is None:
-            atomic_write_bytes(path, data)
-        else:
-            storage.patiently(path.name, path, lambda: atomic_write_bytes(path, data))
-
     from trainer.core.envvars import read_export_onnx
     from trainer.export.formats import ExportError, onnx_bytes, onnx_description, torchscript_bytes, torchscript_description
 
-    from trainer.core.channels import ChannelPlan
-
+    write = _export_writer(storage)
     scale = meta.get("scale", 1)
-    recorded = meta.get("channels")
-    plan = ChannelPlan(tuple(recorded["in"]), tuple(recorded["out"])) if isinstance(recorded, dict) else ChannelPlan()
-    channels = {"channels": len(plan.inputs), "channels_in": list(plan.inputs), "channels_out": list(plan.targets),
-                "task": plan.task}
+    plan, channels = _channel_fields(meta)
     write(paths.model, torchscript_bytes(model))
     from trainer.export.nuke_script import nuke_script
 
@@ -252,6 +243,26 @@ def export_model(paths: RunPaths, model: torch.nn.Module, meta: dict[str, Any], 
     record = {**meta, **channels, "scale": scale, "format": "torchscript", "min_libtorch": MIN_LIBTORCH,
               **onnx_opset, "exports": exports, "versions": versions(), "exported_at": runrecord.now_iso()}
     write(paths.model_meta, (json.dumps(record, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def _export_writer(storage: StorageWatch | None) -> Callable[[Path, bytes], None]:
+    """``atomic_write_bytes``, tried again while the disk is full for up to ``storage``'s grace (when given)."""
+    def write(path: Path, data: bytes) -> None:
+        if storage is None:
+            atomic_write_bytes(path, data)
+        else:
+            storage.patiently(path.name, path, lambda: atomic_write_bytes(path, data))
+    return write
+
+
+def _channel_fields(meta: dict[str, Any]) -> tuple[ChannelPlan, dict[str, Any]]:
+    """The run's ``ChannelPlan`` from ``meta["channels"]`` (a ``ChannelPlan.to_dict()``; anything else: RGB in and
+    out) and model.json's channel fields (``channels`` = the Input channel count, ``channels_in``, ``channels_out``,
+    ``task``)."""
+    recorded = meta.get("channels")
+    plan = ChannelPlan(tuple(recorded["in"]), tuple(recorded["out"])) if isinstance(recorded, dict) else ChannelPlan()
+    return plan, {"channels": len(plan.inputs), "channels_in": list(plan.inputs), "channels_out": list(plan.targets),
+                  "task": plan.task}
 
 
 def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:
