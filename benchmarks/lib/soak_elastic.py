@@ -140,15 +140,6 @@ class ElasticFault(FaultInFlight):
         attempts = self.watcher.record.attempts
         return int(attempts[index].get("world_size", 0)) if len(attempts) > index else 0
 
-    def _start(self, n: int) -> int:
-        """``start_step`` of attempt ``n`` (1-based) [steps]."""
-        attempts = self.watcher.record.attempts
-        return int(attempts[n - 1].get("start_step", 0)) if len(attempts) >= n else 0
-
-    def _lost(self, n: int) -> int:
-        """Steps attempt ``n`` (1-based) started behind the step reached before it [steps]."""
-        return max(0, self.watcher.reached_before(n) - self._start(n))
-
 
 class ElasticFarmDriver(FarmDriver):
     """One elastic job under the soak (the :class:`soak_local.LocalDriver` interface; ``cfg.world_size`` frames,

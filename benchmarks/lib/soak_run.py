@@ -112,12 +112,16 @@ class FaultInFlight:
         return False
 
     def _steps_lost(self) -> int:
-        if not self.kind.attempts:
-            return 0
-        n = self.attempts0 + 1
+        return self._lost(self.attempts0 + 1) if self.kind.attempts else 0
+
+    def _start(self, n: int) -> int:
+        """``start_step`` of run.json attempt ``n`` (1-based) [steps]; 0 when it is not there."""
         attempts = self.watcher.record.attempts
-        start = int(attempts[n - 1].get("start_step", 0)) if len(attempts) >= n else 0
-        return max(0, self.watcher.reached_before(n) - start)
+        return int(attempts[n - 1].get("start_step", 0)) if len(attempts) >= n else 0
+
+    def _lost(self, n: int) -> int:
+        """Steps attempt ``n`` (1-based) started behind the step reached before it was recorded [steps]."""
+        return max(0, self.watcher.reached_before(n) - self._start(n))
 
 
 def soak_run(driver, planned: PlannedRun, cfg: RunConfig, watcher: Watcher) -> RunOutcome:
