@@ -24,7 +24,7 @@ import torch
 
 from trainer.learn.contact_sheet import png_bytes
 from trainer.record.rundir import RunDirError, RunPaths, atomic_write_bytes
-from trainer.record.storage import RETRY_S, StorageWatch, describe_errno, storage_full_errno
+from trainer.record.storage import RETRY_S, StorageWatch, describe_errno, unless_full
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,7 @@ class BackgroundWrites:
 
     def picture(self, what: str, path: Path, image: np.ndarray) -> None:
         """Task: ``image`` (H, W, 3) float 0..1 as a PNG at ``path``; skipped (logged) on a full disk."""
-        try:
-            atomic_write_bytes(path, png_bytes(image))
-        except RunDirError as exc:
-            code = storage_full_errno(exc)
-            if code is None:
-                raise
+        if (code := unless_full(lambda: atomic_write_bytes(path, png_bytes(image)))) is not None:
             log.warning("%s %s skipped: storage full (%s)", what, path, describe_errno(code))
 
     def checkpoint(self, step: int, state: dict[str, Any]) -> None:

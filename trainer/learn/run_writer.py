@@ -33,7 +33,7 @@ from trainer.learn.optim import optimizer_of
 from trainer.record import runrecord
 from trainer.record.netcheck import network_mismatches, network_of, run_network
 from trainer.record.rundir import RunDirError, RunPaths, append_metrics, atomic_write_bytes
-from trainer.record.storage import StorageFull, StorageWatch, describe_errno, storage_full_errno
+from trainer.record.storage import StorageFull, StorageWatch, describe_errno, unless_full
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +184,7 @@ class RunWriter:
         if patient:
             self.storage.patiently("run.json", self.paths.run_json, write)
             return
-        try:
-            write()
-        except RunDirError as exc:
-            code = storage_full_errno(exc)
-            if code is None:
-                raise
+        if (code := unless_full(write)) is not None:
             log.error("run.json not updated to %s: storage full (%s)", state, describe_errno(code))
         held = self._writes.held_step if self._writes is not None else None
         if self.storage.full and (self._rows or held is not None):

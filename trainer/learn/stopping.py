@@ -27,8 +27,8 @@ from trainer.data.holdout import FrameSubset, psnr, split_frames
 from trainer.data.sources import FrameSource
 from trainer.learn.run_writer import wall_clock
 from trainer.record import runrecord
-from trainer.record.rundir import RunDirError, RunPaths
-from trainer.record.storage import storage_full_errno
+from trainer.record.rundir import RunPaths
+from trainer.record.storage import unless_full
 
 log = logging.getLogger(__name__)
 
@@ -182,11 +182,7 @@ class StopPlan:
             log.info("%s", self.rule.describe())
         elif (wall_clock() - self._written >= RECORD_EVERY_S or self.last_step <= step + self.cfg.log_interval
               or self.rule.reason is not StopReason.BUDGET):
-            try:
-                runrecord.update_record(self.paths, budget=self._record())
-            except RunDirError as exc:
-                if storage_full_errno(exc) is None:
-                    raise
+            if unless_full(lambda: runrecord.update_record(self.paths, budget=self._record())) is not None:
                 log.warning("run.json's budget not recorded at step %d (storage full); recorded again at the next "
                             "log row", step)  # _written unchanged: the next agree writes it
                 return

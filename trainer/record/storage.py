@@ -45,6 +45,23 @@ def storage_full_errno(exc: BaseException | None) -> int | None:
     return None
 
 
+def unless_full(write: Callable[[], object]) -> int | None:
+    """Run ``write()`` once: None when it wrote, the errno (``ENOSPC``/``EDQUOT``) when it failed for a full disk
+    (nothing is held: the caller skips or logs what it could not write).
+
+    Raises:
+        RunDirError, OSError: any other failure of ``write``, as it raised it.
+    """
+    try:
+        write()
+    except (OSError, RunDirError) as exc:
+        code = storage_full_errno(exc)
+        if code is None:
+            raise
+        return code
+    return None
+
+
 def describe_errno(code: int) -> str:
     """``[Errno 28] ENOSPC: No space left on device``: the number, its name and its text."""
     return f"[Errno {code}] {errno.errorcode.get(code, '?')}: {os.strerror(code)}"

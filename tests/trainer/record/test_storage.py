@@ -11,7 +11,7 @@ import pytest
 
 from trainer.record.rundir import RunDirError
 from trainer.record.runrecord import FailureKind, failure_fields
-from trainer.record.storage import StorageFull, StorageWatch, storage_full_errno
+from trainer.record.storage import StorageFull, StorageWatch, storage_full_errno, unless_full
 
 
 def wrapped(code: int) -> RunDirError:
@@ -82,3 +82,18 @@ def test_patiently_retries_a_full_disk_and_raises_anything_else():
     with pytest.raises(RunDirError, match="cannot write x") as caught:
         watch.patiently("k", "/r/k", lambda: (_ for _ in ()).throw(wrapped(errno.EROFS)), sleep=lambda s: None)
     assert not isinstance(caught.value, StorageFull)
+
+
+def test_a_write_tried_once_says_whether_a_full_disk_refused_it_and_raises_anything_else():
+    written = []
+    assert unless_full(lambda: written.append(1)) is None and written == [1]
+
+    def refuse(code: int):
+        def write():
+            raise wrapped(code)
+        return write
+
+    assert unless_full(refuse(errno.ENOSPC)) == errno.ENOSPC
+    assert unless_full(refuse(errno.EDQUOT)) == errno.EDQUOT
+    with pytest.raises(RunDirError):
+        unless_full(refuse(errno.EROFS))
