@@ -61,7 +61,7 @@ class Kind:
         paths: the paths it applies to (``local``, ``farm``, ``netns``, ``elastic``).
         root: needs root (a tmpfs of the soak's own, ``chattr +i``).
         attempts: training attempts it adds to ``run.json`` [count].
-        lost_intervals: steps it may cost, in checkpoint intervals (2 where the newest checkpoint is destroyed).
+        lost_intervals: steps it may cost, in checkpoint intervals (issue 48's bound: 1; 0 where nothing restarts).
         rows_after_undo: the run holds its metrics rows while the fault lasts (a full disk), so "training again" is
             the first row that lands after the soak undid it, not one appended before.
         what: one line for the docs.
@@ -91,7 +91,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("disk_full", ("local",), root=True, attempts=0, lost_intervals=0, rows_after_undo=True,
          what="the run directory's filesystem filled, freed 3 s later: rank 0 holds its metrics rows and checkpoint "
               "in memory and trains on"),
-    Kind("truncate_ckpt", ("local", "farm"), lost_intervals=2,
+    # the resume takes the same step from the checkpoint's second copy (trainer.record.ckptcopies)
+    Kind("truncate_ckpt", ("local", "farm"),
          what="the newest checkpoint truncated to half, then SIGKILL of a rank"),
     Kind("runjson_immutable", ("local",), root=True,
          what="run.json made unwritable (`chattr +i`), a rank SIGKILLed, writable again 3 s later"),

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from trainer.learn.contact_sheet import png_bytes
+from trainer.record import ckptcopies
 from trainer.record.rundir import RunDirError, RunPaths, atomic_write_bytes
 from trainer.record.storage import RETRY_S, StorageWatch, describe_errno, unless_full
 
@@ -84,10 +85,12 @@ class BackgroundWrites:
         self._land(step, buf.getvalue())
 
     def _land(self, step: int, data: bytes) -> None:
-        """Write checkpoint ``step`` (``data``: its bytes) and prune; on a full disk hold it and retry later."""
+        """Write checkpoint ``step`` (``data``: its bytes) and its second copy (``trainer.record.ckptcopies``), then
+        prune; on a full disk hold it and retry later (both copies again)."""
         path = self.paths.checkpoint(step)
         try:
             atomic_write_bytes(path, data)
+            atomic_write_bytes(self.paths.checkpoint_copy(step), data)
         except RunDirError as exc:
             if not self.storage.failed("checkpoint", path, exc):
                 raise
@@ -104,8 +107,7 @@ class BackgroundWrites:
             if self._held is not None and self._held[0] <= step:
                 self._held = None
         self.storage.cleared("checkpoint", path)
-        for _, old in self.paths.list_checkpoints()[:-self.keep]:  # only after a write landed: the newest stays
-            old.unlink(missing_ok=True)
+        ckptcopies.prune(self.paths, self.keep)  # only after a write landed: the newest stays
 
     def _queue_retry(self) -> None:
         with self._lock:

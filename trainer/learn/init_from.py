@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import logging
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trainer.record import ckptcopies
 from trainer.record.initsource import InitFromError, InitSource, mismatch_error, read_meta_file, resolve
 from trainer.record.netcheck import network_mismatches, network_of, run_network
 
@@ -47,7 +49,11 @@ def _torchscript_state(given: str | Path, path: Path) -> dict[str, torch.Tensor]
 
 
 def _checkpoint(given: str | Path, path: Path) -> dict[str, Any]:
-    """A checkpoint dict (``weights_only=True``: no code runs from the file) that holds ``model`` weights."""
+    """A checkpoint dict (``weights_only=True``: no code runs from the file) that holds ``model`` weights; a ZIP
+    checkpoint whose bytes fail their CRC-32 (``trainer.record.ckptcopies.damage``) is refused, not loaded wrong."""
+    if zipfile.is_zipfile(path) and (why := ckptcopies.damage(path)) is not None:
+        raise InitFromError(f"--init-from {given}: the checkpoint {path} is damaged ({why}): give another checkpoint "
+                            "of that run, or its model.pt")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated or foreign file raises many types

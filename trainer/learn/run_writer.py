@@ -30,7 +30,7 @@ from trainer.learn.contact_sheet import (SHEET_GAP, SHEET_HEADER, SHEET_LABELS, 
                                          SHEET_MIN_CELL, contact_sheet_image, sheet_scale)
 from trainer.learn.model import count_parameters, model_config
 from trainer.learn.optim import optimizer_of
-from trainer.record import runrecord
+from trainer.record import ckptcopies, runrecord
 from trainer.record.netcheck import network_mismatches, network_of, run_network
 from trainer.record.rundir import RunDirError, RunPaths, append_metrics, atomic_write_bytes
 from trainer.record.storage import StorageFull, StorageWatch, describe_errno, unless_full
@@ -261,11 +261,16 @@ def _channel_fields(meta: dict[str, Any]) -> tuple[ChannelPlan, dict[str, Any]]:
 
 
 def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:
-    """Newest checkpoint that loads (``weights_only=True``: no code runs from the file), or None.
+    """Newest checkpoint that is intact and loads (``weights_only=True``: no code runs from the file), or None.
 
-    A checkpoint that fails to load (truncated by a kill) is skipped with a warning.
+    Each step's first copy, then its second (``trainer.record.ckptcopies.newest_first``), then the older steps. A
+    file that fails its CRC-32 check (``ckptcopies.damage``: truncated, or damaged after it was written) or fails to
+    load is skipped with a warning.
     """
-    for step, path in reversed(paths.list_checkpoints()):
+    for step, path in ckptcopies.newest_first(paths):
+        if (why := ckptcopies.damage(path)) is not None:
+            log.warning("skipping damaged checkpoint %s (step %d): %s", path, step, why)
+            continue
         try:
             return torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # corrupt/truncated files raise many types

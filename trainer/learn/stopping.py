@@ -26,7 +26,7 @@ from trainer.core.stopping import (BudgetClock, FlatRule, StopReason, StopRule, 
 from trainer.data.holdout import FrameSubset, psnr, split_frames
 from trainer.data.sources import FrameSource
 from trainer.learn.run_writer import wall_clock
-from trainer.record import runrecord
+from trainer.record import ckptcopies, runrecord
 from trainer.record.rundir import RunPaths
 from trainer.record.storage import unless_full
 
@@ -117,7 +117,7 @@ class StopPlan:
         if master:
             record = runrecord.read_record_or_empty(paths).budget
             if deadline_passed(cfg.time_budget, record):
-                late = 1 if cfg.resume and paths.list_checkpoints() else 2
+                late = 1 if cfg.resume and ckptcopies.newest_first(paths) else 2
         late = broadcast(late)
         if late == 2:
             raise late_start_error(cfg.time_budget, record)

@@ -38,6 +38,7 @@ from typing import Any
 from trainer.core.config import ConfigError
 from trainer.core.exitcodes import ExitCode
 from trainer.record.netcheck import Mismatch, network_mismatches, network_of, run_network
+from trainer.record import ckptcopies
 from trainer.record.rundir import RunPaths
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def _resolve_run(root: Path) -> InitSource:
             raise _error(root, f"{paths.model} is not a TorchScript model", "export it again or give a checkpoint")
         meta = paths.model_meta if paths.model_meta.is_file() else None
         return InitSource(root, "run", paths.model, meta, root.name)
-    found = [p for _, p in reversed(paths.list_checkpoints())]
+    found = [p for _, p in ckptcopies.newest_first(paths)]  # each step's second copy after its first
     if not found:
         raise _error(root, f"neither {paths.model.name} nor a checkpoint under {paths.checkpoints}",
                      "let that run export its model or write a checkpoint (--checkpoint-interval) first, or "
@@ -144,7 +145,8 @@ def _run_of(folder: Path) -> str:
 
 
 def _run_of_checkpoint(p: Path) -> str:
-    return _run_of(p.parent.parent) if p.parent.name == "checkpoints" else ""
+    folder = p.parent.parent if p.parent.name == "copy" else p.parent  # a second copy: checkpoints/copy/
+    return _run_of(folder.parent) if folder.name == "checkpoints" else ""
 
 
 def _check_readable(p: Path) -> None:

@@ -11,6 +11,7 @@ Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
       contact_sheets/step_NNNNNN.png   3 crops as rows x (input | output | ground truth) columns, per task
       previews/step_NNNNNN.png     --preview frames as rows x (input | output) columns (trainer.learn.preview)
       checkpoints/step_NNNNNN.pt   training state (weights, optimizer, step, config), last K kept
+      checkpoints/copy/step_NNNNNN.pt  the second copy of each (trainer.record.ckptcopies)
       model.pt                     final exported TorchScript model
       model.onnx                   the same model as ONNX (opset 18, dynamic H and W; trainer.export.formats)
       model_nuke.nk                Nuke script: CatFileCreator for model.pt -> Inference (trainer.export.nuke_script)
@@ -91,6 +92,11 @@ class RunPaths:
         return self.root / "checkpoints"
 
     @property
+    def checkpoint_copies(self) -> Path:
+        """The second copy of every checkpoint (``trainer.record.ckptcopies``)."""
+        return self.checkpoints / "copy"
+
+    @property
     def model(self) -> Path:
         return self.root / "model.pt"
 
@@ -147,6 +153,10 @@ class RunPaths:
         """Checkpoint written after ``step`` steps."""
         return self.checkpoints / f"step_{step:06d}.pt"
 
+    def checkpoint_copy(self, step: int) -> Path:
+        """The second copy of checkpoint ``step``, written after the first (``trainer.record.ckptcopies``)."""
+        return self.checkpoint_copies / f"step_{step:06d}.pt"
+
     def list_contact_sheets(self) -> list[tuple[int, Path]]:
         """All contact sheets as ``(step, path)`` sorted by step; empty if none."""
         return _list_steps(self.contact_sheets, "png")
@@ -159,13 +169,18 @@ class RunPaths:
         """All complete checkpoints as ``(step, path)`` sorted by step (temp files excluded)."""
         return _list_steps(self.checkpoints, "pt")
 
+    def list_checkpoint_copies(self) -> list[tuple[int, Path]]:
+        """All second copies as ``(step, path)`` sorted by step (:meth:`list_checkpoints`' twins)."""
+        return _list_steps(self.checkpoint_copies, "pt")
+
     def create(self) -> None:
         """Create the directory tree (mode 0750).
 
         Raises:
             RunDirError: the directory cannot be created or is not writable.
         """
-        for d in (self.root, self.contact_sheets, self.previews, self.checkpoints, self.logs, self.rendezvous.parent):
+        for d in (self.root, self.contact_sheets, self.previews, self.checkpoints, self.checkpoint_copies, self.logs,
+                  self.rendezvous.parent):
             make_folder(d)
         if not os.access(self.root, os.W_OK):
             raise RunDirError(f"run directory {self.root} is not writable; fix its permissions or choose another --run-dir")
@@ -233,11 +248,11 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 def stale_temp_files(paths: RunPaths) -> list[Path]:
     """The temp files of atomic writes (:data:`_TEMP_FILE`: ``.NAME.XXXXXXXX.tmp``) in the run directory itself and
-    the folders only rank 0 writes (``checkpoints/``, ``contact_sheets/``, ``previews/``), sorted; never the lease's
+    the folders only rank 0 writes (``checkpoints/`` and its ``copy/``, ``contact_sheets/``, ``previews/``), sorted; never the lease's
     temp files (its holder, ``cuetrain local``'s supervisor, may be renewing it now), nor ``logs/`` or
     ``rendezvous/``, which other ranks and node agents write while rank 0 starts. Reads only."""
     found = []
-    for folder in (paths.root, paths.checkpoints, paths.contact_sheets, paths.previews):
+    for folder in (paths.root, paths.checkpoints, paths.checkpoint_copies, paths.contact_sheets, paths.previews):
         try:
             names = sorted(os.listdir(folder))
         except FileNotFoundError:

@@ -96,6 +96,13 @@ def source_path(tmp_path: Path, kind: str, net: torch.nn.Module, meta: dict) -> 
         paths = make_run(tmp_path / "shotA", net, meta, model=False, steps=(100, 200))
         paths.checkpoint(300).write_bytes(b"PK\x03\x04 truncated by a kill")  # newest, unreadable: skipped
         return str(paths.root), str(paths.checkpoint(200)), "shotA"
+    if kind == "run_copy":  # the newest checkpoint damaged after it landed (a byte flipped), its second copy intact
+        paths = make_run(tmp_path / "shotA", net, meta, model=False, steps=(100, 200))
+        write_checkpoint(paths.checkpoint_copy(200), net, {**meta, "step": 200})
+        data = bytearray(paths.checkpoint(200).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        paths.checkpoint(200).write_bytes(bytes(data))
+        return str(paths.root), str(paths.checkpoint_copy(200)), "shotA"
     if kind == "checkpoint":
         paths = make_run(tmp_path / "shotA", net, meta, model=False, steps=(100,))
         return str(paths.checkpoint(100)), str(paths.checkpoint(100)), "shotA"
@@ -103,7 +110,7 @@ def source_path(tmp_path: Path, kind: str, net: torch.nn.Module, meta: dict) -> 
     return str(path), str(path), ""
 
 
-@pytest.mark.parametrize("kind", ["run", "run_checkpoints", "checkpoint", "model"])
+@pytest.mark.parametrize("kind", ["run", "run_checkpoints", "run_copy", "checkpoint", "model"])
 def test_each_kind_loads_the_sources_weights_exactly(tmp_path, source, kind):
     """Fails when apply_init_from does not load the weights: the target starts from other (seed 0) weights."""
     path, weights, run = source_path(tmp_path, kind, source, meta_of("small", "v3", 1, step=100))
@@ -111,7 +118,7 @@ def test_each_kind_loads_the_sources_weights_exactly(tmp_path, source, kind):
     assert not same_weights(target.state_dict(), source.state_dict())  # the test can fail
     record = apply_init_from(target, path, **HERE)
     assert same_weights(target.state_dict(), source.state_dict())
-    step = 200 if kind == "run_checkpoints" else 100
+    step = 200 if kind in ("run_checkpoints", "run_copy") else 100
     assert record == {"path": path, "kind": "run" if kind.startswith("run") else kind, "weights": weights,
                       "step": step, "run": run, "architecture": "v3", "model_size": "small", "scale": 1,
                       "channels": 3, "target_channels": 3, "ema": False}
@@ -201,16 +208,22 @@ def test_shape_mismatches_quote_a_few_names_and_count_the_rest():
                 r"another checkpoint of that run, or its model\.pt$"),
     ("foreign", r"^--init-from (.*)/foreign\.pt: \1/foreign\.pt is not a cuetrain checkpoint \(no 'model' weights"),
     ("all_broken", r"^--init-from .*/shotB: none of its 2 checkpoints loads"),
+    ("damaged", r"^--init-from (.*)/damaged\.pt: the checkpoint \1/damaged\.pt is damaged \(entry \S+ fails its "
+                r"CRC-32 check"),
 ])
 def test_unloadable_sources_are_named(tmp_path, case, match):
     (tmp_path / "bad.pt").write_bytes(b"\x80\x02garbage")  # starts like a pickle, is not one
     torch.save({"weights": {}}, tmp_path / "foreign.pt")
+    torch.save({"model": net_of().state_dict()}, tmp_path / "damaged.pt")
+    data = bytearray((tmp_path / "damaged.pt").read_bytes())
+    data[len(data) // 2] ^= 0xFF  # torch.load alone would load wrong weights
+    (tmp_path / "damaged.pt").write_bytes(bytes(data))
     paths = RunPaths.of(tmp_path / "shotB")
     paths.create()
     for step in (1, 2):
         paths.checkpoint(step).write_bytes(b"\x80\x02garbage")
     path = {"missing": tmp_path / "nowhere", "corrupt": tmp_path / "bad.pt", "foreign": tmp_path / "foreign.pt",
-            "all_broken": paths.root}[case]
+            "all_broken": paths.root, "damaged": tmp_path / "damaged.pt"}[case]
     with pytest.raises(InitFromError, match=match):
         apply_init_from(net_of(), str(path), **HERE)
 

@@ -221,6 +221,8 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     cell = 16 * outputs_mod.sheet_scale(16)  # crops enlarged so the column labels fit
     assert sheet.shape == (outputs_mod.SHEET_HEADER + 3 * cell + 4, 3 * cell + 4, 3)  # 3 crops x 3 columns
     assert [s for s, _ in run.list_checkpoints()] == [8, 12]  # keep last 2
+    assert [(s, p.read_bytes()) for s, p in run.list_checkpoint_copies()] == [  # each with its second copy
+        (s, p.read_bytes()) for s, p in run.list_checkpoints()]
     scripted = torch.jit.load(str(run.model))
     assert all(p.dtype == torch.float32 and p.is_contiguous() for p in scripted.parameters())  # hosts expect fp32
     x = torch.rand(1, 3, 29, 41)
@@ -259,12 +261,44 @@ def test_one_rank_splits_a_step_for_the_noise_scale_every_noise_interval_updates
         assert noise and all(v > 0 for v in noise)
 
 
-def test_a_truncated_latest_checkpoint_is_skipped(pairs, tmp_path):
+def _truncate(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)  # as the fault soak does (benchmarks/lib/soak_local.py)
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside a tensor's bytes: torch.load alone loads it silently
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [_truncate, _flip_a_byte])
+def test_a_damaged_newest_checkpoint_is_taken_from_its_second_copy(pairs, tmp_path, caplog, damage):
+    """The newest checkpoint damaged after it landed: the resume takes the same step from ``checkpoints/copy/``
+    (trainer.record.ckptcopies), not the step before (a whole interval more lost); both copies damaged: the step
+    before, as before the copies."""
     run = RunPaths.of(tmp_path / "run")
     train_mod.train(cfg(pairs, run.root), NON_DIST)
-    newest = run.list_checkpoints()[-1][1]
-    newest.write_bytes(newest.read_bytes()[:100])  # a kill mid-write without the atomic rename
+    intact = torch.load(run.checkpoint(8), weights_only=True)["model"]
+    damage(run.checkpoint(8))
+    with caplog.at_level(logging.WARNING, logger="trainer.learn.run_writer"):
+        ckpt = load_latest_checkpoint(run)
+    assert ckpt["step"] == 8
+    assert_same_weights(ckpt["model"], intact, atol=0)
+    assert f"skipping damaged checkpoint {run.checkpoint(8)} (step 8)" in caplog.text
+    damage(run.checkpoint_copy(8))
     assert load_latest_checkpoint(run)["step"] == 4
+
+
+def test_a_resume_after_the_newest_checkpoint_was_truncated_continues_from_its_step(pairs, tmp_path, monkeypatch):
+    """A crash after step 4, checkpoint 4 truncated: ``--resume`` starts at step 4 from its copy, not from
+    scratch (no checkpoint before it), and ends where the run that never stopped ends."""
+    straight = train_mod.train(cfg(pairs, tmp_path / "straight", optimizer="adam"), NON_DIST)
+    _crash_after_step_4(monkeypatch, cfg(pairs, tmp_path / "resumed", optimizer="adam"))
+    run = RunPaths.of(tmp_path / "resumed")
+    _truncate(run.checkpoint(4))
+    resumed = train_mod.train(cfg(pairs, run.root, resume=True, optimizer="adam"), NON_DIST)
+    assert resumed.start_step == 4 and resumed.step == 8
+    assert_same_weights(straight.model.state_dict(), resumed.model.state_dict(), atol=0)
 
 
 def test_rank0_removes_the_temp_files_a_killed_write_left_and_nothing_else(pairs, tmp_path, caplog):
