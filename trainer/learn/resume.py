@@ -21,10 +21,10 @@ from trainer.learn.divergence import DivergenceWatch
 from trainer.learn.ema import WeightEMA
 from trainer.learn.noise_scale import GradNoise
 from trainer.learn.precision import Precision
-from trainer.learn.run_writer import (check_resumable, cpu_copy, load_latest_checkpoint, model_config_record,
+from trainer.learn.run_writer import (check_resumable, cpu_copy, load_checkpoint_file, model_config_record,
                                       resume_optimizer)
 from trainer.learn.schedule import build_optimizer, effective_lr
-from trainer.record.rundir import RunPaths
+from trainer.record.rundir import RunDirError, RunPaths
 
 log = logging.getLogger("trainer.learn.train")  # the loop's records keep their name (benchmarks/bench_fixed_cost.py)
 
@@ -66,20 +66,23 @@ class RunStart:
     def _resume(self) -> None:
         """Load the latest checkpoint when rank 0 runs with ``--resume``; the other ranks load the step rank 0
         broadcasts (whatever their own ``--resume`` says, so a gang never disagrees on where it starts)."""
-        ckpt = load_latest_checkpoint(self.paths) if self.master and self.cfg.resume else None
-        step = broadcast_int(ckpt["step"] if ckpt else 0, self.rt)
-        if step and ckpt is None:
-            ckpt = torch.load(self.paths.checkpoint(step), map_location="cpu", weights_only=True)
-        if not ckpt:
+        found = load_checkpoint_file(self.paths) if self.master and self.cfg.resume else None
+        step = broadcast_int(found[0]["step"] if found else 0, self.rt)
+        if step and found is None and (found := load_checkpoint_file(self.paths, step)) is None:
+            raise RunDirError(f"rank 0 resumes from step {step}, but neither {self.paths.checkpoint(step)} nor "
+                              f"{self.paths.checkpoint_copy(step)} is intact from here: check that every host mounts "
+                              "the run directory's shared storage and reads the same files")
+        if not found:
             if self.cfg.resume and self.master:
                 log.info("--resume: no checkpoint in %s, starting from step 0", self.paths.checkpoints)
             return
+        ckpt, path = found
         optimizer = resume_optimizer(self.cfg.optimizer, self.cfg.optimizer_name, ckpt)
-        check_resumable(ckpt, self.paths.checkpoint(step), self.cfg.model_size, self.cfg.architecture_name,
-                        optimizer, self.cfg.scale, self.plan)
+        check_resumable(ckpt, path, self.cfg.model_size, self.cfg.architecture_name, optimizer, self.cfg.scale,
+                        self.plan)
         if optimizer != self.cfg.optimizer_name:  # --optimizer auto: the checkpoint's, with that optimizer's lr
             log.warning("--optimizer auto: resuming with %s, the optimizer %s was written with (auto now picks %s "
-                        "for a new run)", optimizer, self.paths.checkpoint(step), self.cfg.optimizer_name)
+                        "for a new run)", optimizer, path, self.cfg.optimizer_name)
             self._use_optimizer(optimizer)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
@@ -91,7 +94,7 @@ class RunStart:
             self.ema.load_state_dict(ckpt.get("ema"), self.net)
         self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
         self._logged_updates = self.updates
-        log.info("resumed from %s (step %d)", self.paths.checkpoint(step), step)
+        log.info("resumed from %s (step %d)", path, step)
 
     def _use_optimizer(self, name: str) -> None:
         """Train with ``name`` (``adam`` or ``muon``) from here on: the config, its peak lr, the optimizer and the

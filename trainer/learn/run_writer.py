@@ -261,18 +261,27 @@ def _channel_fields(meta: dict[str, Any]) -> tuple[ChannelPlan, dict[str, Any]]:
 
 
 def load_latest_checkpoint(paths: RunPaths) -> dict[str, Any] | None:
-    """Newest checkpoint that is intact and loads (``weights_only=True``: no code runs from the file), or None.
+    """Newest checkpoint that is intact and loads (:func:`load_checkpoint_file`'s dict), or None."""
+    found = load_checkpoint_file(paths)
+    return found[0] if found else None
+
+
+def load_checkpoint_file(paths: RunPaths, step: int | None = None) -> tuple[dict[str, Any], Path] | None:
+    """``(checkpoint, file it came from)`` of the newest step (or of ``step``) that is intact and loads
+    (``weights_only=True``: no code runs from the file), or None.
 
     Each step's first copy, then its second (``trainer.record.ckptcopies.newest_first``), then the older steps. A
     file that fails its CRC-32 check (``ckptcopies.damage``: truncated, or damaged after it was written) or fails to
-    load is skipped with a warning.
+    load is skipped with a warning. Rank 0 picks the step; every other rank loads that ``step`` the same way.
     """
-    for step, path in ckptcopies.newest_first(paths):
+    for at, path in ckptcopies.newest_first(paths):
+        if step is not None and at != step:
+            continue
         if (why := ckptcopies.damage(path)) is not None:
-            log.warning("skipping damaged checkpoint %s (step %d): %s", path, step, why)
+            log.warning("skipping damaged checkpoint %s (step %d): %s", path, at, why)
             continue
         try:
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True), path
         except Exception as exc:  # corrupt/truncated files raise many types
             log.warning("skipping unreadable checkpoint %s: %s", path, exc)
     return None

@@ -174,3 +174,26 @@ def test_a_rejected_rank_that_reads_the_verdict_late_gets_the_rejection_not_a_lo
         t.join(timeout=60)
     assert isinstance(outcome[0][0], GangRejected) and isinstance(outcome[1][0], GangRejected)
     assert read_at and outcome[0][1] >= read_at[0]  # the host left only after rank 1 had read the verdict
+
+
+def test_a_gang_resumes_from_the_second_copy_of_a_truncated_newest_checkpoint(pairs, tmp_path):
+    """Both ranks resume at the newest step when its first copy was truncated after it landed: rank 0 picks the
+    step from ``checkpoints/copy/`` and rank 1 loads that step the same way (it loaded the first copy by name, and
+    the farm soak's gang then failed every restart). The run goes on from step 40, not 20."""
+    run = RunPaths.of(tmp_path / "run")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": CHILD_PYTHONPATH}
+    common = ["local", "--world-size", "2", "--max-restarts", "0", "--input", str(pairs[0]), "--target",
+              str(pairs[1]), "--run-dir", str(run.root), "--batch-size", "2", "--crop-size", "16",
+              "--checkpoint-interval", "20", "--log-interval", "10"]
+    for steps, extra in (("40", []), ("60", ["--resume"])):
+        done = subprocess.run([sys.executable, "-m", "trainer.cli", *common, "--steps", steps, *extra], env=env,
+                              cwd=ROOT, text=True, capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        if steps == "40":
+            newest = run.checkpoint(40)
+            os.truncate(newest, newest.stat().st_size // 2)  # as the fault soak does
+    record = json.loads(run.run_json.read_text())
+    assert [a["start_step"] for a in record["attempts"]][-1] == 40 and record["state"] == "succeeded"
+    for rank in (0, 1):
+        assert f"skipping damaged checkpoint {run.checkpoint(40)} (step 40)" in run.rank_log(rank).read_text()
+    assert json.loads(run.model_meta.read_text())["step"] == 60
