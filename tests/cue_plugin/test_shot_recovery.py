@@ -42,7 +42,7 @@ def _wait_for(what, timeout: float, proc: subprocess.Popen) -> None:
 
 
 def _checkpointed(paths: RunPaths) -> bool:
-    return paths.checkpoints.exists() and any(paths.checkpoints.iterdir())
+    return bool(paths.list_checkpoints())  # not the folder: checkpoints/copy/ is there from the start
 
 
 def _errors(paths: RunPaths) -> list[str]:
