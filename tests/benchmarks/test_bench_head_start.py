@@ -22,6 +22,8 @@ def test_halved_is_the_2x2_mean_in_0_1_and_drops_an_odd_last_row_and_column():
     np.testing.assert_allclose(out, expected, rtol=1e-6)
     np.testing.assert_allclose(out[0, 0, 0, 0], np.mean([frames[0, y, x, 0] for y in (0, 1) for x in (0, 1)]) / 255.0,
                                rtol=1e-6)
+    np.testing.assert_allclose(hs.halved(frames, by=4)[:, 0, 0], frames[:, :4, :4].mean(axis=(1, 2)) / 255.0, rtol=1e-6)
+    assert hs.halved(frames, by=4).shape == (2, 1, 1, 3)
 
 
 def test_the_alike_pair_is_later_frames_of_shot_as_clip_at_its_size_every_6th_held_out(tmp_path):
@@ -40,3 +42,20 @@ def test_the_alike_pair_is_later_frames_of_shot_as_clip_at_its_size_every_6th_he
 def test_a_pair_it_does_not_know_is_refused_naming_the_choices(tmp_path):
     with pytest.raises(ValueError, match="'same' is not one of different, alike"):
         hs.shots(tmp_path, "same")
+
+
+def test_tiles_cut_the_centred_grid_of_128x160_tiles_frame_by_frame_and_refuse_a_smaller_frame():
+    frames = np.random.default_rng(0).random((2, 300, 330, 3), dtype=np.float32)
+    out = hs.tiles(frames)
+    assert out.shape == (2 * 2 * 2, 128, 160, 3)  # 2 rows of 2 tiles a frame, margins of 22 and 5 px dropped
+    np.testing.assert_array_equal(out[0], frames[0, 22:150, 5:165])
+    np.testing.assert_array_equal(out[3], frames[0, 150:278, 165:325])
+    np.testing.assert_array_equal(out[4], frames[1, 22:150, 5:165])
+    with pytest.raises(ValueError, match="100x330 px are smaller than the 128x160 px tile"):
+        hs.tiles(frames[:, :100])
+
+
+def test_the_source_run_is_the_studys_a_without_flags_and_named_by_its_source_and_flags(tmp_path):
+    assert hs.source_dir(tmp_path, "a", 3000, "") == tmp_path / "run_A_3000"
+    assert hs.source_dir(tmp_path, "a", 3000, "--augment 0.5") == tmp_path / "run_A_3000_augment_0.5"
+    assert hs.source_dir(tmp_path, "library", 6000, "") == tmp_path / "run_library_6000"
