@@ -165,12 +165,19 @@ class RunWriter:
 
     def finish(self, state: str, **fields: Any) -> None:
         """Flush, then record the final ``state`` (and ``fields``) in run.json. For any state but ``failed`` both
-        wait for a full disk (up to the grace); a ``failed`` run tries once and logs what a full disk kept out."""
+        wait for a full disk (up to the grace); a ``failed`` run tries once and logs what a full disk kept out (a write
+        error is logged, not raised: the run's own error is the one that counts)."""
         if self._writes is None:
             return
         patient = state != "failed"
         try:
             self.flush(wait_held=patient)
+        except (StorageFull, RunDirError, OSError) as exc:
+            if patient:
+                raise
+            # the run fails already: a held write's retry failing again (its timer may fire after the error was
+            # raised once) must not replace the run's own error
+            log.error("a write still held as the run failed: %s", exc)
         finally:
             try:
                 self._record(state, fields, patient)

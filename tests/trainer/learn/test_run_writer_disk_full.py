@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from trainer.learn.run_writer import RunWriter
+from trainer.record import runrecord
 from trainer.record.rundir import RunDirError, RunPaths, read_metrics
 from trainer.record.storage import StorageFull
 
@@ -146,8 +147,9 @@ def test_a_checkpoint_still_held_at_the_end_fails_the_flush_past_the_grace(run, 
     writer.checkpoint(1, {"step": 1})
     with pytest.raises(StorageFull, match=r"step_000001\.pt \(\[Errno 28\]"):
         writer.flush()
-    writer.finish("failed")
-    assert run.list_checkpoints() == []
+    writer.checkpoint(2, {"step": 2})  # fails past the grace again, as a retry's timer may after the raise
+    writer.finish("failed")  # logs it: a second error must not replace the run's own
+    assert run.list_checkpoints() == [] and runrecord.read_record(run).state == "failed"
 
 
 def test_a_checkpoint_held_past_the_grace_fails_the_next_metrics_row(run, monkeypatch):
