@@ -37,8 +37,8 @@ from typing import Any
 
 from trainer.core.config import ConfigError
 from trainer.core.exitcodes import ExitCode
-from trainer.record.netcheck import Mismatch, network_mismatches, network_of, run_network
 from trainer.record import ckptcopies
+from trainer.record.netcheck import Mismatch, network_mismatches, network_of, run_network
 from trainer.record.rundir import RunPaths
 
 log = logging.getLogger(__name__)
