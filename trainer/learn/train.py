@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.gang import distributed
 from trainer.data.colour import ColourSpec
-from trainer.core.config import TrainConfig
+from trainer.core.config import ConfigError, TrainConfig
 from trainer.core.logsetup import print_progress, progress_line
 from trainer.data.crops import (CropBatch, CropSampler, grade_sides_for, rank_loss_weight, rank_slice,
                                 warn_identity)
@@ -81,9 +81,11 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
     """
     env = read_dist_env() if env is None else env
     paths = RunPaths.of(cfg.run_dir)
+    mark = None
     if env.is_main:
         paths.create()
         remove_stale_temp_files(paths)  # what a rank 0 killed mid-write left
+        mark = runrecord.attempt_mark(runrecord.read_record_or_empty(paths))  # run.json as the last attempt left it
 
     def record(exc: GangError) -> None:
         if env.is_main:
@@ -100,6 +102,8 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
         try:
             return _Loop(cfg, rt, sig).run()
         except BaseException as exc:
+            if mark is not None and isinstance(exc, Exception) and not isinstance(exc, StopTraining):
+                runrecord.record_failed_start(paths, mark, exc, env.rank, _exit_code(exc))  # before the steps began
             # Free the loop (DDP model, its reducer and comm hook, the stop vote's group) here, in this thread and
             # before teardown, as a run that returns does; not whenever the traceback's frames are collected, in
             # whatever thread: a gloo object destroyed on its own worker thread aborts ("Resource deadlock
@@ -108,6 +112,17 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
             raise
         finally:
             distributed.teardown(rt)
+
+
+def _exit_code(exc: Exception) -> int:
+    """The exit code ``cuetrain train`` gives ``exc`` (trainer.cli): its ``exit_code``, else 2 for bad input
+    (ConfigError, EnvError, DataError, RunDirError), else 1 (an uncaught exception)."""
+    from trainer.core.envvars import EnvError
+    from trainer.data.images import DataError
+    from trainer.record.rundir import RunDirError
+
+    bad_input = isinstance(exc, (ConfigError, EnvError, DataError, RunDirError))
+    return int(getattr(exc, "exit_code", 2 if bad_input else 1))
 
 
 class _Loop(RunStart):

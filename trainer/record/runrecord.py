@@ -326,3 +326,37 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
     uncaught exception)."""
     kind = getattr(exc, "kind", FailureKind.ERROR)
     return {"failure_kind": FailureKind(kind).value, "exit_code": int(getattr(exc, "exit_code", 1))}
+
+
+def attempt_mark(record: RunRecord) -> tuple[str, int, str]:
+    """What changes in ``run.json`` once an attempt records anything of its own: its state, its number of
+    attempts (the trainer's writer appends one as the steps begin) and ``failed_at`` (a failure before they begin).
+    Compare the mark read as an attempt starts with the one read as it fails: :func:`record_failed_start`."""
+    return record.state, len(record.attempts), record.failed_at
+
+
+def record_failed_start(paths: RunPaths, mark: tuple[str, int, str], exc: BaseException, rank: int,
+                        exit_code: int) -> bool:
+    """Record ``exc`` as this attempt's failure when it ended before its steps began and nothing of this attempt is
+    in ``run.json`` yet (its :func:`attempt_mark` is still ``mark``, read as the attempt started): a ``--resume``
+    or a farm retry that could not load its checkpoint, or refused it, would otherwise leave the last attempt's
+    state (``running`` after a SIGKILL, or ``succeeded``) while the rank exits non-zero; a new run refused after its
+    data phase wrote ``run.json``'s data record would say nothing. Where there is no ``run.json`` yet, nothing is
+    written: bad input before then is only the error message, as in the data phase (trainer.data.shot_loading).
+    Returns whether it wrote.
+
+    Raises:
+        RunDirError: ``run.json`` cannot be written (see :func:`modify_record`).
+    """
+    failed = dict(state="failed", error=f"{type(exc).__name__}: {exc}", exit_code=exit_code, failed_rank=rank,
+                  failure_kind=FailureKind(getattr(exc, "kind", FailureKind.ERROR)).value, failed_at=now_iso())
+    wrote = False
+
+    def changes(record: RunRecord) -> Mapping[str, Any]:  # checked under the lock: no writer slips in between
+        nonlocal wrote
+        wrote = attempt_mark(record) == mark
+        return failed if wrote else {}
+
+    if paths.run_json.exists():
+        modify_record(paths, changes)
+    return wrote
