@@ -27,6 +27,13 @@ DEFAULT_LR = {"small": 1e-3, "medium": 5e-4, "large": 1e-4}
 #: 2e-3 of 5e-4 to 8e-3 (+4.24 dB; 8e-3 diverged), large best at 1.6e-3 of 1e-4 to 3.2e-3 (+4.55 dB, +3.51 at
 #: 3.2e-3); small 2e-3 is ``cuetrain demo``'s (4e-3 gained +0.08 dB more at 3,000 steps: within noise).
 DEFAULT_MUON_LR = {"small": 2e-3, "medium": 2e-3, "large": 1.6e-3}
+#: Muon's default lr for a head start (``--init-from``) by model size [1]: 1.5x a run from random weights. A
+#: fine-tune has B's content to learn, not only to polish. On v3 small, in 13 runs paired with 2e-3 (two pairs of
+#: shots, four source models, 333 to 1,500 steps, seeds), it won 9 by up to 0.15 dB and lost 4 by at most 0.04 dB
+#: (the 6,000-step library source on carphone); mean +0.03 dB (bench_recipe.py head-start; docs/studies/head_start.md,
+#: "The fine-tune's lr"). Measured on colour repair at scale 1 only: other sizes, mattes, mixed targets and upres keep
+#: :data:`DEFAULT_MUON_LR`, Adam its :data:`DEFAULT_LR`.
+HEAD_START_MUON_LR = {"small": 3e-3}
 #: Adam's second-moment decay by optimizer when ``--adam-beta2`` is not given [1]: 0.9 with Muon (NAFNet's, Chen et
 #: al. 2022; the demo's recipe), 0.999 with Adam alone (Kingma & Ba; 0.9 measured 0.2 dB worse at lr 1e-3).
 DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}
@@ -81,7 +88,8 @@ class TrainConfig:
             ``trainer.learn.model``).
         lr: Adam learning rate for ``lr_reference_batch`` crops per optimizer update; None = the model
             size's Adam lr, :data:`DEFAULT_LR` (small 1e-3, medium 5e-4, large 1e-4), or with Muon its
-            :data:`DEFAULT_MUON_LR` (small 2e-3, medium 2e-3, large 1.6e-3); see :attr:`base_lr` [1].
+            :data:`DEFAULT_MUON_LR` (small 2e-3, medium 2e-3, large 1.6e-3), or for a colour head start
+            (``init_from``) with Muon :data:`HEAD_START_MUON_LR` (small 3e-3); see :attr:`base_lr` [1].
         lr_reference_batch: batch the ``lr`` is tuned for [crops]; the effective batch of an update is
             ``batch_size x sync_interval`` (see ``lr_scaling``).
         lr_scaling: ``sqrt`` (default: lr x sqrt(effective batch / lr_reference_batch), the square-root rule
@@ -335,10 +343,14 @@ class TrainConfig:
 
     @property
     def base_lr(self) -> float:
-        """``lr``, or when it is None the model size's :data:`DEFAULT_LR` (Adam) or :data:`DEFAULT_MUON_LR` (Muon)
-        [1]."""
+        """``lr``, or when it is None the model size's :data:`DEFAULT_LR` (Adam) or :data:`DEFAULT_MUON_LR` (Muon);
+        a colour head start (``init_from``, scale 1) with Muon takes :data:`HEAD_START_MUON_LR` where it lists the
+        size, as measured there [1]."""
         if self.lr is not None:
             return self.lr
+        head_start = self.init_from and self.scale == 1 and self.channels.task == "colour"
+        if head_start and self.optimizer_name == "muon" and self.model_size in HEAD_START_MUON_LR:
+            return HEAD_START_MUON_LR[self.model_size]
         return (DEFAULT_MUON_LR if self.optimizer_name == "muon" else DEFAULT_LR)[self.model_size]
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.core.config import (ARCHITECTURES, AUGMENT_GRADES, DEFAULT_ARCHITECTURE, DEFAULT_DATA_CACHE_MB,
-                                 DEFAULT_LR, DEFAULT_MUON_LR, GRAD_COMPRESSION, INIT_EMAS, LR_SCALINGS, LR_SCHEDULES,
-                                 MATTE_LOSSES, MEMORY_FORMATS, MODEL_SIZES, OPTIMIZERS, PATH_FIELDS, PRECISIONS,
-                                 SCALES, ConfigError, TrainConfig)
+                                 DEFAULT_LR, DEFAULT_MUON_LR, GRAD_COMPRESSION, HEAD_START_MUON_LR, INIT_EMAS,
+                                 LR_SCALINGS, LR_SCHEDULES, MATTE_LOSSES, MEMORY_FORMATS, MODEL_SIZES, OPTIMIZERS,
+                                 PATH_FIELDS, PRECISIONS, SCALES, ConfigError, TrainConfig)
 
 #: ``--steps`` of a ``--time-budget`` run that gives none [steps]: high enough that the budget ends it.
 BUDGET_STEP_CAP = 10_000_000
@@ -47,7 +47,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "trainer.learn.model")
     g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size, Adam: "
                    + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + "; Muon: "
-                   + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_MUON_LR.items()) + ")")
+                   + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_MUON_LR.items()) + "; a colour head start (--init-from) with Muon: "
+                   + ", ".join(f"{k} {v:g}" for k, v in HEAD_START_MUON_LR.items()) + ")")
     g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
     g.add_argument("--lr-scaling", choices=LR_SCALINGS,
                    help="LR scaling with the effective batch: sqrt (default, for Adam), linear or none")

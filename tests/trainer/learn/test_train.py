@@ -343,6 +343,18 @@ def test_the_default_lr_follows_the_model_size_and_the_optimizer():
     assert c.base_lr == 3e-4 and c.to_argv()[-2:] == ["--lr", "0.0003"]
 
 
+def test_a_colour_head_start_takes_its_own_default_lr_where_it_was_measured():
+    """HEAD_START_MUON_LR: --init-from on colour at scale 1, v3 small with Muon, trains at 3e-3 without --lr
+    (docs/studies/head_start.md); what was not measured keeps the size's default, and --lr wins."""
+    def lr(**kw) -> float:
+        return TrainConfig("i", "t", "r", init_from="earlier_run", **kw).base_lr
+
+    assert lr() == 3e-3 and TrainConfig("i", "t", "r").base_lr == 2e-3
+    assert [lr(model_size="medium"), lr(target_channels="A"), lr(target_channels="R,G,B,A"), lr(scale=2)] == [2e-3] * 4
+    assert (lr(optimizer="adam"), lr(lr=1e-3)) == (1e-3, 1e-3)
+    assert "--lr" not in TrainConfig("i", "t", "r", init_from="earlier_run").to_argv()
+
+
 def test_auto_picks_muon_for_colour_and_for_mattes_with_its_beta2_and_says_why():
     colour, matte = TrainConfig("i", "t", "r"), TrainConfig("i", "t", "r", target_channels="A")
     both = TrainConfig("i", "t", "r", target_channels="R,G,B,A")
