@@ -1,7 +1,8 @@
 """Where a rank's run starts: the state a checkpoint holds, rank 0's latest checkpoint for the whole gang
 (``--resume``) and another model's weights (``--init-from``).
 
-:class:`RunStart` is the part of the training loop (``trainer.learn.train``) that writes and reads that state.
+:class:`RunStart` is the part of the training loop (``trainer.learn.train``) that writes and reads that state;
+:func:`record_failed_start` records an attempt that failed before its steps began.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import torch
 import torch.distributed as dist
 
 from trainer.core.channels import ChannelPlan
-from trainer.core.config import TrainConfig
-from trainer.core.envvars import DistEnv
+from trainer.core.config import ConfigError, TrainConfig
+from trainer.core.envvars import DistEnv, EnvError
+from trainer.data.images import DataError
 from trainer.gang import distributed
+from trainer.gang.formation import GangError
+from trainer.gang.heartbeat import explain_failure
 from trainer.learn.divergence import DivergenceWatch
 from trainer.learn.ema import WeightEMA
 from trainer.learn.noise_scale import GradNoise
@@ -24,6 +28,7 @@ from trainer.learn.precision import Precision
 from trainer.learn.run_writer import (check_resumable, cpu_copy, load_checkpoint_file, model_config_record,
                                       resume_optimizer)
 from trainer.learn.schedule import build_optimizer, effective_lr
+from trainer.record import runrecord
 from trainer.record.rundir import RunDirError, RunPaths
 
 log = logging.getLogger("trainer.learn.train")  # the loop's records keep their name (benchmarks/bench_fixed_cost.py)
@@ -135,3 +140,26 @@ def broadcast_int(value: int, rt: distributed.Runtime) -> int:
     t = torch.tensor([value], dtype=torch.int64, device=rt.device)
     dist.broadcast(t, src=0)
     return int(t.item())
+
+
+def record_failed_start(paths: RunPaths, mark: tuple[str, int, str], exc: Exception, rt: distributed.Runtime) -> None:
+    """Rank 0 of ``trainer.learn.train.train``: ``run.json`` says failed when the attempt ended with ``exc`` before its
+    steps began (``runrecord.record_failed_start``: nothing of this attempt recorded since ``mark``, read as it
+    started), a failed collective named as the loop names it (the rank that died, ``explain_failure``), with the exit
+    code ``cuetrain train`` gives.
+
+    Raises:
+        RunDirError: ``run.json`` cannot be written.
+    """
+    if runrecord.attempt_mark(runrecord.read_record_or_empty(paths)) != mark:
+        return  # recorded already: by the writer, the data phase or the gang's formation
+    if rt.backend != "none" and isinstance(exc, RuntimeError) and not isinstance(exc, GangError):
+        exc = explain_failure(rt.env, exc, rt.heartbeat)  # type: ignore[assignment]  # an Exception either way
+    runrecord.record_failed_start(paths, mark, exc, rt.env.rank, _exit_code(exc))
+
+
+def _exit_code(exc: Exception) -> int:
+    """The exit code ``cuetrain train`` gives ``exc`` (trainer.cli): its ``exit_code``, else 2 for bad input
+    (ConfigError, EnvError, DataError, RunDirError), else 1 (an uncaught exception)."""
+    bad_input = isinstance(exc, (ConfigError, EnvError, DataError, RunDirError))
+    return int(getattr(exc, "exit_code", 2 if bad_input else 1))

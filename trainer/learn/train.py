@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.gang import distributed
 from trainer.data.colour import ColourSpec
-from trainer.core.config import ConfigError, TrainConfig
+from trainer.core.config import TrainConfig
 from trainer.core.logsetup import print_progress, progress_line
 from trainer.data.crops import (CropBatch, CropSampler, grade_sides_for, rank_loss_weight, rank_slice,
                                 warn_identity)
@@ -43,7 +43,7 @@ from trainer.learn.preview import Previews
 from trainer.learn.noise_scale import GradNoise, NoiseSampling, parameter_grads, squared_norm
 from trainer.learn.precision import (configure_backends, float32_contiguous, maybe_compile, memory_format,
                                resolve_precision)
-from trainer.learn.resume import RunStart, broadcast_int
+from trainer.learn.resume import RunStart, broadcast_int, record_failed_start
 from trainer.learn.run_writer import RunWriter, config_record, export_model, model_meta, wall_clock
 from trainer.record.rundir import RunPaths, remove_stale_temp_files
 from trainer.learn.schedule import build_optimizer, effective_lr, lr_at, optimizer_record
@@ -103,7 +103,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
             return _Loop(cfg, rt, sig).run()
         except BaseException as exc:
             if mark is not None and isinstance(exc, Exception) and not isinstance(exc, StopTraining):
-                runrecord.record_failed_start(paths, mark, exc, env.rank, _exit_code(exc))  # before the steps began
+                record_failed_start(paths, mark, exc, rt)  # when it ended before the steps began (trainer.learn.resume)
             # Free the loop (DDP model, its reducer and comm hook, the stop vote's group) here, in this thread and
             # before teardown, as a run that returns does; not whenever the traceback's frames are collected, in
             # whatever thread: a gloo object destroyed on its own worker thread aborts ("Resource deadlock
@@ -112,17 +112,6 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
             raise
         finally:
             distributed.teardown(rt)
-
-
-def _exit_code(exc: Exception) -> int:
-    """The exit code ``cuetrain train`` gives ``exc`` (trainer.cli): its ``exit_code``, else 2 for bad input
-    (ConfigError, EnvError, DataError, RunDirError), else 1 (an uncaught exception)."""
-    from trainer.core.envvars import EnvError
-    from trainer.data.images import DataError
-    from trainer.record.rundir import RunDirError
-
-    bad_input = isinstance(exc, (ConfigError, EnvError, DataError, RunDirError))
-    return int(getattr(exc, "exit_code", 2 if bad_input else 1))
 
 
 class _Loop(RunStart):

@@ -4,10 +4,13 @@ says so when the run has one, and keeps what the writer recorded when the steps 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import CHILD_PYTHONPATH, CPU_BF16_HOOK, ROOT, run_cli
 from tests.trainer.learn.test_train import NON_DIST, _crash_after_step_4, cfg
 from trainer.core.config import ConfigError
 from trainer.learn import train as train_mod
@@ -65,3 +68,35 @@ def test_a_fresh_run_refused_after_its_data_phase_says_failed(pairs, tmp_path):
     record = _record(tmp_path / "run")
     assert record["state"] == "failed" and record["exit_code"] == 2 and "not_a_model.pt" in record["error"]
     assert record["data"]["shot"] and record["attempts"] == []
+
+
+#: A ``sitecustomize`` for rank 1 only: every checkpoint fails its CRC-32 check there (``ckptcopies.damage``), as on a
+#: host whose mount of the run directory serves damaged files; then the --cpu-bf16 hook it shadows.
+_RANK1_SEES_DAMAGE = f"""
+import os, runpy, zipfile
+if os.environ.get("COPYCAT_RANK") == "1":
+    zipfile.ZipFile.testzip = lambda self: "data.pkl"
+runpy.run_path({str(CPU_BF16_HOOK / "sitecustomize.py")!r})
+"""
+
+
+def test_a_gang_whose_rank_1_cannot_resume_says_rank_lost_in_run_json(pairs, tmp_path):
+    """Rank 1 cannot load the step rank 0 resumes from and exits before the steps begin; rank 0's next collective
+    fails. run.json names the lost rank, as a failure during training does (``explain_failure``), not the succeeded
+    the first run left."""
+    run, hook = tmp_path / "run", tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_RANK1_SEES_DAMAGE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(hook), CHILD_PYTHONPATH])}
+    common = ["local", "--world-size", "2", "--max-restarts", "0", "--input", str(pairs[0]), "--target",
+              str(pairs[1]), "--run-dir", str(run), "--batch-size", "2", "--crop-size", "16",
+              "--checkpoint-interval", "10", "--collective-timeout-s", "30"]
+    first = run_cli(*common, "--steps", "10")
+    assert first.returncode == 0 and _record(run)["state"] == "succeeded", first.stdout + first.stderr
+    again = subprocess.run([sys.executable, "-m", "trainer.cli", *common, "--steps", "20", "--resume"], env=env,
+                           cwd=ROOT, text=True, capture_output=True, timeout=300)
+    assert again.returncode != 0
+    assert "neither" in RunPaths.of(run).rank_log(1).read_text()  # rank 1's own error: no intact copy of step 10
+    record = _record(run)
+    assert record["state"] == "failed" and record["failure_kind"] == "rank_lost" and record["exit_code"] == 4
+    assert "lost rank 1" in record["error"] and len(record["attempts"]) == 1, record
