@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.channels import ChannelError, ChannelPlan
+from trainer.core.exitcodes import ExitCode
 from trainer.core.timeouts import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
@@ -63,7 +64,9 @@ AUGMENT_GRADES = ("auto", "on", "off")
 
 
 class ConfigError(ValueError):
-    """A configuration value or file is invalid; the message names the field/file and the fix."""
+    """A configuration value or file is invalid; the message names the field/file and the fix (exit code 2)."""
+
+    exit_code = int(ExitCode.USAGE)
 
 
 #: ``--lr-scaling`` rules (``trainer.learn.schedule.effective_lr``); the first is the default.

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from trainer.core.exitcodes import ExitCode
+
 log = logging.getLogger(__name__)
 
 #: name -> meaning. The four REQUIRED names switch distributed mode on (CopyCat's rule: if one is
@@ -64,7 +66,9 @@ _TORCHRUN = {"COPYCAT_MAIN_ADDR": "MASTER_ADDR", "COPYCAT_MAIN_PORT": "MASTER_PO
 
 
 class EnvError(ValueError):
-    """An environment variable holds a bad value; the message names the variable, value and fix."""
+    """An environment variable holds a bad value; the message names the variable, value and fix (exit code 2)."""
+
+    exit_code = int(ExitCode.USAGE)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ import numpy as np
 import OpenImageIO as oiio
 
 from trainer.core.channels import RGB, is_alpha
+from trainer.core.exitcodes import ExitCode
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,9 @@ IMAGE_EXTENSIONS = (".exr", ".png", ".tif", ".tiff", ".jpg", ".jpeg", ".dpx")
 
 
 class DataError(ValueError):
-    """Bad training data; the message names the path(s) and the fix."""
+    """Bad training data; the message names the path(s) and the fix (exit code 2)."""
+
+    exit_code = int(ExitCode.USAGE)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,9 +15,8 @@ import torch
 import torch.distributed as dist
 
 from trainer.core.channels import ChannelPlan
-from trainer.core.config import ConfigError, TrainConfig
-from trainer.core.envvars import DistEnv, EnvError
-from trainer.data.images import DataError
+from trainer.core.config import TrainConfig
+from trainer.core.envvars import DistEnv
 from trainer.gang import distributed
 from trainer.gang.formation import GangError
 from trainer.gang.heartbeat import explain_failure
@@ -146,7 +145,7 @@ def record_failed_start(paths: RunPaths, mark: tuple[str, int, str], exc: Except
     """Rank 0 of ``trainer.learn.train.train``: ``run.json`` says failed when the attempt ended with ``exc`` before its
     steps began (``runrecord.record_failed_start``: nothing of this attempt recorded since ``mark``, read as it
     started), a failed collective named as the loop names it (the rank that died, ``explain_failure``), with the exit
-    code ``cuetrain train`` gives.
+    code ``cuetrain train`` gives (``runrecord.failure_fields``).
 
     Raises:
         RunDirError: ``run.json`` cannot be written.
@@ -155,11 +154,5 @@ def record_failed_start(paths: RunPaths, mark: tuple[str, int, str], exc: Except
         return  # recorded already: by the writer, the data phase or the gang's formation
     if rt.backend != "none" and isinstance(exc, RuntimeError) and not isinstance(exc, GangError):
         exc = explain_failure(rt.env, exc, rt.heartbeat)  # type: ignore[assignment]  # an Exception either way
-    runrecord.record_failed_start(paths, mark, exc, rt.env.rank, _exit_code(exc))
+    runrecord.record_failed_start(paths, mark, exc, rt.env.rank)
 
-
-def _exit_code(exc: Exception) -> int:
-    """The exit code ``cuetrain train`` gives ``exc`` (trainer.cli): its ``exit_code``, else 2 for bad input
-    (ConfigError, EnvError, DataError, RunDirError), else 1 (an uncaught exception)."""
-    bad_input = isinstance(exc, (ConfigError, EnvError, DataError, RunDirError))
-    return int(getattr(exc, "exit_code", 2 if bad_input else 1))

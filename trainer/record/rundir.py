@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from trainer.core.exitcodes import ExitCode
+
 #: File mode for files in a run directory: group-readable, never world-writable.
 FILE_MODE = 0o640
 #: Directory mode for folders in a run directory.
@@ -52,7 +54,9 @@ log = logging.getLogger(__name__)
 
 
 class RunDirError(RuntimeError):
-    """A run directory cannot be created, read or written; the message names the path and the fix."""
+    """A run directory cannot be created, read or written; the message names the path and the fix (exit code 2)."""
+
+    exit_code = int(ExitCode.USAGE)
 
 
 @dataclass(frozen=True)

@@ -322,8 +322,8 @@ def attempts_since_submit(record: RunRecord, job_id: str) -> int:
 
 def failure_fields(exc: BaseException) -> dict[str, Any]:
     """``failure_kind`` and ``exit_code`` for a failed attempt: the exception's ``kind`` and ``exit_code``
-    attributes (trainer.gang.formation's errors carry them), else ``error`` and 1 (Python's exit code for an
-    uncaught exception)."""
+    attributes (trainer.gang.formation's errors carry them; bad input, a ConfigError, EnvError, DataError or
+    RunDirError, exits 2 as ``cuetrain`` does), else ``error`` and 1 (Python's exit code for an uncaught exception)."""
     kind = getattr(exc, "kind", FailureKind.ERROR)
     return {"failure_kind": FailureKind(kind).value, "exit_code": int(getattr(exc, "exit_code", 1))}
 
@@ -335,8 +335,7 @@ def attempt_mark(record: RunRecord) -> tuple[str, int, str]:
     return record.state, len(record.attempts), record.failed_at
 
 
-def record_failed_start(paths: RunPaths, mark: tuple[str, int, str], exc: BaseException, rank: int,
-                        exit_code: int) -> bool:
+def record_failed_start(paths: RunPaths, mark: tuple[str, int, str], exc: BaseException, rank: int) -> bool:
     """Record ``exc`` as this attempt's failure when it ended before its steps began and nothing of this attempt is
     in ``run.json`` yet (its :func:`attempt_mark` is still ``mark``, read as the attempt started): a ``--resume``
     or a farm retry that could not load its checkpoint, or refused it, would otherwise leave the last attempt's
@@ -348,8 +347,8 @@ def record_failed_start(paths: RunPaths, mark: tuple[str, int, str], exc: BaseEx
     Raises:
         RunDirError: ``run.json`` cannot be written (see :func:`modify_record`).
     """
-    failed = dict(state="failed", error=f"{type(exc).__name__}: {exc}", exit_code=exit_code, failed_rank=rank,
-                  failure_kind=FailureKind(getattr(exc, "kind", FailureKind.ERROR)).value, failed_at=now_iso())
+    failed = dict(state="failed", error=f"{type(exc).__name__}: {exc}", failed_rank=rank, failed_at=now_iso(),
+                  **failure_fields(exc))
     wrote = False
 
     def changes(record: RunRecord) -> Mapping[str, Any]:  # checked under the lock: no writer slips in between

@@ -48,6 +48,14 @@ def test_failure_kind_is_data_from_the_exception_and_the_state_table_is_one(tmp_
     assert fields == {"failure_kind": "gang_incomplete", "exit_code": 3}
     assert runrecord.failure_fields(RankLost("x")) == {"failure_kind": "rank_lost", "exit_code": 4}
     assert runrecord.failure_fields(ValueError("x")) == {"failure_kind": "error", "exit_code": 1}
+    from trainer.core.config import ConfigError
+    from trainer.core.envvars import EnvError
+    from trainer.data.images import DataError
+    from trainer.data.shot import ShotChanged
+
+    bad_input = [ConfigError("x"), EnvError("x"), DataError("x"), RunDirError("x")]
+    assert [runrecord.failure_fields(e)["exit_code"] for e in bad_input] == [2] * 4  # as cuetrain exits (trainer.cli)
+    assert runrecord.failure_fields(ShotChanged("x"))["exit_code"] == ExitCode.DATA_CHANGED
     record = runrecord.update_record(paths, state="failed", error="anything at all", **fields)
     assert record.kind is runrecord.FailureKind.GANG_INCOMPLETE and record.is_terminal
     assert runrecord.TERMINAL_STATES == ("succeeded", "failed", "cancelled")
