@@ -47,7 +47,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "trainer.learn.model")
     g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size, Adam: "
                    + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + "; Muon: "
-                   + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_MUON_LR.items()) + "; a colour head start (--init-from) with Muon: "
+                   + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_MUON_LR.items())
+                   + "; a colour head start (--init-from) with Muon: "
                    + ", ".join(f"{k} {v:g}" for k, v in HEAD_START_MUON_LR.items()) + ")")
     g.add_argument("--lr-reference-batch", type=int, help="batch the --lr is tuned for (default 8)")
     g.add_argument("--lr-scaling", choices=LR_SCALINGS,

@@ -147,12 +147,14 @@ def record_failed_start(paths: RunPaths, mark: tuple[str, int, str], exc: Except
     started), a failed collective named as the loop names it (the rank that died, ``explain_failure``), with the exit
     code ``cuetrain train`` gives (``runrecord.failure_fields``).
 
-    Raises:
-        RunDirError: ``run.json`` cannot be written.
+    Raises nothing: a record that cannot be written (a full disk, a lost mount) is logged, so that ``exc`` stays the
+    attempt's error.
     """
-    if runrecord.attempt_mark(runrecord.read_record_or_empty(paths)) != mark:
-        return  # recorded already: by the writer, the data phase or the gang's formation
-    if rt.backend != "none" and isinstance(exc, RuntimeError) and not isinstance(exc, GangError):
-        exc = explain_failure(rt.env, exc, rt.heartbeat)  # type: ignore[assignment]  # an Exception either way
-    runrecord.record_failed_start(paths, mark, exc, rt.env.rank)
-
+    try:
+        if runrecord.attempt_mark(runrecord.read_record_or_empty(paths)) != mark:
+            return  # recorded already: by the writer, the data phase or the gang's formation
+        if rt.backend != "none" and isinstance(exc, RuntimeError) and not isinstance(exc, GangError):
+            exc = explain_failure(rt.env, exc, rt.heartbeat)  # type: ignore[assignment]  # an Exception either way
+        runrecord.record_failed_start(paths, mark, exc, rt.env.rank)
+    except Exception as failed:  # noqa: BLE001 - the attempt's own error is what the caller raises
+        log.warning("could not record the failed start in %s: %s", paths.run_json, failed)

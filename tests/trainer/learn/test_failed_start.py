@@ -100,3 +100,21 @@ def test_a_gang_whose_rank_1_cannot_resume_says_rank_lost_in_run_json(pairs, tmp
     record = _record(run)
     assert record["state"] == "failed" and record["failure_kind"] == "rank_lost" and record["exit_code"] == 4
     assert "lost rank 1" in record["error"] and len(record["attempts"]) == 1, record
+
+
+def test_a_record_that_cannot_be_written_leaves_the_attempts_own_error(pairs, tmp_path, monkeypatch, caplog):
+    """A full disk or a lost mount as the failure is recorded: the rank still raises its own error, and says why
+    run.json was not updated."""
+    from trainer.record.rundir import RunDirError
+
+    run = tmp_path / "run"
+    train_mod.train(cfg(pairs, run, optimizer="muon"), NON_DIST)
+
+    def full(*_args, **_kw):
+        raise RunDirError(f"cannot write {RunPaths.of(run).run_json}: No space left on device")
+
+    monkeypatch.setattr(runrecord, "record_failed_start", full)
+    with pytest.raises(ConfigError, match="--optimizer is adam"):
+        train_mod.train(cfg(pairs, run, steps=12, resume=True, optimizer="adam"), NON_DIST)
+    assert "could not record the failed start" in caplog.text and "No space left" in caplog.text
+    assert _record(run)["state"] == "succeeded"
