@@ -84,7 +84,8 @@ def tiles(frames: np.ndarray) -> np.ndarray:
         raise ValueError(f"frames of {h}x{w} px are smaller than the {th}x{tw} px tile of the show library")
     ny, nx = h // th, w // tw
     y0, x0 = (h - ny * th) // 2, (w - nx * tw) // 2
-    cut = [frames[:, y0 + i * th:y0 + (i + 1) * th, x0 + j * tw:x0 + (j + 1) * tw] for i in range(ny) for j in range(nx)]
+    cut = [frames[:, y0 + i * th:y0 + (i + 1) * th, x0 + j * tw:x0 + (j + 1) * tw]
+           for i in range(ny) for j in range(nx)]
     return np.stack(cut, axis=1).reshape(-1, th, tw, frames.shape[3])
 
 
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-head-start-"))
     shot_a, shot_b = shots(work, a.pair)
     lengths = [int(n) for n in a.steps.split(",")]
-    print(f"bench_recipe head-start: source ({a.source}, {a.a_args or 'no flags of its own'}) {a.a_steps} steps, B ({a.pair}) {lengths} steps from scratch and "
+    print(f"bench_recipe head-start: source ({a.source}, {a.a_args or 'no flags of its own'}) {a.a_steps} steps, "
+          f"B ({a.pair}) {lengths} steps from scratch and "
           f"1/{a.fraction} of each from A with {a.head_args or 'no flags of its own'}, "
           f"{a.world_size} ranks, in {work}, load {os.getloadavg()[0]:.2f}", flush=True)
     run_a = source_dir(work, a.source, a.a_steps, a.a_args)  # trained once per --work folder, for both pairs

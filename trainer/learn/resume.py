@@ -151,8 +151,8 @@ def record_failed_start(paths: RunPaths, mark: tuple[str, int, str], exc: Except
     attempt's error.
     """
     try:
-        if runrecord.attempt_mark(runrecord.read_record_or_empty(paths)) != mark:
-            return  # recorded already: by the writer, the data phase or the gang's formation
+        if not paths.run_json.exists() or runrecord.attempt_mark(runrecord.read_record_or_empty(paths)) != mark:
+            return  # none to update yet, or recorded already: by the writer, the data phase or the gang's formation
         if rt.backend != "none" and isinstance(exc, RuntimeError) and not isinstance(exc, GangError):
             exc = explain_failure(rt.env, exc, rt.heartbeat)  # type: ignore[assignment]  # an Exception either way
         runrecord.record_failed_start(paths, mark, exc, rt.env.rank)

@@ -172,7 +172,7 @@ class RunWriter:
         patient = state != "failed"
         try:
             self.flush(wait_held=patient)
-        except (StorageFull, RunDirError, OSError) as exc:
+        except (RunDirError, OSError) as exc:  # StorageFull is a RunDirError
             if patient:
                 raise
             # the run fails already: a held write's retry failing again (its timer may fire after the error was

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from trainer.core.config import ConfigError
-from trainer.core.exitcodes import ExitCode
 from trainer.record import ckptcopies
 from trainer.record.netcheck import Mismatch, network_mismatches, network_of, run_network
 from trainer.record.rundir import RunPaths
@@ -54,9 +53,8 @@ MISMATCH_FIX = ("train with the same --architecture/--model-size/--scale/--input
 
 class InitFromError(ConfigError):
     """``--init-from`` names a source that is missing, unreadable, or another network; the message names the
-    path and the fix. Bad input: exit 2 (``exit_code``, read by ``trainer.cli`` and ``runrecord.failure_fields``)."""
-
-    exit_code = int(ExitCode.USAGE)
+    path and the fix. Bad input: exit 2 (ConfigError's ``exit_code``, read by ``trainer.cli`` and
+    ``runrecord.failure_fields``)."""
 
 
 @dataclass(frozen=True)

@@ -91,9 +91,8 @@ class Lease:
 
 
 class LeaseHeld(RunDirError):
-    """A live run holds the run directory (exit code 2: choose another run directory or wait for it)."""
-
-    exit_code = 2
+    """A live run holds the run directory (exit code 2, RunDirError's: choose another run directory or wait for
+    it)."""
 
 
 def read_lease(paths: RunPaths) -> Lease | None:

@@ -20,7 +20,6 @@ import threading
 import time
 from typing import Callable, TypeVar
 
-from trainer.core.exitcodes import ExitCode
 from trainer.record.rundir import RunDirError
 
 log = logging.getLogger(__name__)
@@ -70,12 +69,12 @@ def describe_errno(code: int) -> str:
 class StorageFull(RunDirError):
     """The run directory's storage stayed full (ENOSPC/EDQUOT) longer than ``--storage-full-grace-s``.
 
-    Exit code 2 (:attr:`trainer.core.exitcodes.ExitCode.USAGE`, as any run directory that cannot be written); its
+    Exit code 2 (:attr:`trainer.core.exitcodes.ExitCode.USAGE`, RunDirError's ``exit_code``, as any run directory
+    that cannot be written); its
     ``kind`` is ``run.json``'s ``failure_kind`` ``storage_full`` (``trainer.record.runrecord.FailureKind``).
     """
 
     kind = "storage_full"
-    exit_code = ExitCode.USAGE
 
 
 class StorageWatch:
