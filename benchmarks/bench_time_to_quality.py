@@ -11,7 +11,9 @@ Recipes:
 - ``v1``: the recipe as it landed at c47904a, frozen: ``--architecture v1 --model-size small``, Adam,
   L1 loss, batch 8, crop 64, peak lr 2e-3, 50 warmup updates then cosine to lr/10 (``trainer.learn.schedule.lr_at``),
   3000 steps (``trainer.demo.DEMO_TRAIN_ARGS``). Every other figure is a ratio against it.
-- ``v3z-ema-mu``: the default recipe (``cuetrain demo``'s) since stop 37: ``v3z-ema-b9`` with Muon (Jordan et
+- ``v3z-ema-mu-f3``: the default recipe (``cuetrain demo``'s) since issue 47's floor study: ``v3z-ema-mu`` with the
+  cosine ending at 0.3 of the peak lr instead of a tenth (``--lr-floor``, docs/studies/lr_floor.md).
+- ``v3z-ema-mu``: the default recipe from stop 37 to issue 47's floor study: ``v3z-ema-b9`` with Muon (Jordan et
   al. 2024) updating every convolution but the first and last (``--optimizer muon``, ``trainer.learn.optim``);
   ``v3z-ema-b89`` (Adam's first-moment decay 0.8, ``--adam-beta1 0.8``) beside it.
 - ``v3z-ema-b9``: the default recipe from stop 35 to 36: ``v3-ema`` with every residual block starting as the
@@ -96,6 +98,8 @@ class Recipe:
             hidden convolutions, Adam with these betas for the rest, one lr; Adam fused with it).
         skip_init: every residual block starts as the identity (``trainer.learn.model.zero_residual_branches``; the v3
             network's init since stop 35); False = torch's init, as every recipe before stop 35 trained.
+        floor: where ``cosine`` ends, as a fraction of ``lr`` (the trainer's ``--lr-floor``) [1]: 0.1 for every
+            recipe before issue 47's floor study.
     """
 
     architecture: str
@@ -114,6 +118,7 @@ class Recipe:
     skip_init: bool = False
     beta1: float = 0.9
     optimizer: str = "adam"
+    floor: float = 0.1
 
 
 RECIPES: dict[str, Recipe] = {
@@ -134,6 +139,9 @@ RECIPES: dict[str, Recipe] = {
     "v3z-ema-b89": Recipe("v3", "small", 3000, ema=0.999, fused=True, beta1=0.8, beta2=0.9, skip_init=True),
     # cuetrain demo's recipe since stop 37: v3z-ema-b9 with Muon for the hidden convolutions (``--optimizer muon``)
     "v3z-ema-mu": Recipe("v3", "small", 3000, ema=0.999, fused=True, beta2=0.9, skip_init=True, optimizer="muon"),
+    # cuetrain demo's recipe since issue 47's floor study: v3z-ema-mu with the cosine ending at 0.3 (``--lr-floor``)
+    "v3z-ema-mu-f3": Recipe("v3", "small", 3000, ema=0.999, fused=True, beta2=0.9, skip_init=True, optimizer="muon",
+                            floor=0.3),
     "v3-1cycle-ema": Recipe("v3", "small", 3000, schedule="onecycle", ema=0.999),
 }
 CLIPS = ("carphone", "bikes-blur-noise")
@@ -216,7 +224,7 @@ def _degrade(frames: np.ndarray, blur_sigma: float = 1.2, noise_sigma: float = 0
 
 def lr_for(r: Recipe, update: int, total: int, warmup: int) -> float:
     """Learning rate of update ``update`` of ``total`` under recipe ``r``'s schedule."""
-    return lr_at(update, total, r.lr, warmup, r.schedule)  # the trainer's schedules (--lr-schedule)
+    return lr_at(update, total, r.lr, warmup, r.schedule, r.floor)  # the trainer's schedules (--lr-schedule)
 
 
 def per_crop_loss(r: Recipe, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

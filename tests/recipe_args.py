@@ -28,7 +28,8 @@ def config_of(train_argv: Sequence[str]) -> TrainConfig:
 def recipe(cfg: TrainConfig) -> dict[str, Any]:
     """Every recipe field of ``cfg`` and what its defaults resolve to (optimizer, Adam's beta2, lr)."""
     fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in NOT_RECIPE}
-    return {**fields, "optimizer_name": cfg.optimizer_name, "beta2": cfg.beta2, "base_lr": cfg.base_lr}
+    return {**fields, "optimizer_name": cfg.optimizer_name, "beta2": cfg.beta2, "base_lr": cfg.base_lr,
+            "cosine_floor": cfg.cosine_floor}
 
 
 def trainer_argv(frame_argv: Sequence[str]) -> list[str]:

@@ -70,6 +70,7 @@ def files_in(run: Path) -> list[str]:
     (["--crop-size", "4"], "crop_size=4 is too small; use at least 8 pixels"),
     (["--gang-timeout-s", "0"], "gang_timeout_s=0.0 must be > 0 seconds"),
     (["--warmup-steps", "-1"], "warmup_steps=-1 must be >= 0"),
+    (["--lr-floor", "2"], "lr_floor=2.0 must be a fraction of the peak lr from 0 to 1"),
     (["--noise-interval", "-1"], "noise_interval=-1 must be >= 0 optimizer updates (0: off, e.g. 50)"),
     (["--optimizer", "sgd"], "argument --optimizer: invalid choice: 'sgd'"),
     (["--adam-beta1", "1"], "adam_beta1=1.0 must be >= 0 and < 1"),

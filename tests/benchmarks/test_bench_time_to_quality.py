@@ -28,6 +28,8 @@ def test_cosine_schedule_is_the_trainers_and_onecycle_rises_then_falls():
     v1, one = ttq.RECIPES["v1"], ttq.Recipe("v2", "small", 100, lr=1e-2, schedule="onecycle")
     assert [ttq.lr_for(v1, u, 3000, 50) for u in (0, 50, 1500, 2999)] == \
         [lr_at(u, 3000, 2e-3, 50) for u in (0, 50, 1500, 2999)]
+    f3 = ttq.RECIPES["v3z-ema-mu-f3"]
+    assert ttq.lr_for(f3, 3000, 3000, 50) == pytest.approx(0.3 * f3.lr)  # --lr-floor 0.3
     lrs = [ttq.lr_for(one, u, 100, 0) for u in range(100)]
     assert lrs[0] == pytest.approx(1e-2 / 25)
     assert max(lrs) == pytest.approx(1e-2) and int(np.argmax(lrs)) == 30
@@ -59,11 +61,11 @@ def test_the_demo_trains_the_default_recipe(tmp_path):
     add_train_arguments(p)
     paths = ["--input", str(tmp_path), "--target", str(tmp_path), "--run-dir", str(tmp_path)]
     c = config_from_args(p.parse_args([*paths, "--steps", str(DEMO_STEPS), *DEMO_TRAIN_ARGS]))
-    r = ttq.RECIPES["v3z-ema-mu"]
+    r = ttq.RECIPES["v3z-ema-mu-f3"]
     assert (c.architecture_name, c.model_size, c.batch_size, c.crop_size, c.base_lr, c.optimizer_name, c.adam_beta1,
-            c.beta2, c.ema_decay, c.lr_schedule, c.warmup_steps, c.steps) == (
+            c.beta2, c.ema_decay, c.lr_schedule, c.warmup_steps, c.steps, c.cosine_floor) == (
         r.architecture, r.size, r.batch, r.crop, r.lr, r.optimizer, r.beta1, r.beta2, r.ema, r.schedule, r.warmup,
-        r.steps)
+        r.steps, r.floor)
     assert r.skip_init and r.fused  # v3's init and the trainer's fused Adam
 
 

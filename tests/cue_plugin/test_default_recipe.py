@@ -36,7 +36,8 @@ def test_submit_dry_run_trains_the_demos_recipe(tmp_path, capsys, template):
     farm = recipe(config_of(_dry_run_train_argv(tmp_path, capsys, *extra)))
     demo = recipe(config_of([*_paths(tmp_path), "--steps", str(DEMO_STEPS), *task_train_args("repair")]))
     assert farm == demo
-    assert (farm["optimizer_name"], farm["beta2"], farm["base_lr"]) == ("muon", 0.9, 2e-3)  # the demo's measured recipe
+    assert (farm["optimizer_name"], farm["beta2"], farm["base_lr"], farm["cosine_floor"]) == (
+        "muon", 0.9, 2e-3, 0.3)  # the demo's measured recipe
 
 
 @pytest.mark.parametrize("task, args", [("upscale", ["--scale", "2", "--crop-size", "32"]),

@@ -100,7 +100,7 @@ def test_config_file_values_are_used_and_flags_override(tmp_path, pairs):
 
 
 def test_the_demo_trains_the_recipe_the_time_to_quality_benchmark_chose(tmp_path, pairs):
-    """cuetrain demo's arguments give benchmarks/bench_time_to_quality.py's default recipe (v3z-ema-mu)."""
+    """cuetrain demo's arguments give benchmarks/bench_time_to_quality.py's default recipe (v3z-ema-mu-f3)."""
     import argparse
 
     from trainer.core.config_args import add_train_arguments, config_from_args
@@ -111,8 +111,8 @@ def test_the_demo_trains_the_recipe_the_time_to_quality_benchmark_chose(tmp_path
     paths = ["--input", str(pairs[0]), "--target", str(pairs[1]), "--run-dir", str(tmp_path)]
     cfg = config_from_args(p.parse_args([*paths, *DEMO_TRAIN_ARGS]))
     got = (cfg.architecture_name, cfg.model_size, cfg.batch_size, cfg.crop_size, cfg.base_lr, cfg.optimizer_name,
-           cfg.adam_beta1, cfg.beta2, cfg.ema_decay, cfg.lr_schedule, cfg.warmup_steps)
-    assert got == ("v3", "small", 8, 64, 2e-3, "muon", 0.9, 0.9, 0.999, "cosine", 50)
+           cfg.adam_beta1, cfg.beta2, cfg.ema_decay, cfg.lr_schedule, cfg.warmup_steps, cfg.cosine_floor)
+    assert got == ("v3", "small", 8, 64, 2e-3, "muon", 0.9, 0.9, 0.999, "cosine", 50, 0.3)
 
 
 def test_the_upscale_demo_trains_the_same_recipe_at_scale_2_on_half_size_crops():

@@ -13,31 +13,11 @@ from typing import Any, Sequence
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.channels import ChannelError, ChannelPlan
 from trainer.core.exitcodes import ExitCode
+from trainer.core.recipe import (COLOUR_MUON_LR_FLOOR, DEFAULT_BETA2, DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR,
+                                  HEAD_START_MUON_LR)
 from trainer.core.timeouts import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
-#: The default ``--lr`` of each model size at ``lr_reference_batch`` crops [1]: wider networks take smaller
-#: steps. On one H200 (batch 32, crop 128: a peak of 2x by the sqrt rule) medium at 1e-3 diverged in 3 of 4
-#: runs and at 5e-4 trained smoothly (3 seeds) to a lower loss; large diverged at 1e-3 and 5e-4 and was
-#: wiped out by a spike at 2.5e-4, hence 1e-4 (not yet run on a GPU) (docs/studies/trainer_speed.md,
-#: "Default learning rate per model size").
-DEFAULT_LR = {"small": 1e-3, "medium": 5e-4, "large": 1e-4}
-#: Muon's default lr by model size [1], for ``lr_reference_batch`` crops: about one lr for every size, since
-#: ``match_rms_adamw`` scales Muon's step to Adam's update size whatever the width. Searched on an H100 at batch 8,
-#: 1,000 steps (``bench_recipe.py default-recipe``, docs/studies/default_recipe.md, "On a GPU"): medium best at
-#: 2e-3 of 5e-4 to 8e-3 (+4.24 dB; 8e-3 diverged), large best at 1.6e-3 of 1e-4 to 3.2e-3 (+4.55 dB, +3.51 at
-#: 3.2e-3); small 2e-3 is ``cuetrain demo``'s (4e-3 gained +0.08 dB more at 3,000 steps: within noise).
-DEFAULT_MUON_LR = {"small": 2e-3, "medium": 2e-3, "large": 1.6e-3}
-#: Muon's default lr for a head start (``--init-from``) by model size [1]: 1.5x a run from random weights. A
-#: fine-tune has B's content to learn, not only to polish. On v3 small, in 13 runs paired with 2e-3 (two pairs of
-#: shots, four source models, 333 to 1,500 steps, seeds), it won 9 by up to 0.15 dB and lost 4 by at most 0.04 dB
-#: (the 6,000-step library source on carphone); mean +0.03 dB (bench_recipe.py head-start; docs/studies/head_start.md,
-#: "The fine-tune's lr"). Measured on colour repair at scale 1 only: other sizes, mattes, mixed targets and upres keep
-#: :data:`DEFAULT_MUON_LR`, Adam its :data:`DEFAULT_LR`.
-HEAD_START_MUON_LR = {"small": 3e-3}
-#: Adam's second-moment decay by optimizer when ``--adam-beta2`` is not given [1]: 0.9 with Muon (NAFNet's, Chen et
-#: al. 2022; the demo's recipe), 0.999 with Adam alone (Kingma & Ba; 0.9 measured 0.2 dB worse at lr 1e-3).
-DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}
 #: ``--architecture`` (see trainer.learn.model; v1 is the network cuetrain started with); ``auto`` picks one by case
 #: (:attr:`TrainConfig.architecture_name`). v2 (a space-to-depth stem; never a default) is a benchmark's only
 #: (benchmarks/lib/baselines.py); a v2 checkpoint is refused by name (``trainer.record.netcheck``).
@@ -101,7 +81,10 @@ class TrainConfig:
             Adam it trained worse at 4x and diverged at 16x, docs/studies/noise_scale.md, "Validation at
             global batches 8, 32 and 128") or ``none``.
         warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
-        lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to lr/10) or ``onecycle``
+        lr_floor: where ``cosine`` ends, as a fraction of the peak lr (0 to 1); None: :data:`DEFAULT_LR_FLOOR`
+            (0.1), or for colour at scale 1 with Muon :data:`COLOUR_MUON_LR_FLOOR` (small 0.3); see
+            :attr:`cosine_floor` [1].
+        lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to ``lr_floor``) or ``onecycle``
             (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
             ``warmup_steps`` is not used) (see ``trainer.learn.schedule.lr_at``).
         ema_decay: export (and show in contact sheets) an exponential moving average of the weights with
@@ -200,6 +183,7 @@ class TrainConfig:
     lr_scaling: str = "sqrt"
     warmup_steps: int = 50
     lr_schedule: str = "cosine"
+    lr_floor: float | None = None
     ema_decay: float = 0.999
     optimizer: str = "auto"
     adam_beta1: float = 0.9
@@ -255,6 +239,8 @@ class TrainConfig:
             raise ConfigError(f"adam_beta2={self.adam_beta2} must be between 0 and 1, exclusive (e.g. 0.9 or 0.999)")
         if self.lr is not None and not self.lr > 0:
             raise ConfigError(f"lr={self.lr} must be > 0 (try 1e-3)")
+        if self.lr_floor is not None and not 0.0 <= self.lr_floor <= 1.0:
+            raise ConfigError(f"lr_floor={self.lr_floor} must be a fraction of the peak lr from 0 to 1 (e.g. 0.1)")
         for name in ("collective_timeout_s", "gang_timeout_s", "stop_grace_s", "shot_check_s", "storage_full_grace_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0 seconds")
@@ -345,16 +331,31 @@ class TrainConfig:
         return DEFAULT_BETA2[self.optimizer_name] if self.adam_beta2 is None else self.adam_beta2
 
     @property
+    def _colour_muon(self) -> bool:
+        """Colour repair at scale 1 trained with Muon: the case docs/studies/head_start.md and lr_floor.md measured."""
+        return self.scale == 1 and self.channels.task == "colour" and self.optimizer_name == "muon"
+
+    @property
     def base_lr(self) -> float:
         """``lr``, or when it is None the model size's :data:`DEFAULT_LR` (Adam) or :data:`DEFAULT_MUON_LR` (Muon);
         a colour head start (``init_from``, scale 1) with Muon takes :data:`HEAD_START_MUON_LR` where it lists the
         size, as measured there [1]."""
         if self.lr is not None:
             return self.lr
-        head_start = self.init_from and self.scale == 1 and self.channels.task == "colour"
-        if head_start and self.optimizer_name == "muon" and self.model_size in HEAD_START_MUON_LR:
+        if self.init_from and self._colour_muon and self.model_size in HEAD_START_MUON_LR:
             return HEAD_START_MUON_LR[self.model_size]
         return (DEFAULT_MUON_LR if self.optimizer_name == "muon" else DEFAULT_LR)[self.model_size]
+
+    @property
+    def cosine_floor(self) -> float:
+        """``lr_floor``, or when it is None :data:`COLOUR_MUON_LR_FLOOR` for colour at scale 1 with Muon where it
+        lists the size (a run from random weights or a head start), else :data:`DEFAULT_LR_FLOOR` (a fraction of the
+        peak lr, 0 to 1) [1]."""
+        if self.lr_floor is not None:
+            return self.lr_floor
+        if self._colour_muon and self.model_size in COLOUR_MUON_LR_FLOOR:
+            return COLOUR_MUON_LR_FLOOR[self.model_size]
+        return DEFAULT_LR_FLOOR
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for run.json and checkpoints)."""

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.core.config import (ARCHITECTURES, AUGMENT_GRADES, DEFAULT_ARCHITECTURE, DEFAULT_DATA_CACHE_MB,
-                                 DEFAULT_LR, DEFAULT_MUON_LR, GRAD_COMPRESSION, HEAD_START_MUON_LR, INIT_EMAS,
-                                 LR_SCALINGS, LR_SCHEDULES, MATTE_LOSSES, MEMORY_FORMATS, MODEL_SIZES, OPTIMIZERS,
-                                 PATH_FIELDS, PRECISIONS, SCALES, ConfigError, TrainConfig)
+                                 GRAD_COMPRESSION, INIT_EMAS, LR_SCALINGS, LR_SCHEDULES, MATTE_LOSSES, MEMORY_FORMATS,
+                                 MODEL_SIZES, OPTIMIZERS, PATH_FIELDS, PRECISIONS, SCALES, ConfigError, TrainConfig)
+from trainer.core.recipe import COLOUR_MUON_LR_FLOOR, DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_MUON_LR
 
 #: ``--steps`` of a ``--time-budget`` run that gives none [steps]: high enough that the budget ends it.
 BUDGET_STEP_CAP = 10_000_000
@@ -55,14 +55,17 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="LR scaling with the effective batch: sqrt (default, for Adam), linear or none")
     g.add_argument("--warmup-steps", type=int, help=f"LR warmup in updates (default {d['warmup_steps']})")
     g.add_argument("--lr-schedule", choices=LR_SCHEDULES,
-                   help="cosine (default: warmup, then cosine to lr/10) or onecycle (30%% rise from lr/25, cosine "
-                        "to lr/1e4)")
+                   help="cosine (default: warmup, then cosine to --lr-floor) or onecycle (30%% rise from lr/25, "
+                        "cosine to lr/1e4)")
+    g.add_argument("--lr-floor", type=float, metavar="FRACTION",
+                   help=f"where cosine ends, as a fraction of the peak lr (default {DEFAULT_LR_FLOOR:g}; colour at "
+                        "scale 1 with Muon: " + ", ".join(f"{k} {v:g}" for k, v in COLOUR_MUON_LR_FLOOR.items()) + ")")
     g.add_argument("--ema-decay", type=float,
                    help="export an exponential moving average of the weights with this decay per update "
                         f"(default {d['ema_decay']}; 0: the last weights)")
     g.add_argument("--optimizer", choices=OPTIMIZERS,
-                   help="auto (default: muon for colour and upres, adam for a matte), adam, or muon: Muon for the "
-                        "hidden convolutions, Adam for the rest")
+                   help="auto (default: muon for every task), adam, or muon: Muon for the hidden convolutions, "
+                        "Adam for the rest")
     g.add_argument("--adam-beta1", type=float,
                    help=f"decay of Adam's gradient average (default {d['adam_beta1']}; 0.8 measured better with "
                         "Adam, --adam-beta2 0.9 and --lr 2e-3)")

@@ -6,7 +6,8 @@ square-root rule for Adam (Malladi et al., "On the SDEs and Scaling Rules for Ad
 Algorithms", NeurIPS 2022: ``lr x sqrt(effective_batch / lr_reference_batch)``; the default) or the
 linear rule of Goyal et al., "Accurate, Large Minibatch SGD", 2017 (``lr x effective_batch /
 lr_reference_batch``, derived for SGD). It is warmed up linearly from 1/10 over ``warmup_steps``
-updates (Goyal et al. 2017), then decays by cosine to 1/10 at the last update; or one-cycle (Smith & Topin 2019).
+updates (Goyal et al. 2017), then decays by cosine to ``--lr-floor`` of the peak at the last update (a tenth, or
+0.3 for colour with Muon: ``TrainConfig.cosine_floor``); or one-cycle (Smith & Topin 2019).
 """
 
 from __future__ import annotations
@@ -53,10 +54,13 @@ def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
     return cfg.base_lr * (ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio))
 
 
-def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: str = "cosine") -> float:
+def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: str = "cosine",
+          floor: float = 0.1) -> float:
     """LR for optimizer update ``update`` (0-based) of ``total_updates``.
 
-    ``cosine``: linear warmup over ``warmup`` updates from peak/10, then cosine decay to peak/10.
+    ``cosine``: linear warmup over ``warmup`` updates from peak/10, then cosine decay to ``peak * floor`` (``floor``:
+    a fraction from 0 to 1, ``TrainConfig.cosine_floor``; SGDR's cosine from a maximum to a
+    minimum, Loshchilov & Hutter 2017, eq. 5).
     ``onecycle`` (Smith & Topin 2019, "Super-Convergence"): linear rise from peak/25 over the first 30% of the
     updates, then cosine decay to peak/1e4 (``warmup`` is not used), as ``benchmarks/bench_time_to_quality.py``
     measures it.
@@ -71,4 +75,4 @@ def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: s
         return peak * (0.1 + 0.9 * update / warmup)
     span = max(1, total_updates - warmup)
     progress = min(1.0, (update - warmup) / span)
-    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+    return peak * (floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress)))

@@ -178,9 +178,10 @@ class _Loop(RunStart):
                 runrecord.update_record(self.paths, init_from=started_from)
         log.info("precision %s (%s), memory format %s", self.precision.name, self.precision.reason,
                  self.cfg.memory_format)
-        log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g",
-                 self.env.rank, self.env.world_size, self.cfg.model_size, count_parameters(self.net),
-                 self.sampler.local_batch, start + 1, self.cfg.steps, self.peak_lr)
+        log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g "
+                 "(%s to %g of it)", self.env.rank, self.env.world_size, self.cfg.model_size,
+                 count_parameters(self.net), self.sampler.local_batch, start + 1, self.cfg.steps, self.peak_lr,
+                 self.cfg.lr_schedule, self.cfg.cosine_floor if self.cfg.lr_schedule == "cosine" else 1e-4)
         try:
             loss = self._steps(model)
             self.stop.close()
@@ -313,7 +314,8 @@ class _Loop(RunStart):
 
     def _update(self) -> None:
         self._measure_noise()
-        lr = lr_at(self.updates, self.total_updates, self.peak_lr, self.cfg.warmup_steps, self.cfg.lr_schedule)
+        lr = lr_at(self.updates, self.total_updates, self.peak_lr, self.cfg.warmup_steps, self.cfg.lr_schedule,
+                   self.cfg.cosine_floor)
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.scaler.step(self.opt)  # opt.step(), skipped by fp16's scaler when gradients overflowed

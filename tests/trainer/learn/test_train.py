@@ -56,7 +56,7 @@ def assert_mixed_precision_match(w1, w2, c: TrainConfig, rel: float = 0.02) -> N
     all-reduce gives differences of the order of the whole update (100%).
     """
     peak = train_mod.effective_lr(c, 1)
-    bound = 2 * sum(train_mod.lr_at(u, c.steps, peak, c.warmup_steps) for u in range(c.steps))
+    bound = 2 * sum(train_mod.lr_at(u, c.steps, peak, c.warmup_steps, floor=c.cosine_floor) for u in range(c.steps))
     torch.manual_seed(c.seed)
     w0 = build_model(c.model_size, c.architecture_name).state_dict()
     assert_same_weights(w1, w2, atol=bound)
@@ -211,6 +211,7 @@ def test_rank0_outputs_follow_the_run_directory_contract(pairs, tmp_path):
     assert record["state"] == "succeeded" and record["world_size"] == 1
     assert record["config"]["steps"] == 12 and "torch" in record["versions"] and record["started_at"]
     assert record["config"]["base_lr"] == cfg(pairs, run.root).base_lr  # the lr in use, also without --lr
+    assert record["config"]["cosine_floor"] == cfg(pairs, run.root).cosine_floor  # where its cosine ends
     rows = read_metrics(run)
     assert [r["step"] for r in rows] == [2, 4, 6, 8, 10, 12]
     assert set(rows[0]) - {"noise_scale"} == {"step", "loss", "lr", "images_per_s", "wall_s"}
@@ -355,6 +356,19 @@ def test_a_colour_head_start_takes_its_own_default_lr_where_it_was_measured():
     assert "--lr" not in TrainConfig("i", "t", "r", init_from="earlier_run").to_argv()
 
 
+def test_colour_with_muon_ends_its_cosine_at_0_3_where_it_was_measured_and_the_rest_at_a_tenth():
+    """COLOUR_MUON_LR_FLOOR (docs/studies/lr_floor.md): colour at scale 1 with Muon, v3 small, from random weights
+    or a head start; what was not measured (mattes, mixed targets, upres, Adam, other sizes) keeps 0.1; --lr-floor
+    wins."""
+    def floor(**kw) -> float:
+        return TrainConfig("i", "t", "r", **kw).cosine_floor
+
+    assert (floor(), floor(init_from="earlier_run"), floor(lr=1e-3)) == (0.3, 0.3, 0.3)
+    assert [floor(target_channels="A"), floor(target_channels="R,G,B,A"), floor(scale=2), floor(optimizer="adam"),
+            floor(model_size="medium")] == [0.1] * 5
+    assert floor(lr_floor=0.0) == 0.0 and "--lr-floor" not in TrainConfig("i", "t", "r").to_argv()
+
+
 def test_auto_picks_muon_for_colour_and_for_mattes_with_its_beta2_and_says_why():
     colour, matte = TrainConfig("i", "t", "r"), TrainConfig("i", "t", "r", target_channels="A")
     both = TrainConfig("i", "t", "r", target_channels="R,G,B,A")
@@ -378,6 +392,20 @@ def test_lr_schedule_is_sqrt_scaled_warmed_up_and_decayed():
     assert train_mod.lr_at(0, 100, peak, 10) == pytest.approx(2e-4)
     assert train_mod.lr_at(10, 100, peak, 10) == pytest.approx(peak)
     assert train_mod.lr_at(100, 100, peak, 10) == pytest.approx(2e-4)
+
+
+def test_the_cosine_ends_at_the_lr_floor_and_a_bad_floor_is_refused():
+    """``--lr-floor``: the cosine falls from the peak to ``peak x floor`` (warmup untouched); outside 0..1 is refused
+    with the field's name."""
+    assert train_mod.lr_at(100, 100, 1.0, 10, floor=0.3) == pytest.approx(0.3)
+    assert train_mod.lr_at(55, 100, 1.0, 10, floor=0.3) == pytest.approx(0.65)  # half way down the cosine
+    assert train_mod.lr_at(100, 100, 1.0, 10, floor=0.0) == 0.0
+    assert train_mod.lr_at(0, 100, 1.0, 10, floor=0.3) == pytest.approx(0.1)  # the warmup's start is its own
+    c = TrainConfig("i", "t", "r", lr_floor=0.5)
+    assert c.cosine_floor == 0.5 and c.to_argv()[-2:] == ["--lr-floor", "0.5"]
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ConfigError, match=f"lr_floor={bad} must be a fraction of the peak lr from 0 to 1"):
+            TrainConfig("i", "t", "r", lr_floor=bad)
 
 
 def test_same_input_and_ground_truth_folder_warns_at_the_start(tmp_path):

@@ -61,7 +61,7 @@ def _reference_run(cfg: TrainConfig, sync: int) -> tuple[list[list[torch.Tensor]
         for p, g in zip(params, mean):
             p.grad = g.clone()
         for group in opt.param_groups:
-            group["lr"] = train_mod.lr_at(update, updates, peak, cfg.warmup_steps)
+            group["lr"] = train_mod.lr_at(update, updates, peak, cfg.warmup_steps, floor=cfg.cosine_floor)
         opt.step()
         grads_per_update.append(mean)
     return grads_per_update, {k: v.detach().clone() for k, v in net.state_dict().items()}

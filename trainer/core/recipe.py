@@ -1,0 +1,37 @@
+"""The training recipe's measured defaults: the learning rate by model size and optimizer, a head start's own lr
+and where the schedule ends, and Adam's second-moment decay. :class:`trainer.core.config.TrainConfig` applies them
+when a flag is not given; each table cites the study that chose it. No torch here.
+"""
+
+#: The default ``--lr`` of each model size at ``lr_reference_batch`` crops [1]: wider networks take smaller
+#: steps. On one H200 (batch 32, crop 128: a peak of 2x by the sqrt rule) medium at 1e-3 diverged in 3 of 4
+#: runs and at 5e-4 trained smoothly (3 seeds) to a lower loss; large diverged at 1e-3 and 5e-4 and was
+#: wiped out by a spike at 2.5e-4, hence 1e-4 (not yet run on a GPU) (docs/studies/trainer_speed.md,
+#: "Default learning rate per model size").
+DEFAULT_LR = {"small": 1e-3, "medium": 5e-4, "large": 1e-4}
+#: Muon's default lr by model size [1], for ``lr_reference_batch`` crops: about one lr for every size, since
+#: ``match_rms_adamw`` scales Muon's step to Adam's update size whatever the width. Searched on an H100 at batch 8,
+#: 1,000 steps (``bench_recipe.py default-recipe``, docs/studies/default_recipe.md, "On a GPU"): medium best at
+#: 2e-3 of 5e-4 to 8e-3 (+4.24 dB; 8e-3 diverged), large best at 1.6e-3 of 1e-4 to 3.2e-3 (+4.55 dB, +3.51 at
+#: 3.2e-3); small 2e-3 is ``cuetrain demo``'s (4e-3 gained +0.08 dB more at 3,000 steps: within noise).
+DEFAULT_MUON_LR = {"small": 2e-3, "medium": 2e-3, "large": 1.6e-3}
+#: Muon's default lr for a head start (``--init-from``) by model size [1]: 1.5x a run from random weights. A
+#: fine-tune has B's content to learn, not only to polish. On v3 small, in 13 runs paired with 2e-3 (two pairs of
+#: shots, four source models, 333 to 1,500 steps, seeds), it won 9 by up to 0.15 dB and lost 4 by at most 0.04 dB
+#: (the 6,000-step library source on carphone); mean +0.03 dB (bench_recipe.py head-start; docs/studies/head_start.md,
+#: "The fine-tune's lr"). Measured on colour repair at scale 1 only: other sizes, mattes, mixed targets and upres keep
+#: :data:`DEFAULT_MUON_LR`, Adam its :data:`DEFAULT_LR`.
+HEAD_START_MUON_LR = {"small": 3e-3}
+#: Where the cosine schedule ends, as a fraction of the peak lr (``--lr-floor``) [1]: a tenth (cuetrain's first
+#: schedule) for every case but one; colour repair at scale 1 with Muon ends at :data:`COLOUR_MUON_LR_FLOOR` where it
+#: lists the size. There the EMA of the weights, not a low last lr, averages out the last steps' noise (as stochastic
+#: weight averaging does at a constant or cyclical lr: Izmailov et al. 2018, "Averaging Weights Leads to Wider Optima
+#: and Better Generalization"). Against a tenth, from random weights (cuetrain local, 2 ranks, 2-5 seeds): +0.04 to
+#: +0.20 dB at 1,000 steps on four shots, one held out (8 of 8 paired runs), +0.02 to +0.06 dB at 3,000 (10 of 14);
+#: at 3,000, 0.5 matched 0.3 and 1.0 fell back (one seed; docs/studies/lr_floor.md). Mattes, upres, Adam and the
+#: other sizes were not measured and keep a tenth.
+DEFAULT_LR_FLOOR = 0.1
+COLOUR_MUON_LR_FLOOR = {"small": 0.3}
+#: Adam's second-moment decay by optimizer when ``--adam-beta2`` is not given [1]: 0.9 with Muon (NAFNet's, Chen et
+#: al. 2022; the demo's recipe), 0.999 with Adam alone (Kingma & Ba; 0.9 measured 0.2 dB worse at lr 1e-3).
+DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}
