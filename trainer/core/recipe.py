@@ -28,8 +28,8 @@ HEAD_START_MUON_LR = {"small": 3e-3}
 #: weight averaging does at a constant or cyclical lr: Izmailov et al. 2018, "Averaging Weights Leads to Wider Optima
 #: and Better Generalization"). Against a tenth, from random weights (cuetrain local, 2 ranks, 2-5 seeds): +0.04 to
 #: +0.20 dB at 1,000 steps on four shots, one held out (8 of 8 paired runs), +0.02 to +0.06 dB at 3,000 (10 of 14);
-#: at 3,000, 0.5 matched 0.3 and 1.0 fell back (one seed; docs/studies/lr_floor.md). Mattes, upres, Adam and the
-#: other sizes were not measured and keep a tenth.
+#: at 3,000, 0.5 and 1.0 were within a seed's spread of 0.3 (one seed; docs/studies/lr_floor.md). Mattes, upres,
+#: Adam and the other sizes were not measured and keep a tenth.
 DEFAULT_LR_FLOOR = 0.1
 COLOUR_MUON_LR_FLOOR = {"small": 0.3}
 #: Adam's second-moment decay by optimizer when ``--adam-beta2`` is not given [1]: 0.9 with Muon (NAFNet's, Chen et
