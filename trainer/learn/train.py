@@ -178,10 +178,9 @@ class _Loop(RunStart):
                 runrecord.update_record(self.paths, init_from=started_from)
         log.info("precision %s (%s), memory format %s", self.precision.name, self.precision.reason,
                  self.cfg.memory_format)
-        log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g "
-                 "(%s to %g of it)", self.env.rank, self.env.world_size, self.cfg.model_size,
-                 count_parameters(self.net), self.sampler.local_batch, start + 1, self.cfg.steps, self.peak_lr,
-                 self.cfg.lr_schedule, self.cfg.cosine_floor if self.cfg.lr_schedule == "cosine" else 1e-4)
+        log.info("rank %d/%d: model %s (%d parameters), %d crops/step on this rank, steps %d..%d, peak lr %.3g",
+                 self.env.rank, self.env.world_size, self.cfg.model_size, count_parameters(self.net),
+                 self.sampler.local_batch, start + 1, self.cfg.steps, self.peak_lr)
         try:
             loss = self._steps(model)
             self.stop.close()
