@@ -24,8 +24,9 @@ from trainer.learn.divergence import DivergenceWatch
 from trainer.learn.ema import WeightEMA
 from trainer.learn.noise_scale import GradNoise
 from trainer.learn.precision import Precision
-from trainer.learn.run_writer import (check_resumable, cpu_copy, load_checkpoint_file, model_config_record,
-                                      resume_optimizer)
+from trainer.core.recipe import DEFAULT_LR_FLOOR
+from trainer.learn.run_writer import (check_resumable, config_record, cpu_copy, load_checkpoint_file,
+                                      model_config_record, resume_optimizer)
 from trainer.learn.schedule import build_optimizer, effective_lr
 from trainer.record import runrecord
 from trainer.record.rundir import RunDirError, RunPaths
@@ -59,7 +60,7 @@ class RunStart:
 
     def _state(self) -> dict[str, Any]:
         return cpu_copy({"model": self.net.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
-                         "updates": self.updates, "config": self.cfg.to_dict(), "model_size": self.cfg.model_size,
+                         "updates": self.updates, "config": config_record(self.cfg), "model_size": self.cfg.model_size,
                          "world_size": self.env.world_size, "sync_interval": self.env.sync_interval,
                          "torch_rng": torch.get_rng_state(), "grad_scaler": self.scaler.state_dict(),
                          "precision": self.precision.name, "architecture": self.cfg.architecture_name,
@@ -88,6 +89,12 @@ class RunStart:
             log.warning("--optimizer auto: resuming with %s, the optimizer %s was written with (auto now picks %s "
                         "for a new run)", optimizer, path, self.cfg.optimizer_name)
             self._use_optimizer(optimizer)
+        kept = resumed_schedule(self.cfg, ckpt)
+        if kept != self.cfg:
+            log.warning("--resume: training on with the lr %g and cosine floor %g that %s was trained with (this "
+                        "version's defaults are %g and %g; give --lr / --lr-floor to change them)", kept.base_lr,
+                        kept.cosine_floor, path, self.cfg.base_lr, self.cfg.cosine_floor)
+            self._use_config(kept)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
         if ckpt.get("grad_scaler"):  # fp16 runs: keep the loss scale found so far
@@ -105,7 +112,12 @@ class RunStart:
         divergence watch follow it (before a checkpoint's optimizer state is loaded)."""
         self.optimizer_why = (self.cfg.optimizer, f"auto: resumed with {name}, the optimizer of the checkpoint (auto "
                                                   f"picks {self.cfg.optimizer_name} for a new run)")
-        self.cfg = dataclasses.replace(self.cfg, optimizer=name)
+        self._use_config(dataclasses.replace(self.cfg, optimizer=name))
+
+    def _use_config(self, cfg: TrainConfig) -> None:
+        """Train with ``cfg`` from here on: its peak lr, a fresh optimizer and the divergence watch follow it
+        (before a checkpoint's optimizer state is loaded)."""
+        self.cfg = cfg
         self.peak_lr = effective_lr(self.cfg, self.env.sync_interval)
         self.opt = build_optimizer(self.cfg, self.net, self.peak_lr)
         self.divergence = DivergenceWatch(self.peak_lr, self.cfg.base_lr)
@@ -130,6 +142,25 @@ class RunStart:
         log.info("rank %d: weights from %s (%s, step %s)", self.env.rank, record.get("weights"), record.get("kind"),
                  record.get("step"))
         return record
+
+
+def resumed_schedule(cfg: TrainConfig, ckpt: dict[str, Any]) -> TrainConfig:
+    """``cfg`` with the lr and cosine floor the checkpoint's run trained with, where ``--lr`` / ``--lr-floor`` are not
+    given and a default has changed since (a run resumes on the schedule it started, as :func:`resume_optimizer` keeps
+    its optimizer).
+
+    The checkpoint's ``config`` (``run_writer.config_record``) names them as ``base_lr`` and ``cosine_floor``. One
+    written before they were recorded keeps this version's lr; its floor was :data:`DEFAULT_LR_FLOOR` (every cosine
+    ended at a tenth of the peak before ``lr_floor`` existed; one with ``lr_floor`` already used this version's)."""
+    config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
+    changes: dict[str, float] = {}
+    base_lr = config.get("base_lr")
+    if cfg.lr is None and isinstance(base_lr, (int, float)) and base_lr != cfg.base_lr:
+        changes["lr"] = float(base_lr)
+    floor = config.get("cosine_floor", cfg.cosine_floor if "lr_floor" in config else DEFAULT_LR_FLOOR)
+    if cfg.lr_floor is None and isinstance(floor, (int, float)) and floor != cfg.cosine_floor:
+        changes["lr_floor"] = float(floor)
+    return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
 def broadcast_int(value: int, rt: distributed.Runtime) -> int:
