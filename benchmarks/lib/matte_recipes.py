@@ -17,11 +17,13 @@ A variant is named ``BASE[-TOKEN...]``:
   (EMA decay, ``ema0`` = the last weights), ``iou`` / ``bce`` / ``l1`` (matte loss ``bce+l1+iou`` / ``bce+l1`` /
   ``l1``), ``cropN`` (crop side), ``bN`` (batch), ``augP`` (``--augment P``), ``wuN`` (warmup updates), ``kN``
   (train on every N-th frame from 0 as keyframes, scored on the same held-out frames: denser keyframes), ``sN``
-  (train N steps, whatever ``--steps``), ``ftX`` (with ``from``: the fine-tune's peak lr), ``fromSHOT`` (a head start: start from the EMA weights of the same recipe
-  trained :data:`SOURCE_STEPS` on SHOT's keyframes, as ``--init-from`` does, with a fresh optimizer and EMA).
+  (train N steps, whatever ``--steps``), ``flX`` (the cosine ends at X of the peak lr, ``--lr-floor``; 0.1 by
+  default, the trainer's for mattes), ``ftX`` (with ``from``: the fine-tune's peak lr), ``fromSHOT`` (a head start:
+  start from the EMA weights of the same recipe trained :data:`SOURCE_STEPS` on SHOT's keyframes, as ``--init-from``
+  does, with a fresh optimizer and EMA).
 
 The lr follows the trainer's schedule (``trainer.learn.schedule.lr_at``: ``wuN`` warmup updates from lr/10, 50 by
-default, then cosine to lr/10).
+default, then cosine to lr/10, or to ``flX``).
 
 Run (under the heavy lock on a shared host; ~30-60 s per variant, shot and seed on 2 quiet cores):
     flock /tmp/cuetrain-heavy.lock .venv/bin/python benchmarks/bench_recipe.py matte-set --steps 1000 \\
@@ -68,7 +70,7 @@ class Recipe:
     """A variant's recipe (module doc): network, optimizer, lr [1], EMA decay [1] (0: none), matte loss, crop side
     [pixels], batch [crops], augmentation probability [1], warmup [updates], keyframe spacing [frames], the shot whose
     model it starts from ("" = random weights), its own step count [steps] (0 = ``--steps``) and a fine-tune's peak
-    lr [1] (0 = ``lr``)."""
+    lr [1] (0 = ``lr``), and where the cosine ends, a fraction of the peak lr [1]."""
 
     base: str
     width: int
@@ -85,6 +87,7 @@ class Recipe:
     init_from: str = ""
     steps: int = 0
     ft_lr: float = 0.0
+    floor: float = 0.1
 
 
 def parse(name: str) -> Recipe:
@@ -107,10 +110,11 @@ def parse(name: str) -> Recipe:
         elif t.startswith("from"):
             r = replace(r, init_from=t[4:])
         else:
-            key = next((k for k in ("lr", "ema", "crop", "aug", "wu", "w", "b", "k", "s", "ft") if t.startswith(k)), None)
+            prefixes = ("lr", "ema", "crop", "aug", "wu", "w", "b", "k", "s", "ft", "fl")
+            key = next((k for k in prefixes if t.startswith(k)), None)
             field = {"lr": "lr", "ema": "ema", "crop": "crop", "aug": "augment", "wu": "warmup", "w": "width",
                      "b": "batch", "k": "key_every", "s": "steps",
-                     "ft": "ft_lr"}.get(key or "")
+                     "ft": "ft_lr", "fl": "floor"}.get(key or "")
             if field is None:
                 raise ValueError(f"variant {name!r}: unknown token {t!r} (module doc lists them)")
             kind = type(getattr(r, field))
@@ -157,7 +161,10 @@ def _fit(r: Recipe, shot: matte_set.Shot, steps: int, precision: str, seed: int,
     def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return per_crop_loss(out.float(), target, PLAN, r.loss)
 
-    secs = common.train_loop(net, opt, sampler, steps, loss, lambda s: lr_at(s, steps, r.lr, r.warmup, "cosine"),
+    def lr(s: int) -> float:
+        return lr_at(s, steps, r.lr, r.warmup, "cosine", r.floor)
+
+    secs = common.train_loop(net, opt, sampler, steps, loss, lr,
                              resolve_precision(precision, torch.device("cpu")).autocast, [ema] if ema else [])
     return (ema.module if ema else net), secs
 

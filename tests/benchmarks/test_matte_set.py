@@ -72,6 +72,16 @@ def test_a_variant_name_builds_what_it_names(name, opt_type, lr, ema, loss, widt
         mr.parse("cuetrain-zzz")
 
 
+def test_the_default_matte_variant_is_the_trainers_matte_recipe():
+    """``cuetrain-muon-lr0.002-bce-fl0.3`` (docs/studies/matte_set.md, lr_floor.md) is what a matte job trains."""
+    from trainer.core.config import TrainConfig
+
+    r, job = mr.parse("cuetrain-muon-lr0.002-bce-fl0.3"), TrainConfig("i", "t", "r", target_channels="A")
+    assert (r.optimizer, r.lr, r.loss, r.floor, r.ema) == (job.optimizer_name, job.base_lr, job.matte_loss,
+                                                           job.cosine_floor, job.ema_decay)
+    assert job.architecture_name == "unet" and mr.parse("cuetrain").floor == 0.1
+
+
 def test_a_short_run_trains_scores_and_beats_nothing_it_should_not(capsys):
     """Training for a few steps gives real held-out scores (in range, and different from an untrained network's),
     and the baselines score the nearest keyframe above the mean keyframe."""

@@ -13,8 +13,8 @@ from typing import Any, Sequence
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.channels import ChannelError, ChannelPlan
 from trainer.core.exitcodes import ExitCode
-from trainer.core.recipe import (COLOUR_MUON_LR_FLOOR, DEFAULT_BETA2, DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR,
-                                  HEAD_START_MUON_LR)
+from trainer.core.recipe import (DEFAULT_BETA2, DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_MUON_LR,
+                                  MUON_LR_FLOOR)
 from trainer.core.timeouts import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
@@ -81,9 +81,9 @@ class TrainConfig:
             Adam it trained worse at 4x and diverged at 16x, docs/studies/noise_scale.md, "Validation at
             global batches 8, 32 and 128") or ``none``.
         warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
-        lr_floor: where ``cosine`` ends, as a fraction of the peak lr (0 to 1); None: :data:`DEFAULT_LR_FLOOR`
-            (0.1), or for colour at scale 1 with Muon :data:`COLOUR_MUON_LR_FLOOR` (small 0.3); see
-            :attr:`cosine_floor` [1].
+        lr_floor: where ``cosine`` ends, as a fraction of the peak lr (0 to 1); None: with Muon
+            :data:`MUON_LR_FLOOR` by job and size (small: repair and mattes 0.3, upres 0.5), else
+            :data:`DEFAULT_LR_FLOOR` (0.1); see :attr:`cosine_floor` [1].
         lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to ``lr_floor``) or ``onecycle``
             (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
             ``warmup_steps`` is not used) (see ``trainer.learn.schedule.lr_at``).
@@ -331,31 +331,35 @@ class TrainConfig:
         return DEFAULT_BETA2[self.optimizer_name] if self.adam_beta2 is None else self.adam_beta2
 
     @property
-    def _colour_muon(self) -> bool:
-        """Colour repair at scale 1 trained with Muon: the case docs/studies/head_start.md and lr_floor.md measured."""
-        return self.scale == 1 and self.channels.task == "colour" and self.optimizer_name == "muon"
-
-    @property
     def base_lr(self) -> float:
         """``lr``, or when it is None the model size's :data:`DEFAULT_LR` (Adam) or :data:`DEFAULT_MUON_LR` (Muon);
         a colour head start (``init_from``, scale 1) with Muon takes :data:`HEAD_START_MUON_LR` where it lists the
         size, as measured there [1]."""
         if self.lr is not None:
             return self.lr
-        if self.init_from and self._colour_muon and self.model_size in HEAD_START_MUON_LR:
+        if self.init_from and self.recipe_job == "repair" and self.optimizer_name == "muon" \
+                and self.model_size in HEAD_START_MUON_LR:
             return HEAD_START_MUON_LR[self.model_size]
         return (DEFAULT_MUON_LR if self.optimizer_name == "muon" else DEFAULT_LR)[self.model_size]
 
     @property
+    def recipe_job(self) -> str:
+        """The job the measured tables (:data:`MUON_LR_FLOOR`, a head start's lr) are keyed by: ``repair`` (colour at
+        scale 1), ``upres`` (colour at scale 2 or 4), ``matte`` (every target a matte), else ``other`` (mixed targets
+        and the rest)."""
+        task = self.channels.task
+        if task == "colour":
+            return "repair" if self.scale == 1 else "upres"
+        return "matte" if task == "matte" else "other"
+
+    @property
     def cosine_floor(self) -> float:
-        """``lr_floor``, or when it is None :data:`COLOUR_MUON_LR_FLOOR` for colour at scale 1 with Muon where it
-        lists the size (a run from random weights or a head start), else :data:`DEFAULT_LR_FLOOR` (a fraction of the
-        peak lr, 0 to 1) [1]."""
+        """``lr_floor``, or when it is None, with Muon, :data:`MUON_LR_FLOOR` of :attr:`recipe_job` where it lists the
+        size, else :data:`DEFAULT_LR_FLOOR` (a fraction of the peak lr, 0 to 1) [1]."""
         if self.lr_floor is not None:
             return self.lr_floor
-        if self._colour_muon and self.model_size in COLOUR_MUON_LR_FLOOR:
-            return COLOUR_MUON_LR_FLOOR[self.model_size]
-        return DEFAULT_LR_FLOOR
+        by_size = MUON_LR_FLOOR.get(self.recipe_job, {}) if self.optimizer_name == "muon" else {}
+        return by_size.get(self.model_size, DEFAULT_LR_FLOOR)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for run.json and checkpoints)."""

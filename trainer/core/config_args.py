@@ -19,7 +19,7 @@ from typing import Any
 from trainer.core.config import (ARCHITECTURES, AUGMENT_GRADES, DEFAULT_ARCHITECTURE, DEFAULT_DATA_CACHE_MB,
                                  GRAD_COMPRESSION, INIT_EMAS, LR_SCALINGS, LR_SCHEDULES, MATTE_LOSSES, MEMORY_FORMATS,
                                  MODEL_SIZES, OPTIMIZERS, PATH_FIELDS, PRECISIONS, SCALES, ConfigError, TrainConfig)
-from trainer.core.recipe import COLOUR_MUON_LR_FLOOR, DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_MUON_LR
+from trainer.core.recipe import DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_MUON_LR, MUON_LR_FLOOR
 
 #: ``--steps`` of a ``--time-budget`` run that gives none [steps]: high enough that the budget ends it.
 BUDGET_STEP_CAP = 10_000_000
@@ -58,8 +58,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="cosine (default: warmup, then cosine to --lr-floor) or onecycle (30%% rise from lr/25, "
                         "cosine to lr/1e4)")
     g.add_argument("--lr-floor", type=float, metavar="FRACTION",
-                   help=f"where cosine ends, as a fraction of the peak lr (default {DEFAULT_LR_FLOOR:g}; colour at "
-                        "scale 1 with Muon: " + ", ".join(f"{k} {v:g}" for k, v in COLOUR_MUON_LR_FLOOR.items()) + ")")
+                   help=f"where cosine ends, as a fraction of the peak lr (default {DEFAULT_LR_FLOOR:g}; with Muon: "
+                        + "; ".join(f"{job} " + ", ".join(f"{size} {v:g}" for size, v in by_size.items())
+                                    for job, by_size in MUON_LR_FLOOR.items()) + ")")
     g.add_argument("--ema-decay", type=float,
                    help="export an exponential moving average of the weights with this decay per update "
                         f"(default {d['ema_decay']}; 0: the last weights)")

@@ -23,15 +23,26 @@ DEFAULT_MUON_LR = {"small": 2e-3, "medium": 2e-3, "large": 1.6e-3}
 #: :data:`DEFAULT_MUON_LR`, Adam its :data:`DEFAULT_LR`.
 HEAD_START_MUON_LR = {"small": 3e-3}
 #: Where the cosine schedule ends, as a fraction of the peak lr (``--lr-floor``) [1]: a tenth (cuetrain's first
-#: schedule) for every case but one; colour repair at scale 1 with Muon ends at :data:`COLOUR_MUON_LR_FLOOR` where it
-#: lists the size. There the EMA of the weights, not a low last lr, averages out the last steps' noise (as stochastic
-#: weight averaging does at a constant or cyclical lr: Izmailov et al. 2018, "Averaging Weights Leads to Wider Optima
-#: and Better Generalization"). Against a tenth, from random weights (cuetrain local, 2 ranks, 2-5 seeds): +0.04 to
-#: +0.20 dB at 1,000 steps on four shots, one held out (8 of 8 paired runs), +0.02 to +0.06 dB at 3,000 (10 of 14);
-#: at 3,000, 0.5 and 1.0 were within a seed's spread of 0.3 (one seed; docs/studies/lr_floor.md). Mattes, upres,
-#: Adam and the other sizes were not measured and keep a tenth.
+#: schedule) for every case that :data:`MUON_LR_FLOOR` does not list.
 DEFAULT_LR_FLOOR = 0.1
-COLOUR_MUON_LR_FLOOR = {"small": 0.3}
+#: Where the cosine ends with Muon, by job and model size [1]. The job is ``repair`` (colour at scale 1, from random
+#: weights or a head start), ``upres`` (colour at scale 2 or 4) or ``matte`` (every target a matte). Mixed targets,
+#: Adam and the medium and large sizes were not measured and keep :data:`DEFAULT_LR_FLOOR`.
+#:
+#: The model an artist gets is the EMA of the weights. The average takes out the last steps' noise, as a low last lr
+#: would, so a lr that stays higher keeps the network learning to the end. Stochastic weight averaging trains at a
+#: constant or cyclical lr on the same grounds (Izmailov et al. 2018, "Averaging Weights Leads to Wider Optima and
+#: Better Generalization"). Against a tenth (docs/studies/lr_floor.md):
+#:
+#: - repair, 0.3: +0.04 to +0.20 dB at 1,000 steps on four shots, one held out (cuetrain local, 2 ranks; 8 of 8 paired
+#:   runs), and +0.02 to +0.06 dB at 3,000 (10 of 14). At 3,000, 0.5 and 1.0 were within a seed's spread of 0.3.
+#: - upres, 0.5: x2 on two clips, two seeds (bench_recipe.py upscale). At 1,000 steps 0.5 gained +0.20 to +0.64 dB,
+#:   at 3,000 +0.06 to +0.21 dB. It beat 0.3 on all 8 paired runs. 1.0 won more at 1,000 steps and lost one clip at
+#:   3,000. x4 agreed at 1,000 steps.
+#: - matte, 0.3: the matte set's three decision shots (bench_recipe.py matte-set). At 1,000 steps, over three seeds,
+#:   IoU was level (-0.0001) and the edge error fell on every shot. At 3,000 steps (one seed) IoU rose on every shot
+#:   (+0.0022) and the edge error was level. 0.5 and 1.0 lost IoU at 1,000 steps.
+MUON_LR_FLOOR = {"repair": {"small": 0.3}, "upres": {"small": 0.5}, "matte": {"small": 0.3}}
 #: Adam's second-moment decay by optimizer when ``--adam-beta2`` is not given [1]: 0.9 with Muon (NAFNet's, Chen et
 #: al. 2022; the demo's recipe), 0.999 with Adam alone (Kingma & Ba; 0.9 measured 0.2 dB worse at lr 1e-3).
 DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}

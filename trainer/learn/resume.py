@@ -144,20 +144,28 @@ class RunStart:
         return record
 
 
+#: The floor with Muon, by job and size, of the versions that had ``--lr-floor`` but did not record the floor a run
+#: used in its checkpoints (commits 0b1e0d0 to ead0d09): colour repair at small 0.3, everything else a tenth.
+FLOOR_BEFORE_RECORDED = {"repair": {"small": 0.3}}
+
+
 def resumed_schedule(cfg: TrainConfig, ckpt: dict[str, Any]) -> TrainConfig:
     """``cfg`` with the lr and cosine floor the checkpoint's run trained with, where ``--lr`` / ``--lr-floor`` are not
     given and a default has changed since (a run resumes on the schedule it started, as :func:`resume_optimizer` keeps
     its optimizer).
 
     The checkpoint's ``config`` (``run_writer.config_record``) names them as ``base_lr`` and ``cosine_floor``. One
-    written before they were recorded keeps this version's lr; its floor was :data:`DEFAULT_LR_FLOOR` (every cosine
-    ended at a tenth of the peak before ``lr_floor`` existed; one with ``lr_floor`` already used this version's)."""
+    written before they were recorded keeps this version's lr, and its floor is the one its version used:
+    :data:`DEFAULT_LR_FLOOR` before ``lr_floor`` existed (every cosine ended at a tenth of the peak), and
+    :data:`FLOOR_BEFORE_RECORDED` where its config has ``lr_floor`` but no ``cosine_floor``."""
     config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
     changes: dict[str, float] = {}
     base_lr = config.get("base_lr")
     if cfg.lr is None and isinstance(base_lr, (int, float)) and base_lr != cfg.base_lr:
         changes["lr"] = float(base_lr)
-    floor = config.get("cosine_floor", cfg.cosine_floor if "lr_floor" in config else DEFAULT_LR_FLOOR)
+    floor = config.get("cosine_floor", DEFAULT_LR_FLOOR)
+    if "cosine_floor" not in config and "lr_floor" in config and cfg.optimizer_name == "muon":
+        floor = FLOOR_BEFORE_RECORDED.get(cfg.recipe_job, {}).get(cfg.model_size, DEFAULT_LR_FLOOR)
     if cfg.lr_floor is None and isinstance(floor, (int, float)) and floor != cfg.cosine_floor:
         changes["lr_floor"] = float(floor)
     return dataclasses.replace(cfg, **changes) if changes else cfg

@@ -60,6 +60,10 @@ def test_an_explicit_lr_or_floor_on_resume_wins_and_a_legacy_checkpoint_keeps_to
     assert resumed_schedule(today, {"config": recorded}) == cfg(pairs, tmp_path, lr=today.base_lr / 2, lr_floor=0.1)
     given = cfg(pairs, tmp_path, lr=1e-3, lr_floor=0.5)
     assert resumed_schedule(given, {"config": recorded}) is given
-    assert resumed_schedule(today, {"config": {"lr_floor": None}}) is today  # written with today's floor
+    assert resumed_schedule(today, {"config": {"lr_floor": None}}) is today  # repair at 0.3 then and now
+    matte, upres = cfg(pairs, tmp_path, target_channels="A"), cfg(pairs, tmp_path, scale=2)
+    assert (matte.cosine_floor, upres.cosine_floor) == (0.3, 0.5)  # today's; a tenth when lr_floor was new
+    for job in (matte, upres):
+        assert resumed_schedule(job, {"config": {"lr_floor": None}}).cosine_floor == 0.1
     assert resumed_schedule(today, {"config": {}}) == cfg(pairs, tmp_path, lr_floor=0.1)  # before lr_floor existed
     assert resumed_schedule(today, {}) == cfg(pairs, tmp_path, lr_floor=0.1)

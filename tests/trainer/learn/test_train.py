@@ -356,17 +356,21 @@ def test_a_colour_head_start_takes_its_own_default_lr_where_it_was_measured():
     assert "--lr" not in TrainConfig("i", "t", "r", init_from="earlier_run").to_argv()
 
 
-def test_colour_with_muon_ends_its_cosine_at_0_3_where_it_was_measured_and_the_rest_at_a_tenth():
-    """COLOUR_MUON_LR_FLOOR (docs/studies/lr_floor.md): colour at scale 1 with Muon, v3 small, from random weights
-    or a head start; what was not measured (mattes, mixed targets, upres, Adam, other sizes) keeps 0.1; --lr-floor
-    wins."""
+def test_muon_ends_its_cosine_where_it_was_measured_by_job_and_the_rest_at_a_tenth():
+    """MUON_LR_FLOOR (docs/studies/lr_floor.md), v3/unet small with Muon: repair (colour at scale 1, from random
+    weights or a head start) and mattes 0.3, upres 0.5; what was not measured (mixed targets, Adam, other sizes) keeps
+    0.1; --lr-floor wins."""
     def floor(**kw) -> float:
         return TrainConfig("i", "t", "r", **kw).cosine_floor
 
-    assert (floor(), floor(init_from="earlier_run"), floor(lr=1e-3)) == (0.3, 0.3, 0.3)
-    assert [floor(target_channels="A"), floor(target_channels="R,G,B,A"), floor(scale=2), floor(optimizer="adam"),
-            floor(model_size="medium")] == [0.1] * 5
+    assert (floor(), floor(init_from="earlier_run"), floor(lr=1e-3), floor(target_channels="A")) == (0.3,) * 4
+    assert (floor(scale=2), floor(scale=4)) == (0.5, 0.5)
+    assert [floor(target_channels="R,G,B,A"), floor(optimizer="adam"), floor(target_channels="A", optimizer="adam"),
+            floor(scale=2, optimizer="adam"), floor(model_size="medium"), floor(scale=2, model_size="large")] == [0.1] * 6
     assert floor(lr_floor=0.0) == 0.0 and "--lr-floor" not in TrainConfig("i", "t", "r").to_argv()
+    assert [TrainConfig("i", "t", "r", **kw).recipe_job for kw in ({}, {"scale": 2}, {"target_channels": "A"},
+                                                                  {"target_channels": "R,G,B,A"})] == [
+        "repair", "upres", "matte", "other"]
 
 
 def test_auto_picks_muon_for_colour_and_for_mattes_with_its_beta2_and_says_why():
