@@ -17,6 +17,7 @@ import torch.distributed as dist
 from trainer.core.channels import ChannelPlan
 from trainer.core.config import TrainConfig
 from trainer.core.envvars import DistEnv
+from trainer.core.recipe import DEFAULT_LR_FLOOR
 from trainer.gang import distributed
 from trainer.gang.formation import GangError
 from trainer.gang.heartbeat import explain_failure
@@ -24,7 +25,6 @@ from trainer.learn.divergence import DivergenceWatch
 from trainer.learn.ema import WeightEMA
 from trainer.learn.noise_scale import GradNoise
 from trainer.learn.precision import Precision
-from trainer.core.recipe import DEFAULT_LR_FLOOR
 from trainer.learn.run_writer import (check_resumable, config_record, cpu_copy, load_checkpoint_file,
                                       model_config_record, resume_optimizer)
 from trainer.learn.schedule import build_optimizer, effective_lr
@@ -145,7 +145,7 @@ class RunStart:
 
 
 #: The floor with Muon, by job and size, of the versions that had ``--lr-floor`` but did not record the floor a run
-#: used in its checkpoints (commits 0b1e0d0 to ead0d09): colour repair at small 0.3, everything else a tenth.
+#: used in its checkpoints (from commit 0b1e0d0 until ead0d09): colour repair at small 0.3, everything else a tenth.
 FLOOR_BEFORE_RECORDED = {"repair": {"small": 0.3}}
 
 
