@@ -6,8 +6,9 @@ square-root rule for Adam (Malladi et al., "On the SDEs and Scaling Rules for Ad
 Algorithms", NeurIPS 2022: ``lr x sqrt(effective_batch / lr_reference_batch)``; the default) or the
 linear rule of Goyal et al., "Accurate, Large Minibatch SGD", 2017 (``lr x effective_batch /
 lr_reference_batch``, derived for SGD). It is warmed up linearly from 1/10 over ``warmup_steps``
-updates (Goyal et al. 2017), then decays by cosine to ``--lr-floor`` of the peak at the last update (a tenth, or
-0.3 for colour with Muon: ``TrainConfig.cosine_floor``); or one-cycle (Smith & Topin 2019).
+updates (Goyal et al. 2017), then decays by cosine to ``--lr-floor`` of the peak at the last update
+(``TrainConfig.cosine_floor``: by job with Muon, ``trainer.core.recipe.MUON_LR_FLOOR``, else a tenth); or one-cycle
+(Smith & Topin 2019).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 import torch
 
 from trainer.core.config import TrainConfig
+from trainer.core.recipe import DEFAULT_LR_FLOOR
 from trainer.learn.optim import MuonAdam
 
 
@@ -55,7 +57,7 @@ def effective_lr(cfg: TrainConfig, sync_interval: int) -> float:
 
 
 def lr_at(update: int, total_updates: int, peak: float, warmup: int, schedule: str = "cosine",
-          floor: float = 0.1) -> float:
+          floor: float = DEFAULT_LR_FLOOR) -> float:
     """LR for optimizer update ``update`` (0-based) of ``total_updates``.
 
     ``cosine``: linear warmup over ``warmup`` updates from peak/10, then cosine decay to ``peak * floor`` (``floor``:
