@@ -221,18 +221,26 @@ class _Group:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.relays: list[threading.Thread] = []
         self.new_session = new_session
+        self.terminated: set[int] = set()  # pids already sent SIGTERM
 
-    def signal(self, sig: int) -> None:
+    def signal(self, sig: int, *, once: bool = False) -> None:
+        """Send ``sig`` to every running rank; ``once``: not to a rank already sent SIGTERM."""
         for proc in self.procs.values():
-            if proc.poll() is None:
+            if proc.poll() is None and not (once and proc.pid in self.terminated):
+                if sig == signal.SIGTERM:
+                    self.terminated.add(proc.pid)
                 try:
                     os.killpg(proc.pid, sig) if self.new_session else proc.send_signal(sig)
                 except ProcessLookupError:
                     pass
 
     def stop(self, grace_s: float) -> None:
-        """SIGTERM every running rank; SIGKILL those still running after ``grace_s`` seconds."""
-        self.signal(signal.SIGTERM)
+        """SIGTERM every running rank not yet sent one; SIGKILL those still running after ``grace_s`` seconds.
+
+        One SIGTERM per rank: a rank restores the default disposition once its stop checkpoint is written, so a
+        second SIGTERM during its teardown would kill it (exit 143 instead of 75).
+        """
+        self.signal(signal.SIGTERM, once=True)
         deadline = time.monotonic() + grace_s
         for proc in self.procs.values():
             try:
