@@ -234,27 +234,31 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=1000, help="steps per run (default 1000, the farm's)")
     ap.add_argument("--variants", default="cuetrain,plain")
-    ap.add_argument("--shots", default=",".join(DECISION_SHOTS))
+    ap.add_argument("--shots", help=f"default {','.join(DECISION_SHOTS)}; with --mixed, carphone")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, help="also write the results here (after every variant)")
     ap.add_argument("--trainer", action="store_true", help="train each shot and seed with the real trainer instead "
                     "(cuetrain local --world-size 2 at the farm's defaults, lib/matte_trainer.py)")
-    ap.add_argument("--mixed", action="store_true", help="mixed targets instead: R,G,B,A on carphone through "
-                    "cuetrain local, per --architecture auto, v3 and unet (lib/matte_trainer.py mixed)")
-    ap.add_argument("--extra", default="", help="with --trainer: more trainer arguments, e.g. \"--lr 2e-3\"")
+    ap.add_argument("--mixed", action="store_true", help="mixed targets instead: R,G,B,A through cuetrain local, "
+                    "on --shots (default carphone), per --architectures (lib/matte_trainer.py mixed)")
+    ap.add_argument("--architectures", default="auto,v3,unet", help="with --mixed: the --architecture values")
+    ap.add_argument("--extra", default="", help="with --trainer or --mixed: more trainer arguments, e.g. "
+                    "\"--lr 2e-3\"")
     ap.add_argument("--work", type=Path, default=Path("/tmp/cuetrain-matte-set"), help="with --trainer: where the "
                     "shots' frames and the runs go")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    seeds, shots = [int(x) for x in a.seeds.split(",")], a.shots.split(",")
+    seeds = [int(x) for x in a.seeds.split(",")]
+    shots = a.shots.split(",") if a.shots else ["carphone"] if a.mixed else list(DECISION_SHOTS)
     if a.mixed:
         from lib import matte_trainer
 
-        result = matte_trainer.mixed(a.steps, seeds, a.work)
+        result = matte_trainer.mixed(a.steps, seeds, a.work, tuple(a.architectures.split(",")), tuple(shots),
+                                     a.extra)
         if a.json:
-            atomic_write_json(a.json, {"steps": a.steps, "seeds": seeds, "mixed": result})
+            atomic_write_json(a.json, {"steps": a.steps, "seeds": seeds, "extra": a.extra, "mixed": result})
         return
     if a.trainer:
         _trainer(a, shots, seeds)

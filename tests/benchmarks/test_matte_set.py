@@ -121,3 +121,20 @@ def test_a_head_start_variant_starts_from_the_source_shots_model(monkeypatch):
                                                                                 2e-3, 50)
     assert (tuned[1], tuned[2], tuned[3], tuned[0].lr, tuned[0].warmup) == ("street", 500, True, 1e-3, 0)
     assert (tuned2[2], tuned2[3], tuned2[0].lr) == (333, True, 2e-3)  # the source trained once, reused
+
+
+def test_mixed_targets_repair_the_clips_own_distortion_or_the_head_start_degradation():
+    from lib import matte_trainer
+
+    for name in ("carphone", "street"):
+        shot = ms.load(name)
+        degraded = matte_trainer.mixed_inputs(shot)
+        assert degraded.shape == shot.rgb.shape and degraded.dtype == np.float32
+        assert 0.0 <= degraded.min() and degraded.max() <= 1.0
+        assert 0.01 < np.abs(degraded - shot.rgb).mean() < 0.1  # degraded, still the same pictures
+        np.testing.assert_array_equal(degraded, matte_trainer.mixed_inputs(shot))  # the same Inputs every run
+    from trainer.demo import _decode, clip_path
+
+    carphone = ms.load("carphone")
+    h264 = _decode(clip_path("carphone_distorted.mp4"))[:120].astype(np.float32) / 255.0
+    np.testing.assert_array_equal(matte_trainer.mixed_inputs(carphone), h264)
