@@ -13,8 +13,8 @@ from typing import Any, Sequence
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.channels import ChannelError, ChannelPlan
 from trainer.core.exitcodes import ExitCode
-from trainer.core.recipe import (DEFAULT_BETA2, DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_MUON_LR,
-                                  MUON_LR_FLOOR)
+from trainer.core.recipe import (DEFAULT_BETA2, DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_FOCUS,
+                                  HEAD_START_MUON_LR, MUON_LR_FLOOR)
 from trainer.core.timeouts import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
@@ -82,7 +82,7 @@ class TrainConfig:
             global batches 8, 32 and 128") or ``none``.
         warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
         lr_floor: where ``cosine`` ends, as a fraction of the peak lr (0 to 1); None: with Muon
-            :data:`MUON_LR_FLOOR` by job and size (small: repair and mattes 0.3, upres 0.5), else
+            :data:`MUON_LR_FLOOR` by job and size (small: repair, mattes and mixed 0.3, upres 0.5), else
             :data:`DEFAULT_LR_FLOOR` (0.1); see :attr:`cosine_floor` [1].
         lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to ``lr_floor``) or ``onecycle``
             (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
@@ -156,6 +156,8 @@ class TrainConfig:
         init_ema: with ``init_from`` and ``ema_decay``, where the weight average starts: ``fresh`` (a copy of the
             loaded weights whose warm-up restarts, ``trainer.learn.ema``) or ``source`` (the same copy, its warm-up
             counted on from the source's step, so the average keeps a longer memory at once).
+        init_focus: with ``init_from``, the share of each batch's crops drawn where the source model's error on this
+            shot is largest (0 to 1; ``trainer.data.crop_focus``); None: see :attr:`focus_share` [1].
         time_budget: train until a wall-clock budget ends instead of for ``steps`` ("" = off): a duration (``90s``,
             ``30m``, ``2h``) or an ISO 8601 deadline with its UTC offset (``trainer.core.budget``). The lr schedule runs
             over the budget, rank 0 decides the last step and every rank stops on it; the export fits inside it.
@@ -209,6 +211,7 @@ class TrainConfig:
     scale: int = 1
     init_from: str = ""
     init_ema: str = "fresh"
+    init_focus: float | None = None
     input_channels: str = "R,G,B"
     target_channels: str = "R,G,B"
     matte_loss: str = MATTE_LOSSES[0]
@@ -266,6 +269,8 @@ class TrainConfig:
             raise ConfigError(str(exc)) from None
         _check_choice("matte_loss", self.matte_loss, MATTE_LOSSES)
         _check_choice("init_ema", self.init_ema, INIT_EMAS)
+        if self.init_focus is not None and not (self.init_from and 0.0 <= self.init_focus <= 1.0):
+            raise ConfigError(f"init_focus={self.init_focus!r} needs init_from and a share from 0 to 1 (e.g. 0.5)")
         _check_choice("augment_grade", self.augment_grade, AUGMENT_GRADES)
         if isinstance(self.augment, bool) or not 0.0 <= self.augment <= 1.0:
             raise ConfigError(f"augment={self.augment!r} must be a probability from 0 (off) to 1 (e.g. 0.5)")
@@ -337,20 +342,32 @@ class TrainConfig:
         size, as measured there [1]."""
         if self.lr is not None:
             return self.lr
-        if self.init_from and self.recipe_job == "repair" and self.optimizer_name == "muon" \
-                and self.model_size in HEAD_START_MUON_LR:
-            return HEAD_START_MUON_LR[self.model_size]
+        head_start = self._head_start(HEAD_START_MUON_LR)
+        if head_start is not None:
+            return head_start
         return (DEFAULT_MUON_LR if self.optimizer_name == "muon" else DEFAULT_LR)[self.model_size]
+
+    @property
+    def focus_share(self) -> float:
+        """``init_focus``, or when it is None :data:`HEAD_START_FOCUS` for a colour head start with Muon at a size it
+        lists, else 0 (every crop uniform) [1]."""
+        return self.init_focus if self.init_focus is not None else self._head_start(HEAD_START_FOCUS) or 0.0
+
+    def _head_start(self, table: dict[str, float]) -> float | None:
+        """``table``'s value for this size in the case it was measured on (a colour repair head start with Muon)."""
+        if self.init_from and self.recipe_job == "repair" and self.optimizer_name == "muon":
+            return table.get(self.model_size)
+        return None
 
     @property
     def recipe_job(self) -> str:
         """The job the measured tables (:data:`MUON_LR_FLOOR`, a head start's lr) are keyed by: ``repair`` (colour at
-        scale 1), ``upres`` (colour at scale 2 or 4), ``matte`` (every target a matte), else ``other`` (mixed targets
-        and the rest)."""
+        scale 1), ``upres`` (colour at scale 2 or 4), ``matte`` (every target a matte), ``mixed`` (colour and a
+        matte, ``R,G,B,A``: ``trainer.core.channels`` ``colour+alpha``), else ``other``."""
         task = self.channels.task
         if task == "colour":
             return "repair" if self.scale == 1 else "upres"
-        return "matte" if task == "matte" else "other"
+        return {"matte": "matte", "colour+alpha": "mixed"}.get(task, "other")
 
     @property
     def cosine_floor(self) -> float:

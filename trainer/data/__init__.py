@@ -4,6 +4,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 
 - :mod:`trainer.data.colour`: Colour management through OpenColorIO: train in a working space, give frames back in
   the plates' space.
+- :mod:`trainer.data.crop_focus`: Crops drawn where the error is: a share of each batch's crops follows a weight per
+  crop position (no torch here).
 - :mod:`trainer.data.crops`: Random crops of paired frames, split across ranks.
 - :mod:`trainer.data.holdout`: ``--stop-when-flat``'s held-out frames: which frame pairs no rank trains on, and the
   frame source of the rest.
@@ -26,6 +28,7 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
 
 __all__ = [
     'colour',
+    'crop_focus',
     'crops',
     'holdout',
     'hostcache',

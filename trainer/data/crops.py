@@ -45,6 +45,7 @@ import torch
 from trainer.core.channels import RGB, ChannelPlan
 from trainer.data import augment as aug
 from trainer.data.colour import colour_channels
+from trainer.data.crop_focus import CropFocus
 from trainer.data.images import DataError
 from trainer.data.sources import FrameSource, FramesInMemory
 
@@ -175,6 +176,7 @@ class CropSampler:
         graded = {"none": (False, False), "input": (True, False), "both": (True, True)}[grade_sides]
         self.graded = tuple(colour_channels(n) if g else () for n, g in zip(self.names, graded))  # per side
         self.on_device = self._upload() if self.device.type == "cuda" else None  # (inputs, targets) or None
+        self.focus: CropFocus | None = None  # a head start's (trainer.learn.focus_map); set before the first batch
 
     @property
     def local_batch(self) -> int:
@@ -183,12 +185,15 @@ class CropSampler:
 
     def coords(self, step: int, count: int | None = None, stream: int = 0) -> np.ndarray:
         """Crop coordinates of the global batch of ``step``: (count, 5) int64 rows of
-        ``frame, y, x, flip_h, flip_v``, y and x in Input pixels (``count`` defaults to the global batch)."""
+        ``frame, y, x, flip_h, flip_v``, y and x in Input pixels (``count`` defaults to the global batch); with
+        :attr:`focus` set, its share of the training stream's rows is drawn by its weights
+        (``trainer.data.crop_focus``)."""
         n = self.global_batch if count is None else count
         rng = np.random.default_rng([self.seed, stream, step])
         h, w = self.size
-        return np.stack([rng.integers(0, self.count, n), rng.integers(0, h - self.crop + 1, n),
+        rows = np.stack([rng.integers(0, self.count, n), rng.integers(0, h - self.crop + 1, n),
                          rng.integers(0, w - self.crop + 1, n), rng.integers(0, 2, n), rng.integers(0, 2, n)], 1)
+        return self.focus.apply(rows, self.seed, step) if self.focus is not None and stream == 0 else rows
 
     def cut(self, rows: np.ndarray, size: int | None = None) -> CropBatch:
         """Crops for coordinate rows (see :meth:`coords`), on ``device``: (b, Cin, n, n) Input and

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -224,6 +225,15 @@ def teardown(rt: Runtime | None = None) -> None:
         rt.heartbeat.stop()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def all_reduce_array(values: np.ndarray, rt: Runtime) -> np.ndarray:
+    """Sum ``values`` (any shape) over all ranks as float64 (returned unchanged when not distributed)."""
+    if rt.backend == "none":
+        return values
+    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64)).to(rt.device)
+    dist.all_reduce(t)
+    return t.cpu().numpy()
 
 
 def all_reduce_sum(values: list[float], rt: Runtime) -> list[float]:

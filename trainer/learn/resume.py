@@ -18,11 +18,13 @@ from trainer.core.channels import ChannelPlan
 from trainer.core.config import TrainConfig
 from trainer.core.envvars import DistEnv
 from trainer.core.recipe import DEFAULT_LR_FLOOR
+from trainer.data.crops import CropSampler
 from trainer.gang import distributed
 from trainer.gang.formation import GangError
 from trainer.gang.heartbeat import explain_failure
 from trainer.learn.divergence import DivergenceWatch
 from trainer.learn.ema import WeightEMA
+from trainer.learn.model import build_model
 from trainer.learn.noise_scale import GradNoise
 from trainer.learn.precision import Precision
 from trainer.learn.run_writer import (check_resumable, config_record, cpu_copy, load_checkpoint_file,
@@ -46,6 +48,7 @@ class RunStart:
     plan: ChannelPlan
     precision: Precision
     net: torch.nn.Module
+    sampler: CropSampler
     opt: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     noise: GradNoise
@@ -91,9 +94,10 @@ class RunStart:
             self._use_optimizer(optimizer)
         kept = resumed_schedule(self.cfg, ckpt)
         if kept != self.cfg:
-            log.warning("--resume: training on with the lr %g and cosine floor %g that %s was trained with (this "
-                        "version's defaults are %g and %g; give --lr / --lr-floor to change them)", kept.base_lr,
-                        kept.cosine_floor, path, self.cfg.base_lr, self.cfg.cosine_floor)
+            log.warning("--resume: training on with the lr %g, cosine floor %g and crop focus %g that %s was trained "
+                        "with (this version's defaults are %g, %g and %g; give --lr / --lr-floor / --init-focus to "
+                        "change them)", kept.base_lr, kept.cosine_floor, kept.focus_share, path, self.cfg.base_lr,
+                        self.cfg.cosine_floor, self.cfg.focus_share)
             self._use_config(kept)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
@@ -143,6 +147,30 @@ class RunStart:
                  record.get("step"))
         return record
 
+    def _crop_focus(self, loaded: bool) -> None:
+        """``--init-focus``: the sampler draws its share of each batch's crops where the source model's error on this
+        shot is largest (``trainer.learn.focus_map``), on every rank. ``loaded``: the network holds the source's
+        weights (step 0); a resumed run's have moved on, so the source is loaded again into a copy (under a forked
+        RNG: the checkpoint's RNG state stays as restored).
+
+        Raises:
+            ConfigError: the source cannot be loaded again (``trainer.learn.init_from``).
+        """
+        if not (self.cfg.init_from and self.cfg.focus_share > 0):
+            return
+        from trainer.learn.focus_map import source_focus
+        from trainer.learn.init_from import apply_init_from
+
+        net = self.net
+        if not loaded:
+            with torch.random.fork_rng(devices=[]):
+                net = build_model(self.cfg.model_size, self.cfg.architecture_name, scale=self.cfg.scale,
+                                  channels=self.plan).to(self.rt.device)
+            apply_init_from(net, self.cfg.init_from, architecture=self.cfg.architecture_name,
+                            model_size=self.cfg.model_size, scale=self.cfg.scale, channels=len(self.plan.inputs),
+                            target_channels=len(self.plan.targets))
+        self.sampler.focus = source_focus(net, self.sampler.source, self.cfg.crop_size, self.cfg.focus_share, self.rt)
+
 
 #: The floor with Muon, by job and size, of the versions that had ``--lr-floor`` but did not record the floor a run
 #: used in its checkpoints (from commit 0b1e0d0 until ead0d09): colour repair at small 0.3, everything else a tenth.
@@ -150,14 +178,15 @@ FLOOR_BEFORE_RECORDED = {"repair": {"small": 0.3}}
 
 
 def resumed_schedule(cfg: TrainConfig, ckpt: dict[str, Any]) -> TrainConfig:
-    """``cfg`` with the lr and cosine floor the checkpoint's run trained with, where ``--lr`` / ``--lr-floor`` are not
-    given and a default has changed since (a run resumes on the schedule it started, as :func:`resume_optimizer` keeps
+    """``cfg`` with the lr, cosine floor and crop focus the checkpoint's run trained with, where ``--lr`` /
+    ``--lr-floor`` / ``--init-focus`` are not given and a default has changed since (a run resumes on the schedule it started, as :func:`resume_optimizer` keeps
     its optimizer).
 
     The checkpoint's ``config`` (``run_writer.config_record``) names them as ``base_lr`` and ``cosine_floor``. One
     written before they were recorded keeps this version's lr, and its floor is the one its version used:
     :data:`DEFAULT_LR_FLOOR` before ``lr_floor`` existed (every cosine ended at a tenth of the peak), and
-    :data:`FLOOR_BEFORE_RECORDED` where its config has ``lr_floor`` but no ``cosine_floor``."""
+    :data:`FLOOR_BEFORE_RECORDED` where its config has ``lr_floor`` but no ``cosine_floor``. The focus is
+    ``focus_share``, 0 (every crop uniform) in a checkpoint written before it was recorded."""
     config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
     changes: dict[str, float] = {}
     base_lr = config.get("base_lr")
@@ -168,6 +197,9 @@ def resumed_schedule(cfg: TrainConfig, ckpt: dict[str, Any]) -> TrainConfig:
         floor = FLOOR_BEFORE_RECORDED.get(cfg.recipe_job, {}).get(cfg.model_size, DEFAULT_LR_FLOOR)
     if cfg.lr_floor is None and isinstance(floor, (int, float)) and floor != cfg.cosine_floor:
         changes["lr_floor"] = float(floor)
+    focus = config.get("focus_share", 0.0)  # none before --init-focus existed
+    if cfg.init_focus is None and cfg.init_from and isinstance(focus, (int, float)) and focus != cfg.focus_share:
+        changes["init_focus"] = float(focus)
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
 

@@ -167,6 +167,7 @@ class _Loop(RunStart):
             self._resume()
         self.stop_plan.begin(self.step, self._late, lambda v: broadcast_int(v, self.rt))  # the last attempt's plan
         started_from = self._init_from() if self.step == 0 and self.cfg.init_from else None
+        self._crop_focus(loaded=started_from is not None)
         start = self.step
         model = self._wrap()
         self.writer.start(config_record(self.cfg), self.env.world_size, start, self.rt.backend)

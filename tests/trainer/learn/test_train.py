@@ -365,12 +365,13 @@ def test_muon_ends_its_cosine_where_it_was_measured_by_job_and_the_rest_at_a_ten
 
     assert (floor(), floor(init_from="earlier_run"), floor(lr=1e-3), floor(target_channels="A")) == (0.3,) * 4
     assert (floor(scale=2), floor(scale=4)) == (0.5, 0.5)
-    assert [floor(target_channels="R,G,B,A"), floor(optimizer="adam"), floor(target_channels="A", optimizer="adam"),
+    assert floor(target_channels="R,G,B,A") == 0.3
+    assert [floor(target_channels="R,G,B,A", optimizer="adam"), floor(optimizer="adam"), floor(target_channels="A", optimizer="adam"),
             floor(scale=2, optimizer="adam"), floor(model_size="medium"), floor(scale=2, model_size="large")] == [0.1] * 6
     assert floor(lr_floor=0.0) == 0.0 and "--lr-floor" not in TrainConfig("i", "t", "r").to_argv()
     assert [TrainConfig("i", "t", "r", **kw).recipe_job for kw in ({}, {"scale": 2}, {"target_channels": "A"},
                                                                   {"target_channels": "R,G,B,A"})] == [
-        "repair", "upres", "matte", "other"]
+        "repair", "upres", "matte", "mixed"]
 
 
 def test_auto_picks_muon_for_colour_and_for_mattes_with_its_beta2_and_says_why():

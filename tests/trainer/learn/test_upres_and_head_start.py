@@ -126,7 +126,7 @@ def test_init_from_a_model_of_another_scale_fails_as_bad_input_naming_the_mismat
 def test_two_local_ranks_start_from_the_same_model(tmp_path):
     """With an lr too small to move anything, the gang's checkpoint holds run A's weights (a gang that skipped the
     load would hold its own random ones, far from A's: the same run from scratch is checked to differ), and both
-    ranks log the load (each checks the source)."""
+    ranks log the load (each checks the source) and the crop focus (one all-reduce of the source's error)."""
     inp, tgt = make_pairs(tmp_path / "data", frames=2)
     source = train(cfg(inp, tgt, tmp_path / "a", steps=2, seed=1, ema_decay=0.0), NON_DIST).model.state_dict()
     common = ["--world-size", "2", "--input", str(inp), "--target", str(tgt), "--steps", "2", "--batch-size", "4",
@@ -139,6 +139,7 @@ def test_two_local_ranks_start_from_the_same_model(tmp_path):
     assert record["state"] == "succeeded" and record["init_from"]["kind"] == "run"
     logs = [RunPaths.of(run).rank_log(k).read_text() for k in (0, 1)]
     assert all("weights from" in text for text in logs), logs
+    assert all("head start: 50% of each batch's crops drawn where the source model's error" in text for text in logs)
     started = load_latest_checkpoint(RunPaths.of(run))["model"]
     for k in source:
         assert torch.allclose(source[k].float(), started[k].float(), atol=1e-6), k
