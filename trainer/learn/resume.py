@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.core.channels import ChannelPlan
-from trainer.core.config import TrainConfig
+from trainer.core.config import ConfigError, TrainConfig
 from trainer.core.envvars import DistEnv
 from trainer.core.recipe import DEFAULT_LR_FLOOR
 from trainer.data.crops import CropSampler
@@ -151,25 +151,34 @@ class RunStart:
         """``--init-focus``: the sampler draws its share of each batch's crops where the source model's error on this
         shot is largest (``trainer.learn.focus_map``), on every rank. ``loaded``: the network holds the source's
         weights (step 0); a resumed run's have moved on, so the source is loaded again into a copy (under a forked
-        RNG: the checkpoint's RNG state stays as restored).
-
-        Raises:
-            ConfigError: the source cannot be loaded again (``trainer.learn.init_from``).
-        """
+        RNG: the checkpoint's RNG state stays as restored). A source that can no longer be read (deleted since the
+        run started) does not fail the resume: the gang agrees, warns and draws every crop uniformly."""
         if not (self.cfg.init_from and self.cfg.focus_share > 0):
             return
         from trainer.learn.focus_map import source_focus
+
+        net = self.net if loaded else self._source_copy()
+        if distributed.all_reduce_sum([float(net is None)], self.rt)[0] > 0:  # any rank: every rank stays uniform
+            log.warning("rank %d: the head start's source %s cannot be read again; from here on every crop is drawn "
+                        "uniformly (--init-focus needs it)", self.env.rank, self.cfg.init_from)
+            return
+        self.sampler.focus = source_focus(net, self.sampler.source, self.cfg.crop_size, self.cfg.focus_share, self.rt)
+
+    def _source_copy(self) -> torch.nn.Module | None:
+        """A new network holding ``--init-from``'s weights, or None (logged) when they cannot be read."""
         from trainer.learn.init_from import apply_init_from
 
-        net = self.net
-        if not loaded:
-            with torch.random.fork_rng(devices=[]):
-                net = build_model(self.cfg.model_size, self.cfg.architecture_name, scale=self.cfg.scale,
-                                  channels=self.plan).to(self.rt.device)
+        with torch.random.fork_rng(devices=[]):
+            net = build_model(self.cfg.model_size, self.cfg.architecture_name, scale=self.cfg.scale,
+                              channels=self.plan).to(self.rt.device)
+        try:
             apply_init_from(net, self.cfg.init_from, architecture=self.cfg.architecture_name,
                             model_size=self.cfg.model_size, scale=self.cfg.scale, channels=len(self.plan.inputs),
                             target_channels=len(self.plan.targets))
-        self.sampler.focus = source_focus(net, self.sampler.source, self.cfg.crop_size, self.cfg.focus_share, self.rt)
+        except ConfigError as exc:
+            log.warning("rank %d: %s", self.env.rank, exc)
+            return None
+        return net
 
 
 #: The floor with Muon, by job and size, of the versions that had ``--lr-floor`` but did not record the floor a run
@@ -179,8 +188,8 @@ FLOOR_BEFORE_RECORDED = {"repair": {"small": 0.3}}
 
 def resumed_schedule(cfg: TrainConfig, ckpt: dict[str, Any]) -> TrainConfig:
     """``cfg`` with the lr, cosine floor and crop focus the checkpoint's run trained with, where ``--lr`` /
-    ``--lr-floor`` / ``--init-focus`` are not given and a default has changed since (a run resumes on the schedule it started, as :func:`resume_optimizer` keeps
-    its optimizer).
+    ``--lr-floor`` / ``--init-focus`` are not given and a default has changed since (a run resumes on the schedule
+    it started, as :func:`resume_optimizer` keeps its optimizer).
 
     The checkpoint's ``config`` (``run_writer.config_record``) names them as ``base_lr`` and ``cosine_floor``. One
     written before they were recorded keeps this version's lr, and its floor is the one its version used:

@@ -54,3 +54,18 @@ def test_a_checkpoint_from_before_the_focus_resumes_with_uniform_crops(pairs, tm
     assert resumed_schedule(head, {"config": {**recorded, "focus_share": 0.5}}) is head
     given = cfg(pairs, tmp_path, init_from="a", init_focus=0.5)
     assert resumed_schedule(given, {"config": recorded}) is given  # --init-focus wins
+
+
+def test_a_resume_whose_source_was_deleted_trains_on_with_uniform_crops(pairs, tmp_path, monkeypatch, caplog):
+    """A farm retry days later: the source run was cleaned up. The resume must not fail on it; it warns and draws
+    every crop uniformly (the weights it needs are the checkpoint's)."""
+    import shutil
+
+    train_mod.train(cfg(pairs, tmp_path / "a", steps=4, seed=1), NON_DIST)
+    head = cfg(pairs, tmp_path / "b", init_from=str(tmp_path / "a"))
+    _crash_after_step_4(monkeypatch, head)
+    shutil.rmtree(tmp_path / "a")
+    with caplog.at_level("WARNING", logger="trainer.learn.train"):
+        resumed = train_mod.train(dataclasses.replace(head, resume=True), NON_DIST)
+    assert resumed.step == 8 and "cannot be read again" in caplog.text
+    assert json.loads(RunPaths.of(tmp_path / "b").run_json.read_text())["state"] == "succeeded"
