@@ -238,8 +238,4 @@ def all_reduce_array(values: np.ndarray, rt: Runtime) -> np.ndarray:
 
 def all_reduce_sum(values: list[float], rt: Runtime) -> list[float]:
     """Sum ``values`` over all ranks (returned unchanged when not distributed)."""
-    if rt.backend == "none":
-        return values
-    t = torch.tensor(values, dtype=torch.float64, device=rt.device)
-    dist.all_reduce(t)
-    return t.tolist()
+    return values if rt.backend == "none" else all_reduce_array(np.asarray(values), rt).tolist()

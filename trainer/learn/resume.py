@@ -134,11 +134,7 @@ class RunStart:
             ConfigError: the source's architecture, size, scale or channels differ (each mismatch named), or it
                 cannot be read (``trainer.learn.init_from``).
         """
-        from trainer.learn.init_from import apply_init_from
-
-        record = apply_init_from(self.net, self.cfg.init_from, architecture=self.cfg.architecture_name,
-                                 model_size=self.cfg.model_size, scale=self.cfg.scale,
-                                 channels=len(self.plan.inputs), target_channels=len(self.plan.targets))
+        record = self._load_source(self.net)
         if self.ema is not None:
             self.ema = WeightEMA(self.net, self.cfg.ema_decay)
             if self.cfg.init_ema == "source":
@@ -158,23 +154,28 @@ class RunStart:
         from trainer.learn.focus_map import source_focus
 
         net = self.net if loaded else self._source_copy()
-        if distributed.all_reduce_sum([float(net is None)], self.rt)[0] > 0:  # any rank: every rank stays uniform
+        if not loaded and distributed.all_reduce_sum([float(net is None)], self.rt)[0] > 0:  # any rank: all uniform
             log.warning("rank %d: the head start's source %s cannot be read again; from here on every crop is drawn "
                         "uniformly (--init-focus needs it)", self.env.rank, self.cfg.init_from)
             return
         self.sampler.focus = source_focus(net, self.sampler.source, self.cfg.crop_size, self.cfg.focus_share, self.rt)
 
-    def _source_copy(self) -> torch.nn.Module | None:
-        """A new network holding ``--init-from``'s weights, or None (logged) when they cannot be read."""
+    def _load_source(self, net: torch.nn.Module) -> dict[str, Any]:
+        """Load ``--init-from``'s weights into ``net`` (this run's network, checked against the source's); returns
+        the ``run.json`` record (``trainer.learn.init_from.apply_init_from``, which raises ConfigError)."""
         from trainer.learn.init_from import apply_init_from
 
+        return apply_init_from(net, self.cfg.init_from, architecture=self.cfg.architecture_name,
+                               model_size=self.cfg.model_size, scale=self.cfg.scale, channels=len(self.plan.inputs),
+                               target_channels=len(self.plan.targets))
+
+    def _source_copy(self) -> torch.nn.Module | None:
+        """A new network holding ``--init-from``'s weights, or None (logged) when they cannot be read."""
         with torch.random.fork_rng(devices=[]):
             net = build_model(self.cfg.model_size, self.cfg.architecture_name, scale=self.cfg.scale,
                               channels=self.plan).to(self.rt.device)
         try:
-            apply_init_from(net, self.cfg.init_from, architecture=self.cfg.architecture_name,
-                            model_size=self.cfg.model_size, scale=self.cfg.scale, channels=len(self.plan.inputs),
-                            target_channels=len(self.plan.targets))
+            self._load_source(net)
         except ConfigError as exc:
             log.warning("rank %d: %s", self.env.rank, exc)
             return None
