@@ -13,8 +13,7 @@ from typing import Any, Sequence
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.channels import ChannelError, ChannelPlan
 from trainer.core.exitcodes import ExitCode
-from trainer.core.recipe import (DEFAULT_BETA2, DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_FOCUS,
-                                  HEAD_START_MUON_LR, MUON_LR_FLOOR)
+from trainer.core.recipe import DEFAULT_BETA2, default_floor, default_focus, default_lr, recipe_job
 from trainer.core.timeouts import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
@@ -337,46 +336,28 @@ class TrainConfig:
 
     @property
     def base_lr(self) -> float:
-        """``lr``, or when it is None the model size's :data:`DEFAULT_LR` (Adam) or :data:`DEFAULT_MUON_LR` (Muon);
-        a colour head start (``init_from``, scale 1) with Muon takes :data:`HEAD_START_MUON_LR` where it lists the
-        size, as measured there [1]."""
-        if self.lr is not None:
-            return self.lr
-        head_start = self._head_start(HEAD_START_MUON_LR)
-        if head_start is not None:
-            return head_start
-        return (DEFAULT_MUON_LR if self.optimizer_name == "muon" else DEFAULT_LR)[self.model_size]
+        """``lr``, or when it is None :func:`trainer.core.recipe.default_lr` of this job, optimizer and size [1]."""
+        return self.lr if self.lr is not None else default_lr(self.recipe_job, self.optimizer_name, self.model_size,
+                                                                head_start=bool(self.init_from))
 
     @property
     def focus_share(self) -> float:
-        """``init_focus``, or when it is None :data:`HEAD_START_FOCUS` for a colour head start with Muon at a size it
-        lists, else 0 (every crop uniform) [1]."""
-        return self.init_focus if self.init_focus is not None else self._head_start(HEAD_START_FOCUS) or 0.0
-
-    def _head_start(self, table: dict[str, float]) -> float | None:
-        """``table``'s value for this size in the case it was measured on (a colour repair head start with Muon)."""
-        if self.init_from and self.recipe_job == "repair" and self.optimizer_name == "muon":
-            return table.get(self.model_size)
-        return None
+        """``init_focus``, or when it is None :func:`trainer.core.recipe.default_focus` (0: every crop uniform) [1]."""
+        return self.init_focus if self.init_focus is not None else default_focus(
+            self.recipe_job, self.optimizer_name, self.model_size, head_start=bool(self.init_from))
 
     @property
     def recipe_job(self) -> str:
-        """The job the measured tables (:data:`MUON_LR_FLOOR`, a head start's lr) are keyed by: ``repair`` (colour at
-        scale 1), ``upres`` (colour at scale 2 or 4), ``matte`` (every target a matte), ``mixed`` (colour and a
-        matte, ``R,G,B,A``: ``trainer.core.channels`` ``colour+alpha``), else ``other``."""
-        task = self.channels.task
-        if task == "colour":
-            return "repair" if self.scale == 1 else "upres"
-        return {"matte": "matte", "colour+alpha": "mixed"}.get(task, "other")
+        """The job the measured tables are keyed by (:func:`trainer.core.recipe.recipe_job`: repair, upres, matte,
+        mixed or other)."""
+        return recipe_job(self.channels.task, self.scale)
 
     @property
     def cosine_floor(self) -> float:
-        """``lr_floor``, or when it is None, with Muon, :data:`MUON_LR_FLOOR` of :attr:`recipe_job` where it lists the
-        size, else :data:`DEFAULT_LR_FLOOR` (a fraction of the peak lr, 0 to 1) [1]."""
-        if self.lr_floor is not None:
-            return self.lr_floor
-        by_size = MUON_LR_FLOOR.get(self.recipe_job, {}) if self.optimizer_name == "muon" else {}
-        return by_size.get(self.model_size, DEFAULT_LR_FLOOR)
+        """``lr_floor``, or when it is None :func:`trainer.core.recipe.default_floor` of this job, optimizer and size
+        (a fraction of the peak lr, 0 to 1) [1]."""
+        return self.lr_floor if self.lr_floor is not None else default_floor(self.recipe_job, self.optimizer_name,
+                                                                             self.model_size)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for run.json and checkpoints)."""

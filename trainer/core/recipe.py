@@ -1,6 +1,7 @@
 """The training recipe's measured defaults: the learning rate by model size and optimizer, a head start's own lr
-and where the schedule ends, and Adam's second-moment decay. :class:`trainer.core.config.TrainConfig` applies them
-when a flag is not given; each table cites the study that chose it. No torch here.
+and crop focus, where the schedule ends, and Adam's second-moment decay, with the functions that pick one by job,
+optimizer and size. :class:`trainer.core.config.TrainConfig` applies them when a flag is not given; each table cites
+the study that chose it. No torch here.
 """
 
 #: The default ``--lr`` of each model size at ``lr_reference_batch`` crops [1]: wider networks take smaller
@@ -55,3 +56,37 @@ MUON_LR_FLOOR = {"repair": {"small": 0.3}, "upres": {"small": 0.5}, "matte": {"s
 #: Adam's second-moment decay by optimizer when ``--adam-beta2`` is not given [1]: 0.9 with Muon (NAFNet's, Chen et
 #: al. 2022; the demo's recipe), 0.999 with Adam alone (Kingma & Ba; 0.9 measured 0.2 dB worse at lr 1e-3).
 DEFAULT_BETA2 = {"muon": 0.9, "adam": 0.999}
+
+
+def recipe_job(task: str, scale: int) -> str:
+    """The job the tables above are keyed by, from a channel plan's ``task`` (``trainer.core.channels``) and
+    ``--scale``: ``repair`` (colour at scale 1), ``upres`` (colour at scale 2 or 4), ``matte`` (every target a matte),
+    ``mixed`` (colour and a matte, ``colour+alpha``: ``R,G,B,A``), else ``other``."""
+    if task == "colour":
+        return "repair" if scale == 1 else "upres"
+    return {"matte": "matte", "colour+alpha": "mixed"}.get(task, "other")
+
+
+def _head_start(table: dict[str, float], job: str, optimizer: str, size: str, head_start: bool) -> float | None:
+    """``table``'s value for ``size`` in the case it was measured on (a colour repair head start with Muon)."""
+    return table.get(size) if head_start and job == "repair" and optimizer == "muon" else None
+
+
+def default_lr(job: str, optimizer: str, size: str, *, head_start: bool) -> float:
+    """The peak lr when ``--lr`` is not given: :data:`DEFAULT_LR` (Adam) or :data:`DEFAULT_MUON_LR` (Muon) of
+    ``size``; a colour head start (``head_start``: ``--init-from``) with Muon takes :data:`HEAD_START_MUON_LR` where
+    it lists the size."""
+    lr = _head_start(HEAD_START_MUON_LR, job, optimizer, size, head_start)
+    return lr if lr is not None else (DEFAULT_MUON_LR if optimizer == "muon" else DEFAULT_LR)[size]
+
+
+def default_floor(job: str, optimizer: str, size: str) -> float:
+    """Where the cosine ends when ``--lr-floor`` is not given: with Muon, :data:`MUON_LR_FLOOR` of ``job`` where it
+    lists ``size``, else :data:`DEFAULT_LR_FLOOR` (a fraction of the peak lr)."""
+    return (MUON_LR_FLOOR.get(job, {}) if optimizer == "muon" else {}).get(size, DEFAULT_LR_FLOOR)
+
+
+def default_focus(job: str, optimizer: str, size: str, *, head_start: bool) -> float:
+    """The share of crops drawn by the source's error when ``--init-focus`` is not given: :data:`HEAD_START_FOCUS`
+    for a colour head start with Muon where it lists ``size``, else 0 (every crop uniform)."""
+    return _head_start(HEAD_START_FOCUS, job, optimizer, size, head_start) or 0.0
