@@ -3,7 +3,7 @@
 Two recipes, each trained in this process on the same crops from the same seed (``bench_time_to_quality``'s loop:
 the trainer's crops, precision, schedule code and EMA 0.999, the EMA evaluated):
 
-- ``adam``: Adam, betas (0.9, 0.999), the model size's lr (``trainer.core.config.DEFAULT_LR``: small 1e-3,
+- ``adam``: Adam, betas (0.9, 0.999), the model size's lr (``trainer.core.recipe.DEFAULT_LR``: small 1e-3,
   medium 5e-4, large 1e-4): the farm's training before this benchmark chose;
 - ``muon``: ``torch.optim.Muon`` for every hidden convolution, Adam betas (0.9, 0.9) for the rest
   (``trainer.learn.optim.MuonAdam``), at twice the size's Adam lr (small 2e-3: ``cuetrain demo``'s recipe).
@@ -45,11 +45,11 @@ import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 
 import bench_time_to_quality as ttq
-from trainer.core.config import DEFAULT_LR
+from trainer.core.recipe import DEFAULT_LR
 
 RECIPES = ("adam", "muon")
 #: The muon recipe's lr relative to the size's Adam lr: small 2e-3 is ``cuetrain demo``'s measured lr. The trainer's
-#: Muon lr is its own per size since the GPU lr search (``trainer.core.config.DEFAULT_MUON_LR``: ``muon@4`` at
+#: Muon lr is its own per size since the GPU lr search (``trainer.core.recipe.DEFAULT_MUON_LR``: ``muon@4`` at
 #: medium, ``muon@16`` at large); ``muon`` keeps the grid's rule so that its rows stay comparable.
 MUON_LR_FACTOR = 2.0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.core.config import DEFAULT_LR
+from trainer.core.recipe import DEFAULT_LR
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from lib import default_recipe as bdr  # noqa: E402

@@ -329,7 +329,7 @@ def test_rank0_removes_the_temp_files_a_killed_write_left_and_nothing_else(pairs
 
 
 def test_the_default_lr_follows_the_model_size_and_the_optimizer():
-    """Without --lr, Adam's wider networks take smaller steps (trainer.core.config.DEFAULT_LR: medium and large
+    """Without --lr, Adam's wider networks take smaller steps (trainer.core.recipe.DEFAULT_LR: medium and large
     diverged at 1e-3 with Adam on a GPU, docs/scaling.md); Muon, the default on colour tasks at every size, takes its
     own (DEFAULT_MUON_LR, searched per size); --lr overrides both and travels in the frames' command lines."""
     for size, adam, muon in (("small", 1e-3, 2e-3), ("medium", 5e-4, 2e-3), ("large", 1e-4, 1.6e-3)):
