@@ -264,8 +264,9 @@ def _start(group: _Group, command: Sequence[str], envs: Sequence[tuple[int, Mapp
         error_file = logs.paths.rank_failure(rank)
         clear_failure(error_file)  # a record from an earlier start must not be read as this one's
         try:
-            proc = subprocess.Popen(list(command), env={**env, ERROR_FILE_VAR: str(error_file)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=group.new_session)
+            own = {ERROR_FILE_VAR: str(error_file), signals.SUPERVISOR_PID_VAR: str(os.getpid())}  # die with us
+            proc = subprocess.Popen(list(command), env={**env, **own}, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=group.new_session)
         except OSError as exc:
             log.error("cannot start the trainer of rank %d (%s): %s", rank, command[0], exc)
             return rank

@@ -57,6 +57,8 @@ ENV_TABLE: dict[str, str] = {
     "CUETRAIN_RUN_LEASE": "set by cuetrain local for its ranks: the supervisor holds the run directory's lease "
                           "(trainer.record.lease), so rank 0 claims none; and for its model.onnx export, which "
                           "takes that lease over",
+    "CUETRAIN_AGENT_PID": "set by cuetrain's rank supervisors (cuetrain local, a frame's node agent): its pid; the "
+                          "rank dies by SIGKILL when that process dies (trainer.core.signals.die_with_supervisor)",
     "CUETRAIN_EXPORT_ONNX": "optional: 0 skips writing model.onnx at the end of training (default 1; 5-15 s on CPU)",
 }
 
@@ -320,3 +322,18 @@ def read_error_file_env(env: Mapping[str, str] | None = None) -> ErrorFileEnv:
 def read_run_lease_env(env: Mapping[str, str] | None = None) -> str:
     """``CUETRAIN_RUN_LEASE``: the id of the lease a supervisor holds for this rank's run directory, or ""."""
     return (os.environ if env is None else env).get("CUETRAIN_RUN_LEASE", "").strip()
+
+
+def read_agent_pid_env(env: Mapping[str, str] | None = None) -> int | None:
+    """``CUETRAIN_AGENT_PID``: the pid of the supervisor that started this rank, None when unset.
+
+    Raises:
+        EnvError: the value is not a positive integer (it is set by :func:`trainer.agent.supervise.run_ranks`).
+    """
+    raw = (os.environ if env is None else env).get("CUETRAIN_AGENT_PID", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) <= 0:
+        raise EnvError(f"CUETRAIN_AGENT_PID={raw!r} is not a process id; it is set by cuetrain's rank supervisor: "
+                       "unset it to run a rank by hand")
+    return int(raw)

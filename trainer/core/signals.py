@@ -15,18 +15,23 @@ supervisor  SIGTERM   pass on      SIGTERM to every rank, SIGKILL after ``GRACE.
                                    the exit code is the ranks' (75 when they checkpointed)
 supervisor  SIGINT    interrupt    Python's ``KeyboardInterrupt``: the ranks are stopped as for SIGTERM, then the
                                    process ends by SIGINT (exit 130 to a shell)
+rank        SIGKILL   (none)       sent by the kernel when the rank's supervisor dies (:func:`die_with_supervisor`)
 ==========  ========  ===========  ==============================================================================
 
 A rank is ``python -m trainer`` (:class:`trainer.gang.stopvote.StopSignal`); a supervisor is ``cuetrain local``
 or a farm frame's node agent (:func:`trainer.agent.supervise.run_ranks`). SIGKILL cannot be caught: RQD kills
 frames with ``os.killpg(pid, 9)`` (AcademySoftwareFoundation/OpenCue rqd/rqd/rqnetwork.py
 ``RunningFrame.kill``), so a killed frame resumes from its latest periodic checkpoint
-(docs/failure_handling.md). Stdlib only.
+(docs/failure_handling.md). A supervisor killed alone (``kill -9`` of ``cuetrain local``, of a frame's agent)
+takes its ranks with it: each rank asks the kernel for SIGKILL when its parent dies (:func:`die_with_supervisor`),
+so no orphaned gang trains on, and writes the run directory, beside the gang a restarted supervisor starts.
+Stdlib only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -40,6 +45,12 @@ from typing import Any, Callable, Mapping, NoReturn
 from trainer.core.exitcodes import ExitCode
 
 Handler = Callable[[int, Any], None]
+log = logging.getLogger(__name__)
+
+#: the variable a supervisor sets to its pid for each rank it starts (read by trainer.core.envvars.read_agent_pid_env)
+SUPERVISOR_PID_VAR = "CUETRAIN_AGENT_PID"
+#: ``prctl(2)`` option: the signal this process gets when its parent thread dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
 
 
 class Process(Enum):
@@ -185,3 +196,45 @@ def exit_rank(entry: Callable[[], int]) -> NoReturn:
     if interrupted:
         die_by(signal.SIGINT)
     os._exit(int(code))
+
+
+def die_with_supervisor(supervisor_pid: int | None) -> bool:
+    """Make this rank die by SIGKILL when its supervisor (``supervisor_pid``) dies; end it now if it is already gone.
+
+    ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux, prctl(2)): the kernel sends the signal when the thread that started
+    this process exits, which is the supervisor's main thread (:func:`trainer.agent.supervise.run_ranks` runs there:
+    it installs signal handlers). The setting survives ``execve``, and is checked against a supervisor that died
+    before the call: when the parent is no longer ``supervisor_pid`` and that process is gone, the rank kills itself
+    at once. A parent that is not the supervisor while the supervisor lives (a wrapper command between them) is
+    left as it is: the rank then dies with the wrapper. Call it first thing in the rank, before any import of torch.
+
+    Args:
+        supervisor_pid: the supervisor's pid (``CUETRAIN_AGENT_PID``), None when no supervisor started this process
+            (``cuetrain train`` run by hand): then nothing is done.
+
+    Returns:
+        True when the death signal is set; False without a supervisor or off Linux (logged at debug).
+    """
+    if supervisor_pid is None:
+        return False
+    if not sys.platform.startswith("linux"):
+        log.debug("no parent-death signal on %s: a rank outlives a killed supervisor here", sys.platform)
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_PDEATHSIG) failed (errno %d): this rank would outlive a killed supervisor",
+                    ctypes.get_errno())
+        return False
+    if os.getppid() != supervisor_pid and not _alive(supervisor_pid):
+        os.kill(os.getpid(), signal.SIGKILL)  # the supervisor died before the call: as if a moment later
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process of that pid: alive
+        return True
+    return True
