@@ -72,6 +72,7 @@ def files_in(run: Path) -> list[str]:
     (["--warmup-steps", "-1"], "warmup_steps=-1 must be >= 0"),
     (["--lr-floor", "2"], "lr_floor=2.0 must be a fraction of the peak lr from 0 to 1"),
     (["--noise-interval", "-1"], "noise_interval=-1 must be >= 0 optimizer updates (0: off, e.g. 50)"),
+    (["--init-focus-every", "-5"], "init_focus_every=-5 must be >= 0 steps (0: the source's map only)"),
     (["--optimizer", "sgd"], "argument --optimizer: invalid choice: 'sgd'"),
     (["--adam-beta1", "1"], "adam_beta1=1.0 must be >= 0 and < 1"),
 ])

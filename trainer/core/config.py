@@ -13,7 +13,8 @@ from typing import Any, Sequence
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.channels import ChannelError, ChannelPlan
 from trainer.core.exitcodes import ExitCode
-from trainer.core.recipe import DEFAULT_BETA2, default_floor, default_focus, default_lr, recipe_job
+from trainer.core.recipe import (DEFAULT_BETA2, HEAD_START_FOCUS_EVERY, default_floor, default_focus, default_lr,
+                                  recipe_job)
 from trainer.core.timeouts import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
@@ -157,6 +158,8 @@ class TrainConfig:
             counted on from the source's step, so the average keeps a longer memory at once).
         init_focus: with ``init_from``, the share of each batch's crops drawn where the source model's error on this
             shot is largest (0 to 1; ``trainer.data.crop_focus``); None: see :attr:`focus_share` [1].
+        init_focus_every: with a crop focus, the trained network renders the frames again every this many steps and
+            the focus follows its error (``trainer.learn.focus_map``; 0, the default: the source's map all run) [steps].
         time_budget: train until a wall-clock budget ends instead of for ``steps`` ("" = off): a duration (``90s``,
             ``30m``, ``2h``) or an ISO 8601 deadline with its UTC offset (``trainer.core.budget``). The lr schedule runs
             over the budget, rank 0 decides the last step and every rank stops on it; the export fits inside it.
@@ -211,6 +214,7 @@ class TrainConfig:
     init_from: str = ""
     init_ema: str = "fresh"
     init_focus: float | None = None
+    init_focus_every: int = HEAD_START_FOCUS_EVERY
     input_channels: str = "R,G,B"
     target_channels: str = "R,G,B"
     matte_loss: str = MATTE_LOSSES[0]
@@ -227,10 +231,10 @@ class TrainConfig:
                                "contact_sheet_interval", "log_interval", "keep_checkpoints"))
         if isinstance(self.data_cache_mb, bool) or not isinstance(self.data_cache_mb, int) or self.data_cache_mb < 0:
             raise ConfigError(f"data_cache_mb={self.data_cache_mb!r} must be a whole number of MiB >= 0 (e.g. 512)")
-        if self.warmup_steps < 0:
-            raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
-        if self.noise_interval < 0:
-            raise ConfigError(f"noise_interval={self.noise_interval} must be >= 0 optimizer updates (0: off, e.g. 50)")
+        for name, unit in (("warmup_steps", "steps"), ("noise_interval", "optimizer updates (0: off, e.g. 50)"),
+                           ("init_focus_every", "steps (0: the source's map only)")):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 0 {unit}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"ema_decay={self.ema_decay} must be 0 (off) or between 0 and 1 (e.g. 0.999)")
         if self.optimizer not in OPTIMIZERS:

@@ -19,8 +19,8 @@ from typing import Any
 from trainer.core.config import (ARCHITECTURES, AUGMENT_GRADES, DEFAULT_ARCHITECTURE, DEFAULT_DATA_CACHE_MB,
                                  GRAD_COMPRESSION, INIT_EMAS, LR_SCALINGS, LR_SCHEDULES, MATTE_LOSSES, MEMORY_FORMATS,
                                  MODEL_SIZES, OPTIMIZERS, PATH_FIELDS, PRECISIONS, SCALES, ConfigError, TrainConfig)
-from trainer.core.recipe import (DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_FOCUS, HEAD_START_MUON_LR,
-                                  MUON_LR_FLOOR)
+from trainer.core.recipe import (DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_FOCUS,
+                                  HEAD_START_FOCUS_EVERY, HEAD_START_MUON_LR, MUON_LR_FLOOR)
 
 #: ``--steps`` of a ``--time-budget`` run that gives none [steps]: high enough that the budget ends it.
 BUDGET_STEP_CAP = 10_000_000
@@ -113,6 +113,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --init-from: the share of each batch's crops drawn where the source model's error on "
                         "this shot is largest (default: " + ", ".join(f"{k} {v:g}" for k, v in HEAD_START_FOCUS.items())
                         + " for colour repair with Muon; else 0, every crop uniform)")
+    g.add_argument("--init-focus-every", type=int, metavar="STEPS",
+                   help=f"with a crop focus: every STEPS steps the focus follows the trained network's own error, "
+                        f"e.g. 250 for a shot like the source's (default {HEAD_START_FOCUS_EVERY}: the source model's "
+                        f"error all run)")
     g.add_argument("--input-channels", metavar="NAMES",
                    help="Input channels the network reads, as the files name them (default R,G,B; e.g. R,G,B,A)")
     g.add_argument("--target-channels", metavar="NAMES",

@@ -10,8 +10,8 @@ Modules (its public surface; names starting with ``_`` stay inside their module)
   81), not garbage weights.
 - :mod:`trainer.learn.ema`: Exponential moving average (EMA) of the weights, the model rank 0 exports when ``--ema-
   decay`` is set.
-- :mod:`trainer.learn.focus_map`: The head start's crop focus: the source model's error on this shot's training
-  frames (``--init-focus``).
+- :mod:`trainer.learn.focus_map`: The head start's crop focus: a model's error on this shot's training frames
+  (``--init-focus``).
 - :mod:`trainer.learn.heads`: How a network's tail becomes its output frame: the RGB residual, upres, and named
   channels.
 - :mod:`trainer.learn.init_from`: ``--init-from PATH``: start a run from another model's weights (a head start), not

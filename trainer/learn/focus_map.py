@@ -1,10 +1,16 @@
-"""The head start's crop focus: the source model's error on this shot's training frames (``--init-focus``).
+"""The head start's crop focus: a model's error on this shot's training frames (``--init-focus``).
 
-Before the first step of a run with ``--init-from``, the source model (the weights just loaded, or on a resume those
-loaded again from the source) renders every training frame once; its mean absolute error over the channels, per
-Input pixel, weighs where :class:`trainer.data.crop_focus.CropFocus` draws its share of each batch's crops. Rank r
-renders frames r, r + N, ... and one all-reduce sums the grids, so every rank holds the same weights; the map
-costs one forward pass per frame over the gang, in float32 (the same on any precision), without gradients.
+Before the first step of a run with ``--init-from``, the source model (the weights just loaded) renders every training
+frame once; its mean absolute error over the channels, per Input pixel, weighs where
+:class:`trainer.data.crop_focus.CropFocus` draws its share of each batch's crops. Every ``--init-focus-every`` steps
+the network being trained renders them again and its own error takes the source's place, so the focus follows what
+the fine-tune still renders worst (online hard example mining: Shrivastava et al. 2016, "Training Region-based
+Object Detectors with Online Hard Example Mining", which draws the examples a detector gets most wrong in each batch).
+
+Rank r renders frames r, r + N, ... and one all-reduce sums the grids, so every rank holds the same weights; a map
+costs one forward pass per frame over the gang, in float32 (the same on any precision), without gradients. The grid
+is kept in float16 (:data:`CELL_DTYPE`): the checkpoint stores it, so a resumed run draws from the same map as one
+that ran on.
 """
 
 from __future__ import annotations
@@ -22,6 +28,24 @@ from trainer.gang import distributed
 
 log = logging.getLogger(__name__)
 
+#: The grid's stored type: half the bytes of float32 (a 2K frame's grid, 128 x 232 cells: 58 KiB) [1].
+CELL_DTYPE = np.float16
+#: A refresh renders at most this share of the Input pixels the steps since the last one trained on [1]: one forward
+#: pass per frame against a forward and a backward per crop, so about a tenth of the training time (measured: 1.0 s
+#: per refresh of 100 frames of 176x144 every 250 steps of 16 crops of 64 px, 7.5 s, on 2 CPU cores).
+REFRESH_PIXEL_SHARE = 0.25
+
+
+def refresh_every(every: int, frames: int, size: tuple[int, int], global_batch: int, crop: int) -> int:
+    """The steps between refreshes of the crop focus [steps]: ``every`` (``--init-focus-every``; 0: never), stretched
+    so that one renders at most :data:`REFRESH_PIXEL_SHARE` of the Input pixels trained on in between: ``frames`` of
+    ``size`` (H, W) [pixels] against ``global_batch`` crops of ``crop`` px per step. A 100-frame 2K shot at 16 crops of
+    64 px: every 13,500 steps, so in practice the source's map all run."""
+    if every <= 0:
+        return 0
+    pixels = frames * size[0] * size[1]
+    return max(every, -(-int(pixels) // int(REFRESH_PIXEL_SHARE * global_batch * crop * crop)))
+
 
 def frame_error(net: torch.nn.Module, source: FrameSource, frame: int, device: torch.device) -> np.ndarray:
     """``net``'s mean absolute error over the output channels on training ``frame`` of ``source``: (H, W) float32
@@ -35,19 +59,11 @@ def frame_error(net: torch.nn.Module, source: FrameSource, frame: int, device: t
     return err[0, 0].cpu().numpy()
 
 
-def source_focus(net: torch.nn.Module, source: FrameSource, crop: int, share: float,
-                 rt: distributed.Runtime) -> CropFocus | None:
-    """The crop focus of ``net`` (the source's weights, unwrapped) on ``source``'s training frames (module doc);
-    None when the source renders every frame exactly (nothing to focus on: every crop stays uniform, logged).
-
-    Every rank must call it at the same point of the run (one all-reduce when distributed).
-
-    Raises:
-        ValueError: ``share`` outside 0..1.
-    """
-    t0 = time.monotonic()
-    size = source.size
-    cells = np.zeros((source.count, *grid_shape(size, crop)), dtype=np.float64)
+def error_cells(net: torch.nn.Module, source: FrameSource, crop: int, rt: distributed.Runtime) -> np.ndarray:
+    """``net``'s (unwrapped) mean error over each crop position of ``source``'s training frames: (N, GH, GW)
+    :data:`CELL_DTYPE`, the same on every rank (:func:`trainer.data.crop_focus.crop_means` per frame). Every rank
+    must call it at the same point of the run (one all-reduce when distributed)."""
+    cells = np.zeros((source.count, *grid_shape(source.size, crop)), dtype=np.float64)
     was_training = net.training
     net.eval()
     try:
@@ -58,10 +74,35 @@ def source_focus(net: torch.nn.Module, source: FrameSource, crop: int, share: fl
         net.train(was_training)
     if rt.backend != "none":
         cells = distributed.all_reduce_array(cells, rt)
+    return cells.astype(CELL_DTYPE)
+
+
+def focus_of(cells: np.ndarray, source: FrameSource, crop: int, share: float) -> CropFocus | None:
+    """The crop focus of ``cells`` (:func:`error_cells`, or a checkpoint's copy); None when every cell is 0 (the model
+    renders every frame exactly: nothing to focus on, every crop stays uniform).
+
+    Raises:
+        ValueError: ``share`` outside 0..1, or a grid that is not ``source``'s (:meth:`CropFocus.from_cells`).
+    """
     if not cells.max() > 0:
-        log.info("head start: the source model renders every training frame exactly; every crop stays uniform")
         return None
-    focus = CropFocus.from_cells(cells, size, crop, share)
-    log.info("head start: %.0f%% of each batch's crops drawn where the source model's error is largest "
-             "(--init-focus; its error on %d frames took %.1f s)", share * 100, source.count, time.monotonic() - t0)
-    return focus
+    return CropFocus.from_cells(np.asarray(cells, dtype=np.float64), source.size, crop, share)
+
+
+def model_focus(net: torch.nn.Module, source: FrameSource, crop: int, share: float, rt: distributed.Runtime,
+                what: str = "the source model") -> tuple[CropFocus | None, np.ndarray]:
+    """The crop focus of ``net`` (unwrapped) on ``source``'s training frames and its grid (module doc; logged, naming
+    the model as ``what``). As :func:`error_cells`, every rank calls it at the same point.
+
+    Raises:
+        ValueError: ``share`` outside 0..1.
+    """
+    t0 = time.monotonic()
+    cells = error_cells(net, source, crop, rt)
+    focus = focus_of(cells, source, crop, share)
+    if focus is None:
+        log.info("crop focus: %s renders every training frame exactly; every crop is drawn uniformly", what)
+    else:
+        log.info("crop focus: %.0f%% of each batch's crops drawn where %s's error is largest (--init-focus; its error "
+                 "on %d frames took %.1f s)", share * 100, what, source.count, time.monotonic() - t0)
+    return focus, cells

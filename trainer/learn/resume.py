@@ -11,6 +11,7 @@ import dataclasses
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -60,6 +61,9 @@ class RunStart:
     updates: int
     _last_ckpt: int
     _logged_updates: int
+    _focus_cells: np.ndarray | None  # the crop focus's grid in use (trainer.learn.focus_map), checkpointed
+    _resumed_cells: torch.Tensor | None  # the grid the resumed checkpoint holds
+    _focus_every: int  # steps between refreshes of the crop focus (0: never)
 
     def _state(self) -> dict[str, Any]:
         return cpu_copy({"model": self.net.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
@@ -69,7 +73,8 @@ class RunStart:
                          "precision": self.precision.name, "architecture": self.cfg.architecture_name,
                          "model_config": model_config_record(self.cfg, self.plan), "scale": self.cfg.scale,
                          "noise_scale": self.noise.state_dict(),
-                         "ema": self.ema.state_dict() if self.ema is not None else None})
+                         "ema": self.ema.state_dict() if self.ema is not None else None,
+                         "focus_cells": None if self._focus_cells is None else torch.from_numpy(self._focus_cells)})
 
     def _resume(self) -> None:
         """Load the latest checkpoint when rank 0 runs with ``--resume``; the other ranks load the step rank 0
@@ -108,6 +113,7 @@ class RunStart:
         if self.ema is not None:
             self.ema.load_state_dict(ckpt.get("ema"), self.net)
         self.step, self.updates, self._last_ckpt = ckpt["step"], ckpt["updates"], ckpt["step"]
+        self._resumed_cells = ckpt.get("focus_cells")  # None before the map was checkpointed
         self._logged_updates = self.updates
         log.info("resumed from %s (step %d)", path, step)
 
@@ -146,19 +152,50 @@ class RunStart:
     def _crop_focus(self, loaded: bool) -> None:
         """``--init-focus``: the sampler draws its share of each batch's crops where the source model's error on this
         shot is largest (``trainer.learn.focus_map``), on every rank. ``loaded``: the network holds the source's
-        weights (step 0); a resumed run's have moved on, so the source is loaded again into a copy (under a forked
-        RNG: the checkpoint's RNG state stays as restored). A source that can no longer be read (deleted since the
-        run started) does not fail the resume: the gang agrees, warns and draws every crop uniformly."""
+        weights (step 0). A resumed run draws from the map its checkpoint holds (the one in use when it was written,
+        which may be the network's own since ``--init-focus-every``); from a checkpoint without one the source is
+        loaded again into a copy (under a forked RNG: the checkpoint's RNG state stays as restored). A source that
+        can no longer be read (deleted since the run started) does not fail the resume: the gang agrees, warns and
+        draws every crop uniformly."""
         if not (self.cfg.init_from and self.cfg.focus_share > 0):
             return
-        from trainer.learn.focus_map import source_focus
+        from trainer.learn.focus_map import focus_of, model_focus, refresh_every
 
+        source, crop, share = self.sampler.source, self.cfg.crop_size, self.cfg.focus_share
+        self._focus_every = refresh_every(self.cfg.init_focus_every, source.count, source.size,
+                                          self.sampler.global_batch, crop)
+        if self._focus_every > self.cfg.init_focus_every > 0:
+            log.info("crop focus: made again every %d steps, not %d: the %d training frames of %dx%d px are too many "
+                     "pixels to render more often", self._focus_every, self.cfg.init_focus_every, source.count,
+                     source.size[1], source.size[0])
+        if not loaded and self._resumed_cells is not None:
+            cells = self._resumed_cells.numpy()
+            try:
+                self.sampler.focus, self._focus_cells = focus_of(cells, source, crop, share), cells
+                log.info("crop focus: %.0f%% of each batch's crops drawn by the checkpoint's map", share * 100)
+                return
+            except ValueError as exc:  # not this shot's grid: the source's map, as for an older checkpoint
+                log.warning("rank %d: the checkpoint's crop focus does not fit this shot (%s); the source's map is "
+                            "made again", self.env.rank, exc)
         net = self.net if loaded else self._source_copy()
         if not loaded and distributed.all_reduce_sum([float(net is None)], self.rt)[0] > 0:  # any rank: all uniform
             log.warning("rank %d: the head start's source %s cannot be read again; from here on every crop is drawn "
                         "uniformly (--init-focus needs it)", self.env.rank, self.cfg.init_from)
             return
-        self.sampler.focus = source_focus(net, self.sampler.source, self.cfg.crop_size, self.cfg.focus_share, self.rt)
+        self.sampler.focus, self._focus_cells = model_focus(net, source, crop, share, self.rt)
+
+    def _refresh_focus(self, step: int, last_step: int) -> None:
+        """``--init-focus-every`` (stretched for a large shot: ``focus_map.refresh_every``): at every multiple of it
+        before ``last_step``, the crop focus follows the network being trained (its error on the training frames:
+        ``trainer.learn.focus_map``). Every rank calls it at every step; the condition is the same on all of them."""
+        every = self._focus_every  # --init-focus-every, stretched for a large shot (_crop_focus)
+        if self.sampler.focus is None or not every or step % every or step >= last_step:
+            return
+        from trainer.learn.focus_map import model_focus
+
+        what = f"the network at step {step}"
+        self.sampler.focus, self._focus_cells = model_focus(self.net, self.sampler.source, self.cfg.crop_size,
+                                                            self.cfg.focus_share, self.rt, what)
 
     def _load_source(self, net: torch.nn.Module) -> dict[str, Any]:
         """Load ``--init-from``'s weights into ``net`` (this run's network, checked against the source's); returns

@@ -148,6 +148,8 @@ class _Loop(RunStart):
         self.opt = build_optimizer(cfg, self.net, self.peak_lr)
         self.optimizer_why = (cfg.optimizer, cfg.optimizer_reason)  # run.json's optimizer (a resume may change it)
         self.step, self.updates, self._last_ckpt = 0, 0, 0
+        self._focus_cells = self._resumed_cells = None  # the crop focus's grid in use, and a checkpoint's (resume.py)
+        self._focus_every = 0  # steps between its refreshes, set with the focus
         self.writer = RunWriter(self.paths, self.master, cfg.keep_checkpoints, cfg.storage_full_grace_s)
         self.loss_weight = rank_loss_weight(self.sampler.local_batch, cfg.batch_size, self.env.world_size)
         self.sampling = NoiseSampling(self.env.world_size, self.env.sync_interval, self.sampler.local_batch,
@@ -239,6 +241,7 @@ class _Loop(RunStart):
             self.step = step
             if update:
                 self._update()
+            self._refresh_focus(step, self.stop_plan.last_step)  # before a checkpoint of this step stores the map
             self.stop_plan.mark(step)
             if step % cfg.log_interval == 0 or step == self.stop_plan.last_step:
                 loss = self._log(step, (loss_acc, identity_acc), n_acc, wall_clock() - t_last, wall_clock() - t0)

@@ -51,19 +51,69 @@ def test_a_checkpoint_from_before_the_focus_resumes_with_uniform_crops(pairs, tm
     head = cfg(pairs, tmp_path, init_from="a")
     recorded = {"base_lr": head.base_lr, "cosine_floor": head.cosine_floor}
     assert resumed_schedule(head, {"config": recorded}).focus_share == 0.0
-    assert resumed_schedule(head, {"config": {**recorded, "focus_share": 0.5}}) is head
+    now = {**recorded, "focus_share": 0.5}
+    assert resumed_schedule(head, {"config": now}) is head
     given = cfg(pairs, tmp_path, init_from="a", init_focus=0.5)
-    assert resumed_schedule(given, {"config": recorded}) is given  # --init-focus wins
+    assert resumed_schedule(given, {"config": now}) is given  # --init-focus wins
 
 
-def test_a_resume_whose_source_was_deleted_trains_on_with_uniform_crops(pairs, tmp_path, monkeypatch, caplog):
-    """A farm retry days later: the source run was cleaned up. The resume must not fail on it; it warns and draws
-    every crop uniformly (the weights it needs are the checkpoint's)."""
+def test_the_focus_follows_the_network_and_a_resume_draws_from_the_checkpoints_map(pairs, tmp_path, monkeypatch):
+    """``--init-focus-every 2``: the map is made again at steps 2, 4 and 6 from the network being trained. The run
+    crashed after step 4 resumes from the map its checkpoint holds (made at step 4), so it ends bit for bit where the
+    run that never stopped does; a resume that made the source's map again, or kept the source's map all run (the
+    run without refresh, checked to differ), would end elsewhere."""
+    from trainer.learn import focus_map
+
+    monkeypatch.setattr(focus_map, "REFRESH_PIXEL_SHARE", 1e9)  # these tiny crops: never stretched (tested apart)
+    train_mod.train(cfg(pairs, tmp_path / "a", steps=4, seed=1), NON_DIST)
+    head = cfg(pairs, tmp_path / "straight", init_from=str(tmp_path / "a"), init_focus_every=2,
+               lr=3e-2)  # large steps: the network's error map moves off the source's within 2 steps
+    made: list[int] = []
+    original = train_mod._Loop._refresh_focus
+
+    def counting(self, step, last_step):  # type: ignore[no-untyped-def]
+        before = self._focus_cells
+        original(self, step, last_step)
+        if self._focus_cells is not before:
+            made.append(step)
+
+    monkeypatch.setattr(train_mod._Loop, "_refresh_focus", counting)
+    straight = train_mod.train(head, NON_DIST)
+    assert made == [2, 4, 6]
+    _crash_after_step_4(monkeypatch, dataclasses.replace(head, run_dir=str(tmp_path / "resumed")))
+    resumed = train_mod.train(dataclasses.replace(head, run_dir=str(tmp_path / "resumed"), resume=True), NON_DIST)
+    _assert_same_run(straight, resumed)
+    kept = train_mod.train(dataclasses.replace(head, run_dir=str(tmp_path / "kept"), init_focus_every=0), NON_DIST)
+    assert any(not torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
+                                                      kept.model.state_dict().values()))
+
+
+def test_a_resume_whose_source_was_deleted_draws_from_the_checkpoints_map(pairs, tmp_path, monkeypatch):
+    """A farm retry days later: the source run was cleaned up. The checkpoint holds the map in use, so the resume
+    does not need the source: it ends where the run that never stopped does."""
+    import shutil
+
+    train_mod.train(cfg(pairs, tmp_path / "a", steps=4, seed=1), NON_DIST)
+    head = cfg(pairs, tmp_path / "straight", init_from=str(tmp_path / "a"))
+    straight = train_mod.train(head, NON_DIST)
+    resumed_cfg = dataclasses.replace(head, run_dir=str(tmp_path / "b"))
+    _crash_after_step_4(monkeypatch, resumed_cfg)
+    shutil.rmtree(tmp_path / "a")
+    _assert_same_run(straight, train_mod.train(dataclasses.replace(resumed_cfg, resume=True), NON_DIST))
+
+
+def test_an_older_checkpoint_whose_source_was_deleted_trains_on_with_uniform_crops(pairs, tmp_path, monkeypatch,
+                                                                                   caplog):
+    """A checkpoint written before the map was checkpointed needs the source again; with the source gone the resume
+    must not fail: it warns and draws every crop uniformly (the weights it needs are the checkpoint's)."""
     import shutil
 
     train_mod.train(cfg(pairs, tmp_path / "a", steps=4, seed=1), NON_DIST)
     head = cfg(pairs, tmp_path / "b", init_from=str(tmp_path / "a"))
+    state = train_mod._Loop._state
+    monkeypatch.setattr(train_mod._Loop, "_state", lambda self: {**state(self), "focus_cells": None})
     _crash_after_step_4(monkeypatch, head)
+    monkeypatch.setattr(train_mod._Loop, "_state", state)
     shutil.rmtree(tmp_path / "a")
     with caplog.at_level("WARNING", logger="trainer.learn.train"):
         resumed = train_mod.train(dataclasses.replace(head, resume=True), NON_DIST)

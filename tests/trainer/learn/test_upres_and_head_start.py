@@ -126,20 +126,22 @@ def test_init_from_a_model_of_another_scale_fails_as_bad_input_naming_the_mismat
 def test_two_local_ranks_start_from_the_same_model(tmp_path):
     """With an lr too small to move anything, the gang's checkpoint holds run A's weights (a gang that skipped the
     load would hold its own random ones, far from A's: the same run from scratch is checked to differ), and both
-    ranks log the load (each checks the source) and the crop focus (one all-reduce of the source's error)."""
+    ranks log the load (each checks the source) and the crop focus (one all-reduce of the source's error, and one of
+    the network's at its refresh after step 1)."""
     inp, tgt = make_pairs(tmp_path / "data", frames=2)
     source = train(cfg(inp, tgt, tmp_path / "a", steps=2, seed=1, ema_decay=0.0), NON_DIST).model.state_dict()
-    common = ["--world-size", "2", "--input", str(inp), "--target", str(tgt), "--steps", "2", "--batch-size", "4",
-              "--crop-size", "8", "--lr", "1e-12", "--warmup-steps", "0", "--ema-decay", "0",
+    common = ["--world-size", "2", "--input", str(inp), "--target", str(tgt), "--steps", "2", "--batch-size", "16",
+              "--crop-size", "32", "--lr", "1e-12",  # crops of the frames' size: a refresh every step is not stretched "--warmup-steps", "0", "--ema-decay", "0",
               "--checkpoint-interval", "2", "-v"]
     run, scratch = tmp_path / "b", tmp_path / "c"
-    r = run_cli("local", *common, "--run-dir", str(run), "--init-from", str(tmp_path / "a"))
+    r = run_cli("local", *common, "--run-dir", str(run), "--init-from", str(tmp_path / "a"), "--init-focus-every", "1")
     assert r.returncode == 0, r.stderr[-3000:]
     record = read_json(RunPaths.of(run).run_json)
     assert record["state"] == "succeeded" and record["init_from"]["kind"] == "run"
     logs = [RunPaths.of(run).rank_log(k).read_text() for k in (0, 1)]
     assert all("weights from" in text for text in logs), logs
-    assert all("head start: 50% of each batch's crops drawn where the source model's error" in text for text in logs)
+    assert all("crop focus: 50% of each batch's crops drawn where the source model's error" in text for text in logs)
+    assert all("drawn where the network at step 1's error" in text for text in logs), logs  # its refresh
     started = load_latest_checkpoint(RunPaths.of(run))["model"]
     for k in source:
         assert torch.allclose(source[k].float(), started[k].float(), atol=1e-6), k
