@@ -30,17 +30,18 @@ log = logging.getLogger(__name__)
 
 #: The grid's stored type: half the bytes of float32 (a 2K frame's grid, 128 x 232 cells: 58 KiB) [1].
 CELL_DTYPE = np.float16
-#: A refresh renders at most this share of the Input pixels the steps since the last one trained on [1]: one forward
-#: pass per frame against a forward and a backward per crop, so about a tenth of the training time (measured: 1.0 s
-#: per refresh of 100 frames of 176x144 every 250 steps of 16 crops of 64 px, 7.5 s, on 2 CPU cores).
-REFRESH_PIXEL_SHARE = 0.25
+#: A refresh renders at most this share of the Input pixels the steps since the last one trained on [1]. A rendered
+#: pixel costs about a quarter of a trained one (one forward pass of a whole frame against a forward and a backward
+#: of small crops): 100 frames of 320x136 px, 0.53 of the pixels of 250 steps of 8 crops of 64 px, took 1.0 s against
+#: those steps' 7.5 s on the 2-core VM (13%). At 0.6 a refresh costs at most about 15% of the training time.
+REFRESH_PIXEL_SHARE = 0.6
 
 
 def refresh_every(every: int, frames: int, size: tuple[int, int], global_batch: int, crop: int) -> int:
     """The steps between refreshes of the crop focus [steps]: ``every`` (``--init-focus-every``; 0: never), stretched
     so that one renders at most :data:`REFRESH_PIXEL_SHARE` of the Input pixels trained on in between: ``frames`` of
     ``size`` (H, W) [pixels] against ``global_batch`` crops of ``crop`` px per step. A 100-frame 2K shot at 16 crops of
-    64 px: every 13,500 steps, so in practice the source's map all run."""
+    64 px: every 5,626 steps, so in practice the source's map all run."""
     if every <= 0:
         return 0
     pixels = frames * size[0] * size[1]

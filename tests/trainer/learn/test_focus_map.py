@@ -9,9 +9,9 @@ from trainer.learn.focus_map import CELL_DTYPE, REFRESH_PIXEL_SHARE, refresh_eve
 
 
 def test_a_small_shot_is_refreshed_as_asked_and_a_large_one_rarely():
-    assert refresh_every(250, 100, (144, 176), 16, 64) == 250  # the study's clip: 155 steps would do
-    assert refresh_every(100, 100, (144, 176), 16, 64) == 155  # ceil(2,534,400 px / (0.25 * 16 * 64 * 64))
-    assert refresh_every(250, 100, (1080, 2048), 16, 64) == 13500  # a 2K shot: in practice never
+    assert refresh_every(250, 100, (136, 320), 8, 64) == 250  # the study's alike shot: 222 steps would do
+    assert refresh_every(100, 100, (136, 320), 8, 64) == 222  # ceil(4,352,000 px / (0.6 * 8 * 64 * 64))
+    assert refresh_every(250, 100, (1080, 2048), 16, 64) == 5626  # a 2K shot: in practice never
     assert refresh_every(0, 100, (144, 176), 16, 64) == 0  # 0: the source's map all run
 
 
