@@ -15,7 +15,7 @@ supervisor  SIGTERM   pass on      SIGTERM to every rank, SIGKILL after ``GRACE.
                                    the exit code is the ranks' (75 when they checkpointed)
 supervisor  SIGINT    interrupt    Python's ``KeyboardInterrupt``: the ranks are stopped as for SIGTERM, then the
                                    process ends by SIGINT (exit 130 to a shell)
-rank        SIGKILL   (none)       sent by the kernel when the rank's supervisor dies (:func:`die_with_supervisor`)
+rank        SIGKILL   (none)       sent by the kernel when its supervisor dies (:func:`die_with_supervisor`)
 ==========  ========  ===========  ==============================================================================
 
 A rank is ``python -m trainer`` (:class:`trainer.gang.stopvote.StopSignal`); a supervisor is ``cuetrain local``
