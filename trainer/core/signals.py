@@ -225,12 +225,13 @@ def die_with_supervisor(supervisor_pid: int | None) -> bool:
         log.warning("prctl(PR_SET_PDEATHSIG) failed (errno %d): this rank would outlive a killed supervisor",
                     ctypes.get_errno())
         return False
-    if os.getppid() != supervisor_pid and not _alive(supervisor_pid):
+    if os.getppid() != supervisor_pid and not pid_alive(supervisor_pid):
         os.kill(os.getpid(), signal.SIGKILL)  # the supervisor died before the call: as if a moment later
     return True
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (``kill(pid, 0)``, kill(2); another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from trainer.core.signals import pid_alive
 from trainer.record.rundir import RunDirError, RunPaths, atomic_write_json, make_folder, read_json
 from trainer.record.storage import RETRY_S, StorageWatch
 
@@ -104,22 +105,12 @@ def read_lease(paths: RunPaths) -> Lease | None:
         return None
 
 
-def _pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
-
-
 def is_stale(lease: Lease, now: float, job: str = "") -> bool:
     """True when ``lease`` no longer keeps others out (module doc): expired, its holder gone from this host, or held
     by the same farm job ``job`` (non-empty)."""
     if lease.expires <= now or (job and lease.job == job):
         return True
-    return lease.host == socket.gethostname() and _pid_gone(lease.pid)
+    return lease.host == socket.gethostname() and not pid_alive(lease.pid)
 
 
 def check_free(paths: RunPaths, job: str = "", now: Callable[[], float] = time.time) -> Lease | None:
