@@ -17,6 +17,17 @@ from trainer.learn.resume import resumed_schedule
 from trainer.record.rundir import RunPaths
 
 
+def _resumed(monkeypatch, head, run_dir):  # type: ignore[no-untyped-def]
+    """``head`` in ``run_dir``: crashed after its step-4 checkpoint, then resumed; the resumed run's result."""
+    crashed = dataclasses.replace(head, run_dir=str(run_dir))
+    _crash_after_step_4(monkeypatch, crashed)
+    return train_mod.train(dataclasses.replace(crashed, resume=True), NON_DIST)
+
+
+def _weights_differ(a, b) -> bool:  # type: ignore[no-untyped-def]
+    return any(not torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+
+
 def test_a_colour_head_start_with_muon_focuses_half_its_crops_and_no_other_run_does(pairs, tmp_path):
     head = cfg(pairs, tmp_path, init_from="earlier_run")
     assert head.focus_share == 0.5
@@ -37,12 +48,9 @@ def test_a_head_start_resumed_after_a_crash_draws_the_crops_of_the_run_that_neve
     train_mod.train(cfg(pairs, tmp_path / "a", steps=4, seed=1), NON_DIST)
     head = cfg(pairs, tmp_path / "straight", init_from=str(tmp_path / "a"))
     straight = train_mod.train(head, NON_DIST)
-    _crash_after_step_4(monkeypatch, dataclasses.replace(head, run_dir=str(tmp_path / "resumed")))
-    resumed = train_mod.train(dataclasses.replace(head, run_dir=str(tmp_path / "resumed"), resume=True), NON_DIST)
-    _assert_same_run(straight, resumed)
+    _assert_same_run(straight, _resumed(monkeypatch, head, tmp_path / "resumed"))
     uniform = train_mod.train(dataclasses.replace(head, run_dir=str(tmp_path / "uniform"), init_focus=0.0), NON_DIST)
-    assert any(not torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
-                                                      uniform.model.state_dict().values()))
+    assert _weights_differ(straight, uniform)
     record = json.loads(RunPaths.of(tmp_path / "resumed").run_json.read_text())
     assert record["config"]["focus_share"] == 0.5 and record["state"] == "succeeded"
 
@@ -80,12 +88,9 @@ def test_the_focus_follows_the_network_and_a_resume_draws_from_the_checkpoints_m
     monkeypatch.setattr(train_mod._Loop, "_refresh_focus", counting)
     straight = train_mod.train(head, NON_DIST)
     assert made == [2, 4, 6]
-    _crash_after_step_4(monkeypatch, dataclasses.replace(head, run_dir=str(tmp_path / "resumed")))
-    resumed = train_mod.train(dataclasses.replace(head, run_dir=str(tmp_path / "resumed"), resume=True), NON_DIST)
-    _assert_same_run(straight, resumed)
+    _assert_same_run(straight, _resumed(monkeypatch, head, tmp_path / "resumed"))
     kept = train_mod.train(dataclasses.replace(head, run_dir=str(tmp_path / "kept"), init_focus_every=0), NON_DIST)
-    assert any(not torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
-                                                      kept.model.state_dict().values()))
+    assert _weights_differ(straight, kept)
 
 
 def test_a_resume_whose_source_was_deleted_draws_from_the_checkpoints_map(pairs, tmp_path, monkeypatch):
@@ -96,10 +101,10 @@ def test_a_resume_whose_source_was_deleted_draws_from_the_checkpoints_map(pairs,
     train_mod.train(cfg(pairs, tmp_path / "a", steps=4, seed=1), NON_DIST)
     head = cfg(pairs, tmp_path / "straight", init_from=str(tmp_path / "a"))
     straight = train_mod.train(head, NON_DIST)
-    resumed_cfg = dataclasses.replace(head, run_dir=str(tmp_path / "b"))
-    _crash_after_step_4(monkeypatch, resumed_cfg)
-    shutil.rmtree(tmp_path / "a")
-    _assert_same_run(straight, train_mod.train(dataclasses.replace(resumed_cfg, resume=True), NON_DIST))
+    crashed = dataclasses.replace(head, run_dir=str(tmp_path / "b"))
+    _crash_after_step_4(monkeypatch, crashed)
+    shutil.rmtree(tmp_path / "a")  # between the crash and the resume
+    _assert_same_run(straight, train_mod.train(dataclasses.replace(crashed, resume=True), NON_DIST))
 
 
 def test_an_older_checkpoint_whose_source_was_deleted_trains_on_with_uniform_crops(pairs, tmp_path, monkeypatch,
