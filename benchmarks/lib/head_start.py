@@ -143,13 +143,26 @@ def train(shot: Path, run_dir: Path, steps: int, world: int, extra: list[str]) -
     return time.monotonic() - t0
 
 
+#: Pixels left out at each edge for the interior score (:func:`interior`) [px].
+BORDER = 16
+
+
 def heldout(run_dir: Path, shot: Path) -> float:
-    """Held-out PSNR [dB] of ``run_dir/model.pt`` on ``shot``'s held-out frames."""
+    """Held-out PSNR [dB] of ``run_dir/model.pt`` on ``shot``'s held-out frames (rendered to
+    ``run_dir/holdout_output``)."""
     from trainer.export.infer import infer_sequence
 
     out = run_dir / "holdout_output"
     infer_sequence(run_dir / "model.pt", shot / "holdout/input", out)
     return mean_psnr(out, shot / "holdout/target")
+
+
+def interior(run_dir: Path | None, shot: Path) -> float:
+    """The held-out PSNR [dB] of :func:`heldout`'s frames (or, with ``run_dir`` None, of the Input) without the
+    :data:`BORDER` px at each edge, where a small clip's score is decided (docs/studies/head_start.md, "Frame
+    edges"); call after :func:`heldout`."""
+    out = shot / "holdout/input" if run_dir is None else run_dir / "holdout_output"
+    return mean_psnr(out, shot / "holdout/target", border=BORDER)
 
 
 def source_dir(work: Path, source: str, steps: int, args: str) -> Path:
@@ -196,16 +209,20 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         wall[scratch.name] = train(shot_b, scratch, n, a.world_size, [])
         wall[head.name] = train(shot_b, head, n // a.fraction, a.world_size,
                                 ["--init-from", str(run_a), *shlex.split(a.head_args)])
-        rows.append({"steps": n, "scratch_psnr": heldout(scratch, shot_b), "head_steps": n // a.fraction,
-                     "head_psnr": heldout(head, shot_b), "scratch_s": wall[scratch.name], "head_s": wall[head.name]})
+        rows.append({"steps": n, "scratch_psnr": heldout(scratch, shot_b), "scratch_interior": interior(scratch, shot_b),
+                     "head_steps": n // a.fraction, "head_psnr": heldout(head, shot_b),
+                     "head_interior": interior(head, shot_b), "scratch_s": wall[scratch.name], "head_s": wall[head.name]})
     print(f"\nshot B held out: Input {base:.2f} dB; shot A's model took {wall['A']:.0f} s")
-    print("| B from scratch | gain | B from A's model | gain | head start - scratch | reached |\n|---|---|---|---|---|---|")
+    print(f"| B from scratch | gain | B from A's model | gain | head start - scratch | reached | the same without "
+          f"{BORDER} px at each edge |\n|---|---|---|---|---|---|---|")
     for r in rows:
         d = r["head_psnr"] - r["scratch_psnr"]
         print(f"| {r['steps']} steps, {r['scratch_s']:.0f} s | {r['scratch_psnr'] - base:+.2f} dB | {r['head_steps']} "
-              f"steps, {r['head_s']:.0f} s | {r['head_psnr'] - base:+.2f} dB | {d:+.2f} dB | {'yes' if d >= 0 else 'no'} |")
+              f"steps, {r['head_s']:.0f} s | {r['head_psnr'] - base:+.2f} dB | {d:+.2f} dB | {'yes' if d >= 0 else 'no'} "
+              f"| {r['head_interior'] - r['scratch_interior']:+.2f} dB |")
     if a.json:
         tmp = a.json.with_name(a.json.name + ".tmp")
-        tmp.write_text(json.dumps({"input_psnr": base, "a_steps": a.a_steps, "rows": rows, "wall_s": wall}, indent=1))
+        tmp.write_text(json.dumps({"input_psnr": base, "input_interior": interior(None, shot_b), "border_px": BORDER,
+                                   "a_steps": a.a_steps, "rows": rows, "wall_s": wall}, indent=1))
         tmp.replace(a.json)
 

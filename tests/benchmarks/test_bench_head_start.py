@@ -59,3 +59,18 @@ def test_the_source_run_is_the_studys_a_without_flags_and_named_by_its_source_an
     assert hs.source_dir(tmp_path, "a", 3000, "") == tmp_path / "run_A_3000"
     assert hs.source_dir(tmp_path, "a", 3000, "--augment 0.5") == tmp_path / "run_A_3000_augment_0.5"
     assert hs.source_dir(tmp_path, "library", 6000, "") == tmp_path / "run_library_6000"
+
+
+def test_interior_scores_the_rendered_frames_and_the_input_without_the_16_px_band(tmp_path):
+    from trainer.data.images import write_image
+
+    shot, run = tmp_path / "shot", tmp_path / "run"
+    target = np.full((48, 64, 3), 0.5, np.float32)
+    edge_only = target.copy()
+    edge_only[:hs.BORDER] = 0.25  # wrong only in the top band
+    for folder, img in ((shot / "holdout/target", target), (shot / "holdout/input", edge_only),
+                        (run / "holdout_output", target + 0.125 * (np.arange(64) % 2)[None, :, None])):
+        folder.mkdir(parents=True)
+        write_image(folder / "s.0006.exr", img)
+    assert hs.interior(None, shot) == float("inf")  # the Input's error lies in the band left out
+    assert hs.interior(run, shot) == pytest.approx(10 * np.log10(1 / (0.125 ** 2 / 2)), abs=1e-6)
