@@ -172,6 +172,18 @@ def source_dir(work: Path, source: str, steps: int, args: str) -> Path:
     return work / "_".join([name, *(w.lstrip("-") for w in shlex.split(args))])
 
 
+def print_table(rows: list[dict], base: float) -> None:
+    """Print the benchmark's markdown table: one row per run length of :func:`main`'s ``rows`` (gains over the
+    Input's ``base`` PSNR [dB], wall seconds, and the head start's difference with and without :data:`BORDER` px)."""
+    print(f"| B from scratch | gain | B from A's model | gain | head start - scratch | reached | the same without "
+          f"{BORDER} px at each edge |\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        d = r["head_psnr"] - r["scratch_psnr"]
+        print(f"| {r['steps']} steps, {r['scratch_s']:.0f} s | {r['scratch_psnr'] - base:+.2f} dB | {r['head_steps']} "
+              f"steps, {r['head_s']:.0f} s | {r['head_psnr'] - base:+.2f} dB | {d:+.2f} dB | {'yes' if d >= 0 else 'no'} "
+              f"| {r['head_interior'] - r['scratch_interior']:+.2f} dB |")
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -213,13 +225,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                      "head_steps": n // a.fraction, "head_psnr": heldout(head, shot_b),
                      "head_interior": interior(head, shot_b), "scratch_s": wall[scratch.name], "head_s": wall[head.name]})
     print(f"\nshot B held out: Input {base:.2f} dB; shot A's model took {wall['A']:.0f} s")
-    print(f"| B from scratch | gain | B from A's model | gain | head start - scratch | reached | the same without "
-          f"{BORDER} px at each edge |\n|---|---|---|---|---|---|---|")
-    for r in rows:
-        d = r["head_psnr"] - r["scratch_psnr"]
-        print(f"| {r['steps']} steps, {r['scratch_s']:.0f} s | {r['scratch_psnr'] - base:+.2f} dB | {r['head_steps']} "
-              f"steps, {r['head_s']:.0f} s | {r['head_psnr'] - base:+.2f} dB | {d:+.2f} dB | {'yes' if d >= 0 else 'no'} "
-              f"| {r['head_interior'] - r['scratch_interior']:+.2f} dB |")
+    print_table(rows, base)
     if a.json:
         tmp = a.json.with_name(a.json.name + ".tmp")
         tmp.write_text(json.dumps({"input_psnr": base, "input_interior": interior(None, shot_b), "border_px": BORDER,

@@ -74,3 +74,11 @@ def test_interior_scores_the_rendered_frames_and_the_input_without_the_16_px_ban
         write_image(folder / "s.0006.exr", img)
     assert hs.interior(None, shot) == float("inf")  # the Input's error lies in the band left out
     assert hs.interior(run, shot) == pytest.approx(10 * np.log10(1 / (0.125 ** 2 / 2)), abs=1e-6)
+
+
+def test_the_table_gives_each_length_with_the_head_starts_difference_with_and_without_the_edges(capsys):
+    hs.print_table([{"steps": 1000, "scratch_psnr": 30.0, "scratch_interior": 31.0, "head_steps": 500,
+                     "head_psnr": 29.95, "head_interior": 31.02, "scratch_s": 70.0, "head_s": 25.0}], 24.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("| reached | the same without 16 px at each edge |")
+    assert lines[2] == "| 1000 steps, 70 s | +6.00 dB | 500 steps, 25 s | +5.95 dB | -0.05 dB | no | +0.02 dB |"
