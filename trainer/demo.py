@@ -209,8 +209,8 @@ def extract(data_dir: Path, task: str = "repair") -> DemoData:
 def mean_psnr(folder_a: Path, folder_b: Path, border: int = 0) -> float:
     """Mean per-frame PSNR [dB] between two sequences paired by frame number; with ``border`` > 0, of each frame's
     interior only: ``border`` pixels left out at every edge. A network's error is largest at a frame's edges, and
-    on a small clip (carphone's 144x176) a 16 px band is a third of the pixels, against 5% of a 2K plate's
-    (docs/studies/head_start.md, "Frame edges").
+    on a small clip (carphone's 144x176) a 16 px band is a third of the pixels, against 4.5% of a 2K plate's
+    (docs/studies/frame_edges.md).
 
     Raises:
         ValueError: ``border`` is negative or leaves no pixel of a frame (names the frame's size).

@@ -159,8 +159,8 @@ def heldout(run_dir: Path, shot: Path) -> float:
 
 def interior(run_dir: Path | None, shot: Path) -> float:
     """The held-out PSNR [dB] of :func:`heldout`'s frames (or, with ``run_dir`` None, of the Input) without the
-    :data:`BORDER` px at each edge, where a small clip's score is decided (docs/studies/head_start.md, "Frame
-    edges"); call after :func:`heldout`."""
+    :data:`BORDER` px at each edge, where a small clip's score is decided (docs/studies/frame_edges.md); call after
+    :func:`heldout`."""
     out = shot / "holdout/input" if run_dir is None else run_dir / "holdout_output"
     return mean_psnr(out, shot / "holdout/target", border=BORDER)
 
