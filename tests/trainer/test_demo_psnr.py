@@ -32,6 +32,7 @@ def _sequences(tmp_path, band: int):
 
 def test_a_border_leaves_out_the_edges_and_scores_only_the_interior(tmp_path):
     a, b = _sequences(tmp_path, band=3)
+
     def db(share: float) -> float:  # PSNR of a frame 0.125 apart on ``share`` of its pixels
         return 10 * math.log10(1 / (0.125 ** 2 * share))
 
