@@ -173,7 +173,10 @@ class RunStart:
             cells = self._resumed_cells.numpy()
             try:
                 self.sampler.focus, self._focus_cells = focus_of(cells, source, crop, share), cells
-                log.info("crop focus: %.0f%% of each batch's crops drawn by the checkpoint's map", share * 100)
+                if self.sampler.focus is None:
+                    log.info("crop focus: the checkpoint's map is 0 everywhere; every crop is drawn uniformly")
+                else:
+                    log.info("crop focus: %.0f%% of each batch's crops drawn by the checkpoint's map", share * 100)
                 return
             except ValueError as exc:  # not this shot's grid: the source's map, as for an older checkpoint
                 log.warning("rank %d: the checkpoint's crop focus does not fit this shot (%s); the source's map is "

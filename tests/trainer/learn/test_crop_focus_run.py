@@ -169,3 +169,23 @@ def test_a_resume_without_the_map_in_its_checkpoint_renders_the_same_frames_agai
     _crash_after_step_4(monkeypatch, crashed)
     monkeypatch.setattr(train_mod._Loop, "_state", state)
     _assert_same_run(straight, train_mod.train(dataclasses.replace(crashed, resume=True), NON_DIST))
+
+
+def test_a_checkpoints_map_of_zeros_resumes_with_uniform_crops_and_says_so(pairs, tmp_path, monkeypatch, caplog):
+    """A map that is 0 everywhere (a source that rendered every frame exactly) has nothing to focus on: the resume
+    draws every crop uniformly and does not claim to draw by the checkpoint's map."""
+    train_mod.train(cfg(pairs, tmp_path / "a", steps=4, seed=1), NON_DIST)
+    head = cfg(pairs, tmp_path / "b", init_from=str(tmp_path / "a"))
+    state = train_mod._Loop._state
+
+    def zeros(self):  # type: ignore[no-untyped-def]
+        saved = state(self)
+        return {**saved, "focus_cells": torch.zeros_like(saved["focus_cells"])}
+
+    monkeypatch.setattr(train_mod._Loop, "_state", zeros)
+    _crash_after_step_4(monkeypatch, head)
+    monkeypatch.setattr(train_mod._Loop, "_state", state)
+    with caplog.at_level("INFO", logger="trainer.learn.train"):
+        resumed = train_mod.train(dataclasses.replace(head, resume=True), NON_DIST)
+    assert resumed.step == 8 and "the checkpoint's map is 0 everywhere" in caplog.text
+    assert "drawn by the checkpoint's map" not in caplog.text
