@@ -41,8 +41,9 @@ CELL_DTYPE = np.float16
 REFRESH_PIXEL_SHARE = 0.6
 #: The source's map renders at most this share of the Input pixels the run's steps train on [1], one frame in every
 #: :func:`map_stride`: at a rendered pixel's cost of about 0.3 of a trained one, about a twentieth of the run's time.
-#: Rendering one frame in 4 and in 10 kept the focus's gain on bikes at 640x272 px and on the study's smaller clips;
-#: 4 frames of 100 lost up to 0.03 dB of its 0.04 (docs/studies/head_start.md, "The source's map on a large shot").
+#: Rendering one frame in 4 and in 10 kept the focus's gain on bikes at 640x272 px, and one in 10 on the study's
+#: smaller clips; 4 frames of 100 lost up to 0.03 dB of its 0.04 (docs/studies/head_start.md, "The source's map on a
+#: large shot").
 MAP_PIXEL_SHARE = 0.15
 
 
