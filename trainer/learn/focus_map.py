@@ -140,7 +140,7 @@ def model_focus(net: torch.nn.Module, source: FrameSource, crop: int, share: flo
     t0 = time.monotonic()
     cells = error_cells(net, source, crop, rt, stride)
     focus = focus_of(cells, source, crop, share)
-    shown = len(np.unique(rendered_frames(source.count, stride)))
+    shown = -(-source.count // stride)  # one frame of each run of ``stride`` (rendered_frames)
     if focus is None:
         log.info("crop focus: %s renders the training frames exactly; every crop is drawn uniformly", what)
     else:
