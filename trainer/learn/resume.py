@@ -151,13 +151,12 @@ class RunStart:
 
     def _crop_focus(self, loaded: bool) -> None:
         """``--init-focus``: the sampler draws its share of each batch's crops where the source model's error on this
-        shot is largest (``trainer.learn.focus_map``; on a large shot rendered on one frame in every
-        ``map_stride``), on every rank. ``loaded``: the network holds the source's
-        weights (step 0). A resumed run draws from the map its checkpoint holds (the one in use when it was written,
-        which may be the network's own since ``--init-focus-every``); from a checkpoint without one the source is
-        loaded again into a copy (under a forked RNG: the checkpoint's RNG state stays as restored). A source that
-        can no longer be read (deleted since the run started) does not fail the resume: the gang agrees, warns and
-        draws every crop uniformly."""
+        shot is largest (``trainer.learn.focus_map``; on a large shot rendered on one frame in every ``map_stride``),
+        on every rank. ``loaded``: the network holds the source's weights (step 0). A resumed run draws from the map
+        its checkpoint holds (the one in use when it was written, which may be the network's own since
+        ``--init-focus-every``); from a checkpoint without one the source is loaded again into a copy (under a forked
+        RNG: the checkpoint's RNG state stays as restored). A source that can no longer be read (deleted since the run
+        started) does not fail the resume: the gang agrees, warns and draws every crop uniformly."""
         if not (self.cfg.init_from and self.cfg.focus_share > 0):
             return
         from trainer.learn.focus_map import focus_of, map_stride, model_focus, refresh_every
