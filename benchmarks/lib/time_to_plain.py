@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 import common
-from bench_time_to_quality import heldout_psnr, input_psnr, load_extracted, time_to
+from bench_time_to_quality import heldout_psnr, time_to
+from lib.clips import input_psnr, load_extracted
 from lib.bare_ddp import ARCHITECTURE  # the network the bare loops train: --architecture auto's for colour
 from trainer.data.crops import CropSampler, per_crop_l1
 from trainer.learn.init_from import shipped_weights

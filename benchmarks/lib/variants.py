@@ -40,6 +40,8 @@ import torch
 import torch.nn.functional as F
 
 import bench_time_to_quality as ttq
+from lib import clips
+from trainer.record.rundir import atomic_write_json
 from lib import baselines as model_mod  # v2 (benchmarks/lib/baselines.py) and the product's network classes
 from trainer.data.crops import CropBatch, CropSampler
 from trainer.learn.model import ModelConfigV3
@@ -247,7 +249,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     """Parse ``argv`` (the arguments after the task's name) and run; ``prog`` names the command in --help."""
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"from {', '.join(VARIANTS)}")
-    ap.add_argument("--clips", default=",".join(ttq.CLIPS))
+    ap.add_argument("--clips", default=",".join(clips.CLIPS))
     ap.add_argument("--evals", type=int, default=15, help="held-out evaluations per run")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of every variant's steps")
@@ -268,14 +270,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         raise SystemExit(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
     model_mod.MODEL_SIZES_V2.update(VARIANT_SIZES)
     torch.set_num_threads(a.threads)
-    bad = [d for d in a.data if "=" not in d or d.split("=", 1)[0] not in ttq.CLIPS]
+    bad = [d for d in a.data if "=" not in d or d.split("=", 1)[0] not in clips.CLIPS]
     if bad:
-        raise SystemExit(f"--data {bad[0]!r}: give CLIP=FOLDER with CLIP one of {', '.join(ttq.CLIPS)}")
+        raise SystemExit(f"--data {bad[0]!r}: give CLIP=FOLDER with CLIP one of {', '.join(clips.CLIPS)}")
     folders = dict(d.split("=", 1) for d in a.data)
     results: dict[str, dict] = {}
     for clip in a.clips.split(","):
-        train, held = ttq.load_extracted(Path(folders[clip])) if clip in folders else ttq.load_clip(clip)
-        base = ttq.input_psnr(held)
+        train, held = clips.load_extracted(Path(folders[clip])) if clip in folders else clips.load_clip(clip)
+        base = clips.input_psnr(held)
         results[clip] = {"input_psnr": base, "runs": {}}
         for seed in range(a.first_seed, a.first_seed + a.seeds):
             for name in a.variants.split(","):
@@ -284,7 +286,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                 print(f"{clip} {name} seed {seed}: final {curve[-1][2] - base:+.2f} dB in {curve[-1][0]:.0f} s "
                       f"(best {max(p for _, _, p in curve) - base:+.2f} dB)", flush=True)
                 if a.json:
-                    ttq.write_json(a.json, results)
+                    atomic_write_json(a.json, results)
         print("\n".join(summary(clip, results[clip])), flush=True)
 
 

@@ -24,12 +24,14 @@ import common  # noqa: E402,F401  (puts the checkout on sys.path)
 import torch  # noqa: E402
 
 import bench_time_to_quality as ttq  # noqa: E402
+from lib import clips  # noqa: E402
+from trainer.record.rundir import atomic_write_json  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ks", default="10,20,40", help="warm-up constants k, comma-separated")
-    ap.add_argument("--clips", default=",".join(ttq.CLIPS))
+    ap.add_argument("--clips", default=",".join(clips.CLIPS))
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the recipes' steps")
     ap.add_argument("--evals", type=int, default=12, help="held-out evaluations per run")
     ap.add_argument("--threads", type=int, default=2)
@@ -39,8 +41,8 @@ def main() -> None:
     ks = [float(k) for k in a.ks.split(",")]
     results = {}
     for clip in a.clips.split(","):
-        train, held = ttq.load_clip(clip)
-        base = ttq.input_psnr(held)
+        train, held = clips.load_clip(clip)
+        base = clips.input_psnr(held)
         v1 = ttq.train_recipe(ttq.RECIPES["v1"], train, held, a.scale, a.evals, "auto")
         averages = ttq.train_averages(ttq.RECIPES["v3-ema"], train, held, a.scale, a.evals, "auto", ks)
         curves = {"v1": v1, **{f"k={k:g}": curve for k, curve in zip(ks, averages)}}
@@ -53,7 +55,7 @@ def main() -> None:
             print(f"  {name:6s} final {curve[-1][2] - base:+.2f} dB, to v1's final gain {ratio}, "
                   f"at v1's time {ttq.value_at(curve, seconds) - base:+.2f} dB", flush=True)
     if a.json:
-        ttq.write_json(a.json, results)
+        atomic_write_json(a.json, results)
 
 
 if __name__ == "__main__":

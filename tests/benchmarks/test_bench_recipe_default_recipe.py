@@ -1,19 +1,17 @@
-"""benchmarks/bench_recipe.py default-recipe (benchmarks/lib/default_recipe.py): recipe names with an lr factor, the cells file of a GPU run, and the decoded
-clips a GPU host reads instead of the videos (the figures themselves come from running the benchmark)."""
+"""benchmarks/bench_recipe.py default-recipe (benchmarks/lib/default_recipe.py): recipe names with an lr factor and
+the cells file of a GPU run (the figures themselves come from running the benchmark)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from trainer.core.recipe import DEFAULT_LR
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from lib import default_recipe as bdr  # noqa: E402
-import bench_time_to_quality as ttq  # noqa: E402
 
 CELLS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -63,24 +61,3 @@ def test_table_puts_lr_search_rows_in_a_second_table():
     assert "| carphone | large | 8 | 1000 | +1.00 dB | +1.50 dB | +0.50 dB |" in first
     assert "| carphone | large | 8 | 1000 | muon@16 | 1.60e-03 | +3.00 dB | 10 |" in second
     assert second.index("| muon |") < second.index("| muon@16 |")  # by optimizer, then lr
-
-
-def test_decoded_clips_give_the_same_pairs_as_the_videos(tmp_path, monkeypatch):
-    """A GPU host reads the .npz --save-decoded wrote; its pairs (and bikes' seeded degradation) equal decoding's."""
-    rng = np.random.default_rng(0)
-    videos = {s: rng.integers(0, 256, (12, 16, 20, 3), dtype=np.uint8) for s in ttq.VIDEOS}
-    monkeypatch.setattr(ttq, "_decode", lambda path: videos[Path(path).stem])
-    monkeypatch.setattr(ttq, "clip_path", lambda name: Path(name))
-    ttq.save_decoded(tmp_path / "clips.npz")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["clips.npz"]  # no temp file left
-    direct = {clip: ttq.load_clip(clip) for clip in ttq.CLIPS}
-
-    def no_video(path):
-        raise AssertionError(f"decoded {path} although the .npz holds it")
-
-    monkeypatch.setattr(ttq, "_decode", no_video)
-    for clip in ttq.CLIPS:
-        decoded = ttq.load_clip(clip, tmp_path / "clips.npz")
-        assert [len(x) for x in decoded] == [10, 2]
-        for a, b in zip(decoded[0] + decoded[1], direct[clip][0] + direct[clip][1]):
-            assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
