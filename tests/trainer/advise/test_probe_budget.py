@@ -119,7 +119,9 @@ def test_the_real_probe_ends_within_a_small_budget(pairs, tmp_path):
     # longer than the budget still ends in one measurement) and its exit; 10,000 iterations would take minutes.
     # The exact bound (one measurement past the budget) is the fake-clock test's.
     assert elapsed < 5 + one + 10
-    assert probe.truncated and probe.seconds == pytest.approx(elapsed, abs=1)
+    # Its seconds count the spawn (2-4 s of importing torch here), so they fall short of the wall time only by this
+    # call's own set-up and return: under 1 s, or a tenth of the run on a host loaded past its cores.
+    assert probe.truncated and elapsed - max(1.0, 0.1 * elapsed) <= probe.seconds <= elapsed
     assert sum(probe.fb_samples) >= 3 and any(r[0] == "steps" for r in reports)
 
 
