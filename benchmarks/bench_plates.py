@@ -172,7 +172,7 @@ def _reader(kind: str, files: list[str], cache_mb: int):
     if kind == "gather":
         import torch
 
-        from trainer.data.images import load_pairs, FramePair
+        from trainer.data.sequences import FramePair, load_pairs
         frames = load_pairs([FramePair(0, Path(f), Path(f)) for f in files])
         stack = torch.from_numpy(np.stack([a for a, _ in frames]))
         ramp = torch.arange(64)

@@ -66,7 +66,8 @@ def load_clip(name: str, decoded: Path | None = None
 def load_extracted(folder: Path) -> tuple[list, list]:
     """(train pairs, held-out pairs) of (H, W, 3) float32 0..1 from a folder ``trainer.demo.extract`` wrote (e.g. a
     clip carried to a GPU machine as PNGs instead of decoded there)."""
-    from trainer.data.images import pair_frames, read_image
+    from trainer.data.images import read_image
+    from trainer.data.sequences import pair_frames
 
     def pairs(sub: str) -> list:  # float32, not load_pairs' float16: the held-out PSNR is taken on these
         return [(read_image(p.input), read_image(p.target)) for p in pair_frames(folder / sub / "input",

@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from trainer.data.colour import ColourSpec, to_display  # noqa: E402
 from trainer.demo import extract  # noqa: E402
-from trainer.data.images import find_sequence, read_image, write_image  # noqa: E402
+from trainer.data.images import read_image, write_image  # noqa: E402
+from trainer.data.sequences import find_sequence  # noqa: E402
 from trainer.export.infer import psnr  # noqa: E402
 
 LINEAR = "Linear Rec.709 (sRGB)"

@@ -37,7 +37,8 @@ def one(setting: str, data_dir: str) -> dict:
     from trainer.core.config import TrainConfig
     from trainer.demo import extract
     from trainer.core.envvars import DistEnv
-    from trainer.data.images import find_sequence, read_image
+    from trainer.data.images import read_image
+    from trainer.data.sequences import find_sequence
     from trainer.export.infer import psnr
     from trainer.learn.train import train
     from trainer.core.allocator import tune_allocator

@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from lib import head_start as hs  # noqa: E402
-from trainer.data.images import find_sequence, read_image  # noqa: E402
+from trainer.data.images import read_image  # noqa: E402
+from trainer.data.sequences import find_sequence  # noqa: E402
 
 
 def test_halved_is_the_2x2_mean_in_0_1_and_drops_an_odd_last_row_and_column():

@@ -38,7 +38,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import uuid
 from pathlib import Path
 from typing import Sequence
@@ -295,15 +294,3 @@ def write_oiio(path: Path, spec: oiio.ImageSpec, pixels: np.ndarray) -> None:
         closed = out.close() if opened else True
     if not (opened and written and closed):
         raise OSError(f"cannot write {path}: {error or out.geterror() or oiio.geterror() or 'unknown error'}")
-
-
-#: Names that moved to :mod:`trainer.data.sequences` (issue 49), still importable from here for older callers.
-_MOVED = frozenset({"frame_number", "find_sequence", "FramePair", "pair_frames", "load_pairs", "check_pair_size",
-                    "data_origin", "check_pair_origin", "to_half", "identity_warning"})
-
-
-def __getattr__(name: str):  # PEP 562: resolved on first use, so sequences may import this module
-    if name in _MOVED:
-        from trainer.data import sequences
-        return getattr(sequences, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

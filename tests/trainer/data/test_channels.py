@@ -19,8 +19,8 @@ from trainer.core.channels import ChannelPlan
 from trainer.data.colour import ColourSpec, colour_channels
 from trainer.data.crops import CropSampler, warn_identity
 from trainer.data.hostcache import HostCache
-from trainer.data.images import (DataError, identity_warning, load_pairs, pair_frames, read_channels, read_image,
-                                 write_image, write_oiio)
+from trainer.data.images import DataError, read_channels, read_image, write_image, write_oiio
+from trainer.data.sequences import identity_warning, load_pairs, pair_frames
 from trainer.data.shot import Shot, decode_bands, list_shot
 
 H, W = 70, 100  # not a multiple of the 64 px tile

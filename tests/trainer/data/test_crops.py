@@ -66,7 +66,7 @@ def test_a_host_copy_gives_the_batches_of_the_same_frames_in_memory(tmp_path):
     from tests.conftest import make_pairs
     from trainer.data.colour import ColourSpec
     from trainer.data.hostcache import HostCache
-    from trainer.data.images import load_pairs, pair_frames
+    from trainer.data.sequences import load_pairs, pair_frames
     from trainer.data.shot import list_shot
 
     dirs = make_pairs(tmp_path / "data", frames=3, height=70, width=100, ext="exr")

@@ -15,7 +15,8 @@ from tests.conftest import make_pairs
 from trainer.data import hostcache
 from trainer.data.colour import ColourSpec
 from trainer.data.hostcache import HostCache, ScratchError
-from trainer.data.images import DataError, load_pairs, pair_frames, write_image
+from trainer.data.images import DataError, write_image
+from trainer.data.sequences import load_pairs, pair_frames
 from trainer.data.shot import ShotChanged, list_shot
 
 H, W = 70, 100  # not a multiple of the 64 px tile: the copy pads

@@ -15,8 +15,8 @@ import OpenImageIO as oiio
 import pytest
 
 from trainer.data import images
-from trainer.data.images import (DataError, FramePair, find_sequence, frame_number, load_pairs, pair_frames,
-                            read_image, write_image)
+from trainer.data.images import DataError, read_image, write_image
+from trainer.data.sequences import FramePair, find_sequence, frame_number, load_pairs, pair_frames
 
 
 def oiio_write(path: Path, pixels: np.ndarray, pixel_type: str, **attributes) -> Path:
@@ -412,7 +412,7 @@ def test_load_pairs_empty():
 def test_identity_warning_same_folder_identical_frames_and_real_pairs(tmp_path):
     import numpy as np
 
-    from trainer.data.images import identity_warning
+    from trainer.data.sequences import identity_warning
 
     a = np.zeros((4, 4, 3), np.float16)
     b = np.ones((4, 4, 3), np.float16)
@@ -437,7 +437,7 @@ def _exr_at(path: Path, x: int, y: int, width: int, height: int) -> Path:
     (1, (2, 1), (2, 1), True), (1, (0, 0), (2, 1), False), (2, (1, 1), (2, 2), True), (2, (1, 1), (1, 1), False)])
 def test_data_windows_must_start_where_the_inputs_does(tmp_path, scale, inp, tgt, ok):
     """Same sizes, shifted origins: the pixels read would not line up, so the pair is refused naming both."""
-    from trainer.data.images import load_pairs, pair_frames
+    from trainer.data.sequences import load_pairs, pair_frames
     from trainer.data.shot import list_shot
 
     a = _exr_at(tmp_path / "in" / "plate.1001.exr", *inp, 4, 3)

@@ -15,7 +15,8 @@ import torch
 from trainer.data.colour import ColourSpec
 from trainer.data.crops import CropSampler, crop_index
 from trainer.data.hostcache import HostCache, ScratchError
-from trainer.data.images import DataError, load_pairs, pair_frames, write_image
+from trainer.data.images import DataError, write_image
+from trainer.data.sequences import load_pairs, pair_frames
 from trainer.data.shot import list_shot
 from trainer.data.sources import FramesInMemory
 

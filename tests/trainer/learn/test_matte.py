@@ -7,13 +7,13 @@ import json
 
 import numpy as np
 from PIL import Image
-import pytest
 import torch
 
 from tests.conftest import make_matte_pairs, run_cli
 from trainer.core.config import TrainConfig
 from trainer.core.envvars import DistEnv
-from trainer.data.images import find_sequence, read_channels, read_image
+from trainer.data.images import read_channels, read_image
+from trainer.data.sequences import find_sequence
 from trainer.data.matte_scores import matte_scores
 from trainer.learn.train import train
 from trainer.record.rundir import RunPaths, read_json

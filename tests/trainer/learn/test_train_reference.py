@@ -23,7 +23,7 @@ from trainer.learn import train as train_mod
 from trainer.core.config import TrainConfig
 from trainer.data.crops import CropSampler
 from trainer.core.envvars import DistEnv
-from trainer.data.images import load_pairs, pair_frames
+from trainer.data.sequences import load_pairs, pair_frames
 from trainer.learn.model import build_model
 from trainer.learn.run_writer import load_latest_checkpoint
 from trainer.record.rundir import RunPaths

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
 from tests.conftest import make_matte_pairs, make_pairs, make_upres_pairs, run_cli
 from trainer.core.config import ConfigError, TrainConfig
 from trainer.core.envvars import DistEnv
-from trainer.data.images import find_sequence, read_image
+from trainer.data.images import read_image
+from trainer.data.sequences import find_sequence
 from trainer.learn.run_writer import load_latest_checkpoint
 from trainer.learn.train import train
 from trainer.record.rundir import RunPaths, read_json
