@@ -45,7 +45,7 @@ from trainer.learn.precision import (configure_backends, float32_contiguous, may
                                resolve_precision)
 from trainer.learn.resume import RunStart, broadcast_int, record_failed_start
 from trainer.learn.run_writer import RunWriter, config_record, export_model, model_meta, wall_clock
-from trainer.record.rundir import RunPaths, remove_stale_temp_files
+from trainer.record.rundir import RunPaths
 from trainer.learn.schedule import build_optimizer, effective_lr, lr_at, optimizer_record
 from trainer.learn.stopping import StopPlan
 from trainer.record import recordlock, runrecord
@@ -84,7 +84,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None) -> TrainResult:
     mark = None
     if env.is_main:
         paths.create()
-        remove_stale_temp_files(paths)  # what a rank 0 killed mid-write left
+        recordlock.remove_stale_temp_files(paths)  # what a rank 0 killed mid-write left
         mark = runrecord.attempt_mark(runrecord.read_record_or_empty(paths))  # run.json as the last attempt left it
 
     def record(exc: GangError) -> None:

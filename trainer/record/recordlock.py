@@ -12,12 +12,16 @@ The lock is taken on a separate file because ``run.json`` itself is replaced by 
 lock on the old inode would not exclude a writer that opened the new one); the lock file is never
 removed. POSIX locks belong to a process, so threads of one process are serialised by a
 ``threading.Lock`` as well. Readers take no lock: the atomic rename means they never see half a file.
+
+Rank 0 removes the temp files of writes a killed writer left under this lock (:func:`remove_stale_temp_files`),
+so it never removes the temp file of a ``run.json`` write in progress.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -25,12 +29,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from trainer.record.rundir import FILE_MODE, RunDirError, RunPaths
+from trainer.record.rundir import FILE_MODE, RunDirError, RunPaths, stale_temp_files
 
 LOCK_TIMEOUT_S = 60.0  # seconds a writer waits for run.json.lock before it gives up with RunDirError
 _LOCK_POLL_S = 0.01  # seconds between tries
 _THREAD_LOCK = threading.RLock()  # POSIX record locks are per process: threads of one process queue here
 _HELD = threading.local()  # .depth: how deeply this thread holds the lock (re-entry takes no second lockf)
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -93,3 +99,25 @@ def _acquire(fd: int, path: os.PathLike[str], timeout_s: float) -> None:
             raise RunDirError(f"{path} stayed locked by another writer for {timeout_s:.0f} s (a hung process on a "
                               "stuck NFS mount?); check the processes writing this run folder")
         time.sleep(_LOCK_POLL_S)
+
+
+def remove_stale_temp_files(paths: RunPaths) -> list[Path]:
+    """Remove the :func:`stale_temp_files` that a killed writer left; return the paths removed, each logged at INFO.
+
+    Rank 0 calls it once as a run starts or resumes, holding the run's lease (``trainer.record.lease``: no other
+    run writes here) and, where it found any, the run.json lock (:func:`locked`: the temp
+    file of a ``run.json`` that the submit client or a node agent is writing now is not stale). A run directory
+    with none is left exactly as it was (no lock file: bad input must leave nothing behind).
+    """
+    if not stale_temp_files(paths):
+        return []
+    removed = []
+    with locked(paths):
+        for path in stale_temp_files(paths):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            log.info("removed %s: the temp file of a write that did not finish (its writer was killed)", path)
+            removed.append(path)
+    return removed

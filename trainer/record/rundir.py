@@ -24,7 +24,7 @@ Layout (all written by rank 0 only, except ``logs/`` and the rendezvous file)::
 
 All writes go through :func:`atomic_write_bytes` / :func:`atomic_write_json` (temp file in the
 same directory + ``os.replace``) so a reader never sees a half-written file; the temp files a killed writer
-leaves are removed when rank 0 starts (:func:`remove_stale_temp_files`).
+leaves are removed when rank 0 starts (``trainer.record.recordlock.remove_stale_temp_files``).
 """
 
 from __future__ import annotations
@@ -266,30 +266,6 @@ def stale_temp_files(paths: RunPaths) -> list[Path]:
             if m and not m.group("target").startswith((paths.lease.name, ".lease.")) and (folder / name).is_file():
                 found.append(folder / name)
     return found
-
-
-def remove_stale_temp_files(paths: RunPaths) -> list[Path]:
-    """Remove the :func:`stale_temp_files` that a killed writer left; return the paths removed, each logged at INFO.
-
-    Rank 0 calls it once as a run starts or resumes, holding the run's lease (``trainer.record.lease``: no other
-    run writes here) and, where it found any, the run.json lock (``trainer.record.recordlock.locked``: the temp
-    file of a ``run.json`` that the submit client or a node agent is writing now is not stale). A run directory
-    with none is left exactly as it was (no lock file: bad input must leave nothing behind).
-    """
-    from trainer.record import recordlock
-
-    if not stale_temp_files(paths):
-        return []
-    removed = []
-    with recordlock.locked(paths):
-        for path in stale_temp_files(paths):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            log.info("removed %s: the temp file of a write that did not finish (its writer was killed)", path)
-            removed.append(path)
-    return removed
 
 
 def _remove_quietly(path: str) -> None:

@@ -15,7 +15,8 @@ import time
 import psutil
 
 from tests.conftest import CHILD_PYTHONPATH, ROOT
-from trainer.record.rundir import RunPaths, remove_stale_temp_files
+from trainer.record.recordlock import remove_stale_temp_files
+from trainer.record.rundir import RunPaths
 
 
 def test_the_ranks_of_a_killed_cuetrain_local_die_with_it_and_write_no_more(pairs, tmp_path):

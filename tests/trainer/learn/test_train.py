@@ -320,7 +320,7 @@ def test_rank0_removes_the_temp_files_a_killed_write_left_and_nothing_else(pairs
             run.root / ".hidden.tmp", run.checkpoints / "step_000175.pt.abcdefgh.tmp"]
     for path in kept[2:]:
         path.write_bytes(b"not cuetrain's temp file")
-    with caplog.at_level(logging.INFO, logger="trainer.record.rundir"):
+    with caplog.at_level(logging.INFO, logger="trainer.record.recordlock"):
         train_mod.train(cfg(pairs, run.root, steps=2, checkpoint_interval=2, contact_sheet_interval=2, log_interval=1,
                             warmup_steps=1), NON_DIST)
     assert [p for p in stale if p.exists()] == []

@@ -64,7 +64,7 @@ def test_a_claim_removes_the_lease_writes_a_killed_holder_left_and_no_fresh_one(
     old = [paths.root / n for n in (".lease.json.a1b2c3d4.tmp", ".lease.0123456789abcdef.tmp",
                                     "..lease.0123456789abcdef.tmp.x9y8z7w6.tmp")]
     fresh = paths.root / ".lease.json.f0f0f0f0.tmp"  # a write under way now (another claimant's) is not stale
-    other = paths.root / ".run.json.a1b2c3d4.tmp"  # not a lease write: rundir.remove_stale_temp_files's
+    other = paths.root / ".run.json.a1b2c3d4.tmp"  # not a lease write: recordlock.remove_stale_temp_files's
     for p in (*old, fresh, other):
         p.write_text("{")
     for p in (*old, other):
