@@ -102,12 +102,13 @@ def _acquire(fd: int, path: os.PathLike[str], timeout_s: float) -> None:
 
 
 def remove_stale_temp_files(paths: RunPaths) -> list[Path]:
-    """Remove the :func:`stale_temp_files` that a killed writer left; return the paths removed, each logged at INFO.
+    """Remove the temp files a killed writer left (``trainer.record.rundir.stale_temp_files``); return the paths
+    removed, each logged at INFO.
 
-    Rank 0 calls it once as a run starts or resumes, holding the run's lease (``trainer.record.lease``: no other
-    run writes here) and, where it found any, the run.json lock (:func:`locked`: the temp
-    file of a ``run.json`` that the submit client or a node agent is writing now is not stale). A run directory
-    with none is left exactly as it was (no lock file: bad input must leave nothing behind).
+    Rank 0 calls it once as a run starts or resumes, holding the run's lease (``trainer.record.lease``: no other run
+    writes here) and, where it found any, the run.json lock (:func:`locked`: the temp file of a ``run.json`` that the
+    submit client or a node agent is writing now is not stale). A run directory with none is left exactly as it was
+    (no lock file: bad input must leave nothing behind).
     """
     if not stale_temp_files(paths):
         return []
