@@ -13,8 +13,8 @@ from typing import Any, Sequence
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.channels import ChannelError, ChannelPlan
 from trainer.core.exitcodes import ExitCode
-from trainer.core.recipe import (DEFAULT_BETA2, HEAD_START_FOCUS_EVERY, default_floor, default_focus, default_lr,
-                                  recipe_job)
+from trainer.core.recipe import (DEFAULT_BETA2, HEAD_START_FOCUS_EVERY, default_encoder_lr, default_floor,
+                                  default_focus, default_lr, recipe_job)
 from trainer.core.timeouts import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
@@ -75,11 +75,10 @@ class TrainConfig:
             (``init_from``) with Muon :data:`HEAD_START_MUON_LR` (small 3e-3); see :attr:`base_lr` [1].
         lr_reference_batch: batch the ``lr`` is tuned for [crops]; the effective batch of an update is
             ``batch_size x sync_interval`` (see ``lr_scaling``).
-        lr_scaling: ``sqrt`` (default: lr x sqrt(effective batch / lr_reference_batch), the square-root rule
-            for Adam, Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms"),
-            ``linear`` (lr x effective batch / lr_reference_batch, Goyal et al. 2017, derived for SGD; with
-            Adam it trained worse at 4x and diverged at 16x, docs/studies/noise_scale.md, "Validation at
-            global batches 8, 32 and 128") or ``none``.
+        lr_scaling: ``sqrt`` (default: lr x sqrt(effective batch / lr_reference_batch), the square-root rule for
+            Adam, Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms"), ``linear``
+            (lr x effective batch / lr_reference_batch, Goyal et al. 2017, derived for SGD; with Adam it trained worse
+            at 4x and diverged at 16x, docs/studies/noise_scale.md) or ``none``.
         warmup_steps: linear LR warmup from lr/10 [optimizer updates] (Goyal et al. 2017, sec. 2.2).
         lr_floor: where ``cosine`` ends, as a fraction of the peak lr (0 to 1); None: with Muon
             :data:`MUON_LR_FLOOR` by job and size (small: repair, mattes and mixed 0.3, upres 0.5), else
@@ -87,29 +86,23 @@ class TrainConfig:
         lr_schedule: ``cosine`` (the default: ``warmup_steps`` then cosine decay to ``lr_floor``) or ``onecycle``
             (Smith & Topin 2019: linear rise from lr/25 over 30% of the updates, cosine fall to lr/1e4;
             ``warmup_steps`` is not used) (see ``trainer.learn.schedule.lr_at``).
-        ema_decay: export (and show in contact sheets) an exponential moving average of the weights with
-            this decay per update (default 0.999, warmed up so it averages about the last 1/19 of the updates
-            until ~19,000 updates); 0 = the last weights (see ``trainer.learn.ema``; chosen with the v3 network by
-            the time-to-quality benchmark, docs/studies/time_to_quality.md) [1].
+        ema_decay: export (and show in contact sheets) an exponential moving average of the weights with this decay
+            per update (0.999, warmed up: about the last 1/19 of the updates until ~19,000; ``trainer.learn.ema``); 0 =
+            the last weights (chosen by the time-to-quality benchmark, docs/studies/time_to_quality.md) [1].
         optimizer: ``auto`` (the default: :attr:`optimizer_name` picks ``muon`` for colour, upres and mattes;
             docs/studies/default_recipe.md, docs/studies/matte_set.md), ``adam`` or ``muon``:
             ``torch.optim.Muon`` for every convolution but the first and last, Adam (these betas) for the rest, one lr
             (``trainer.learn.optim``). A checkpoint resumes with the optimizer it was written with.
         adam_beta1: decay of Adam's first-moment (gradient) average, its momentum [1]: 0.9 (Kingma & Ba, the
-            default) or e.g. 0.8: with Adam, ``--adam-beta2 0.9`` and ``--lr 2e-3`` the time-to-quality benchmark
-            measured it sooner to the same held-out quality on both clips and every seed
-            (docs/studies/time_to_quality.md, "Muon for the hidden convolutions"; not measured with
-            ``--optimizer muon``, whose demo keeps 0.9). A resumed checkpoint keeps the value it was written with.
+            default) or e.g. 0.8 (with Adam, beta2 0.9 and lr 2e-3: the same held-out quality sooner,
+            docs/studies/time_to_quality.md). A resumed checkpoint keeps the value it was written with.
         adam_beta2: decay of Adam's second-moment (squared-gradient) average [1]; None = :data:`DEFAULT_BETA2` of the
-            optimizer (:attr:`beta2`): 0.9 with Muon (NAFNet's, Chen et al. 2022), 0.999 with Adam alone (Kingma &
-            Ba; at lr 1e-3 0.9 measured 0.2 dB worse on carphone, docs/studies/time_to_quality.md, "SkipInit and
-            Adam's beta2 0.9"). A resumed checkpoint keeps the value it was written with.
-        noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer
-            update only, because a measured step runs its batch as two halves (two forward and backward
-            passes: about twice a step's kernel launches, which on a GPU doubled the step of the small model,
-            docs/studies/trainer_speed.md, "GPU figures"). Several ranks, or a sync interval above 1, measure
-            every update at the cost of two squared norms (see ``trainer.learn.noise_scale``); 0 = not measured,
-            by any gang [optimizer updates].
+            optimizer (:attr:`beta2`): 0.9 with Muon (NAFNet's, Chen et al. 2022), 0.999 with Adam alone (Kingma & Ba;
+            docs/studies/time_to_quality.md). A resumed checkpoint keeps the value it was written with.
+        noise_interval: one rank at sync interval 1 measures the gradient noise scale on every Nth optimizer update
+            only: a measured step runs its batch as two halves, about twice a step's kernel launches
+            (docs/studies/trainer_speed.md, "GPU figures"). Several ranks, or a sync interval above 1, measure every
+            update at the cost of two squared norms (``trainer.learn.noise_scale``); 0 = off [optimizer updates].
         checkpoint_interval: write a checkpoint every N steps [steps].
         contact_sheet_interval: write a contact sheet every N steps [steps].
         log_interval: print ``[Step:N/M]`` and append to metrics.jsonl every N steps [steps].
@@ -132,9 +125,8 @@ class TrainConfig:
         data_cache_mb: decoded frames a rank keeps in its own memory, taken from the host's decoded copy of
             the shot (see ``trainer.data.hostcache``); crops of the other frames are read from that copy on local
             scratch, whatever the shot's length. 0 = none kept [MiB].
-        shot_check_s: while training, every rank looks at the shot's files this often; a file deleted,
-            truncated or rewritten stops the gang (exit 80) so it restarts on a consistent shot
-            (see ``trainer.data.shot_loading``) [seconds].
+        shot_check_s: while training, every rank looks at the shot's files this often; a file deleted, truncated or
+            rewritten stops the gang (exit 80) so it restarts on a consistent shot (``trainer.data.shot_loading``) [s].
         scale: upres factor: the Ground Truth is ``scale`` times the Input in both dimensions and the model
             returns frames that size; 1 = same size (repair), 2 or 4 = upres [1].
         input_channels: the Input channels the network reads, comma-separated as the files name them (``R,G,B``,
@@ -153,17 +145,17 @@ class TrainConfig:
         init_from: start from another model's weights ("" = random weights): a run directory (its exported
             ``model.pt``), a checkpoint ``.pt`` or a ``model.pt``; only the weights are loaded, the optimizer and
             the schedule start fresh (``trainer.learn.init_from``). Ignored when ``--resume`` finds a checkpoint.
-        init_ema: with ``init_from`` and ``ema_decay``, where the weight average starts: ``fresh`` (a copy of the
-            loaded weights whose warm-up restarts, ``trainer.learn.ema``) or ``source`` (the same copy, its warm-up
-            counted on from the source's step, so the average keeps a longer memory at once).
+        init_ema: with ``init_from`` and ``ema_decay``, the weight average's warm-up (a copy of the loaded weights):
+            ``fresh`` (it restarts, ``trainer.learn.ema``) or ``source`` (it counts on from the source's step).
         init_focus: with ``init_from``, the share of each batch's crops drawn where the source model's error on this
             shot is largest (0 to 1; ``trainer.data.crop_focus``); None: see :attr:`focus_share` [1].
+        init_encoder_lr: with ``init_from``, the encoder's lr as a fraction of the peak lr (0 to 1; the v3 network's
+            Muon weights in ``trainer.learn.model.ENCODER_MODULES``); None: see :attr:`encoder_lr` [1].
         init_focus_every: with a crop focus, the trained network renders the frames again every this many steps and
             the focus follows its error (``trainer.learn.focus_map``; 0, the default: the source's map all run) [steps].
         time_budget: train until a wall-clock budget ends instead of for ``steps`` ("" = off): a duration (``90s``,
             ``30m``, ``2h``) or an ISO 8601 deadline with its UTC offset (``trainer.core.budget``). The lr schedule runs
-            over the budget, rank 0 decides the last step and every rank stops on it; the export fits inside it.
-            ``steps`` stays a cap.
+            over the budget, rank 0 decides the last step, the export fits inside it; ``steps`` stays a cap.
         stop_when_flat: stop once the held-out gain improved by less than this over ``flat_window`` steps [dB]
             (0 = off). The held-out frames are every 10th frame of the shot, not trained on
             (``trainer.data.holdout``; the rule: ``trainer.core.stopping``). ``steps`` (and ``time_budget``) stay caps.
@@ -214,6 +206,7 @@ class TrainConfig:
     init_from: str = ""
     init_ema: str = "fresh"
     init_focus: float | None = None
+    init_encoder_lr: float | None = None
     init_focus_every: int = HEAD_START_FOCUS_EVERY
     input_channels: str = "R,G,B"
     target_channels: str = "R,G,B"
@@ -272,8 +265,12 @@ class TrainConfig:
             raise ConfigError(str(exc)) from None
         _check_choice("matte_loss", self.matte_loss, MATTE_LOSSES)
         _check_choice("init_ema", self.init_ema, INIT_EMAS)
-        if self.init_focus is not None and not (self.init_from and 0.0 <= self.init_focus <= 1.0):
-            raise ConfigError(f"init_focus={self.init_focus!r} needs init_from and a share from 0 to 1 (e.g. 0.5)")
+        for name in ("init_focus", "init_encoder_lr"):
+            if getattr(self, name) is not None and not (self.init_from and 0.0 <= getattr(self, name) <= 1.0):
+                raise ConfigError(f"{name}={getattr(self, name)!r} needs init_from and a share from 0 to 1 (e.g. 0.5)")
+        if self.encoder_lr != 1.0 and (self.optimizer_name, self.architecture_name) != ("muon", "v3"):
+            raise ConfigError(f"init_encoder_lr={self.init_encoder_lr} slows the v3 network's encoder under Muon; this "
+                              f"run trains {self.architecture_name} with {self.optimizer_name}: leave it out")
         _check_choice("augment_grade", self.augment_grade, AUGMENT_GRADES)
         if isinstance(self.augment, bool) or not 0.0 <= self.augment <= 1.0:
             raise ConfigError(f"augment={self.augment!r} must be a probability from 0 (off) to 1 (e.g. 0.5)")
@@ -297,11 +294,9 @@ class TrainConfig:
     @property
     def architecture_name(self) -> str:
         """The network trained: ``architecture``, or for ``auto`` the default recipe's choice by case: ``unet`` when
-        every target is a matte (a segmentation trunk: held-out IoU 0.9417 against v3's 0.9379 from 12 keyframes
-        with the same loss, mean of 3 seeds, ``bench_recipe.py matte``, docs/studies/matte_network.md), else ``v3``:
-        colour (time-to-quality on colour repair, docs/studies/time_to_quality.md) and mixed targets such as
-        ``R,G,B,A``, where v3 gained +1.65 dB on the colour against unet's +1.27 dB and matched its matte (IoU 0.972
-        against 0.970; ``bench_recipe.py matte-set --mixed``, 2 seeds, docs/studies/matte_set.md)."""
+        every target is a matte (held-out IoU 0.9417 against v3's 0.9379, 3 seeds, docs/studies/matte_network.md),
+        else ``v3``: colour (docs/studies/time_to_quality.md) and mixed targets such as ``R,G,B,A`` (+1.65 dB on the
+        colour against unet's +1.27 dB, matte IoU 0.972 against 0.970, 2 seeds, docs/studies/matte_set.md)."""
         if self.architecture != "auto":
             return self.architecture
         return "unet" if all(self.channels.matte) else "v3"
@@ -309,10 +304,9 @@ class TrainConfig:
     @property
     def optimizer_name(self) -> str:
         """The optimizer trained: ``optimizer``, or for ``auto`` ``muon`` for every task: colour and upres at every
-        size (``benchmarks/bench_recipe.py default-recipe``, each optimizer at its size's lr: ahead in every cell,
-        from +0.5 to +2.9 dB, docs/studies/default_recipe.md) and mattes (``bench_recipe.py matte-set``: on the
-        three decision shots of the semantic matte set, at 1,000 and 3,000 steps, Muon at lr 2e-3 beat Adam on
-        IoU and edge error on every shot, docs/studies/matte_set.md)."""
+        size (each optimizer at its size's lr: ahead in every cell, +0.5 to +2.9 dB, docs/studies/default_recipe.md)
+        and mattes (IoU and edge error better on every decision shot of the semantic matte set at 1,000 and 3,000
+        steps, docs/studies/matte_set.md)."""
         if self.optimizer != "auto":
             return self.optimizer
         return "muon"
@@ -349,6 +343,13 @@ class TrainConfig:
         """``init_focus``, or when it is None :func:`trainer.core.recipe.default_focus` (0: every crop uniform) [1]."""
         return self.init_focus if self.init_focus is not None else default_focus(
             self.recipe_job, self.optimizer_name, self.model_size, head_start=bool(self.init_from))
+
+    @property
+    def encoder_lr(self) -> float:
+        """``init_encoder_lr``, or when it is None :func:`trainer.core.recipe.default_encoder_lr` [1]."""
+        return self.init_encoder_lr if self.init_encoder_lr is not None else default_encoder_lr(
+            self.recipe_job, self.optimizer_name, self.model_size, self.architecture_name,
+            head_start=bool(self.init_from))
 
     @property
     def recipe_job(self) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from trainer.core.config import (ARCHITECTURES, AUGMENT_GRADES, DEFAULT_ARCHITECTURE, DEFAULT_DATA_CACHE_MB,
                                  GRAD_COMPRESSION, INIT_EMAS, LR_SCALINGS, LR_SCHEDULES, MATTE_LOSSES, MEMORY_FORMATS,
                                  MODEL_SIZES, OPTIMIZERS, PATH_FIELDS, PRECISIONS, SCALES, ConfigError, TrainConfig)
-from trainer.core.recipe import (DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_FOCUS,
+from trainer.core.recipe import (DEFAULT_LR, DEFAULT_LR_FLOOR, DEFAULT_MUON_LR, HEAD_START_ENCODER_LR, HEAD_START_FOCUS,
                                   HEAD_START_FOCUS_EVERY, HEAD_START_MUON_LR, MUON_LR_FLOOR)
 
 #: ``--steps`` of a ``--time-budget`` run that gives none [steps]: high enough that the budget ends it.
@@ -43,9 +43,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--crop-size", type=int, help=f"crop side in pixels (default {d['crop_size']})")
     g.add_argument("--model-size", choices=MODEL_SIZES, help=f"model size (default {d['model_size']})")
     g.add_argument("--architecture", choices=ARCHITECTURES,
-                   help=f"network (default {DEFAULT_ARCHITECTURE}: v3 for colour, upres and colour+alpha, unet when every target is a matte): v3 (added "
-                        "skips, sub-pixel upsampling), v1 (the first one) or unet (a plain U-Net trunk); see "
-                        "trainer.learn.model")
+                   help=f"network (default {DEFAULT_ARCHITECTURE}: v3 for colour, upres and colour+alpha, unet when "
+                        "every target is a matte): v3 (added skips, sub-pixel upsampling), v1 (the first one) or unet "
+                        "(a plain U-Net trunk); see trainer.learn.model")
     g.add_argument("--lr", type=float, help="learning rate at --lr-reference-batch (default by --model-size, Adam: "
                    + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + "; Muon: "
                    + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_MUON_LR.items())
@@ -80,7 +80,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="one rank at --sync-interval 1: measure the gradient noise scale every N updates "
                         f"(default {d['noise_interval']}; each costs a second forward/backward pass; "
                         "0: off, with any gang)")
-    g.add_argument("--checkpoint-interval", type=int, help=f"steps between checkpoints (default {d['checkpoint_interval']})")
+    g.add_argument("--checkpoint-interval", type=int,
+                   help=f"steps between checkpoints (default {d['checkpoint_interval']})")
     g.add_argument("--contact-sheet-interval", type=int,
                    help=f"steps between contact sheets (default {d['contact_sheet_interval']})")
     g.add_argument("--log-interval", type=int, help=f"steps between progress lines (default {d['log_interval']})")
@@ -115,14 +116,18 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --init-from: the share of each batch's crops drawn where the source model's error on "
                         "this shot is largest (default: " + ", ".join(f"{k} {v:g}" for k, v in HEAD_START_FOCUS.items())
                         + " for colour repair with Muon; else 0, every crop uniform)")
+    g.add_argument("--init-encoder-lr", type=float, metavar="FRACTION",
+                   help="with --init-from: the v3 network's encoder trains at this fraction of the peak lr (default: "
+                        + ", ".join(f"{k} {v:g}" for k, v in HEAD_START_ENCODER_LR.items())
+                        + " for colour repair with Muon; else 1, every layer at the peak lr)")
     g.add_argument("--init-focus-every", type=int, metavar="STEPS",
                    help=f"with a crop focus: every STEPS steps the focus follows the trained network's own error, "
                         f"e.g. 250 for a shot like the source's (default {HEAD_START_FOCUS_EVERY}: the source model's "
-                        f"error all run)")
+                        "error all run)")
     g.add_argument("--input-channels", metavar="NAMES",
                    help="Input channels the network reads, as the files name them (default R,G,B; e.g. R,G,B,A)")
     g.add_argument("--target-channels", metavar="NAMES",
-                   help="Ground Truth channels to learn (default R,G,B; A or matte.A: a matte; R,G,B,A: colour + alpha)")
+                   help="Ground Truth channels to learn (default R,G,B; A or matte.A: a matte; R,G,B,A: colour+alpha)")
     g.add_argument("--matte-loss", choices=MATTE_LOSSES, help="loss of matte channels (default bce+l1)")
     g.add_argument("--augment", type=float, metavar="P",
                    help="probability per crop of a random rotation, scale and flip of both sides (default 0: off)")
@@ -136,7 +141,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "stays a cap (default: off)")
     g.add_argument("--stop-when-flat", type=float, metavar="DB",
                    help="stop once the held-out gain (every 10th frame, held out) improved by less than DB over "
-                        f"--flat-window steps (default 0: off; e.g. 0.05)")
+                        "--flat-window steps (default 0: off; e.g. 0.05)")
     g.add_argument("--flat-window", type=int, metavar="STEPS",
                    help=f"steps --stop-when-flat compares over (default {d['flat_window']})")
     g.add_argument("--stop-grace-s", type=float,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
@@ -112,15 +112,19 @@ class DeviceMuon(torch.optim.Muon):
         lr: learning rate before :func:`adjusted_lr`.
         ns_dtype: the Newton-Schulz dtype (:func:`orthogonalisation_dtype`).
         adjust_lr_fn: ``match_rms_adamw`` (cuetrain's), ``original`` or None.
+        lr_scales: one factor per parameter of ``params``, in order, that its step is multiplied by [1]; None: all 1.
+            Not in the state dict: the caller derives them from the run's config again.
 
     Raises:
         ValueError: as ``torch.optim.Muon`` (a parameter that is not 2-D, a negative lr).
     """
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, ns_dtype: torch.dtype,
-                 adjust_lr_fn: str | None = "match_rms_adamw") -> None:
+                 adjust_lr_fn: str | None = "match_rms_adamw", lr_scales: Sequence[float] | None = None) -> None:
+        params = list(params)
         super().__init__(params, lr=lr, weight_decay=0.0, adjust_lr_fn=adjust_lr_fn)
         self.ns_dtype = ns_dtype
+        self.lr_scales = {id(p): float(f) for p, f in zip(params, lr_scales)} if lr_scales is not None else {}
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -148,7 +152,7 @@ class DeviceMuon(torch.optim.Muon):
             step = adjusted_lr(group["lr"], group["adjust_lr_fn"], torch.Size(shape))
             for p, o in zip(same, ortho):
                 p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(o, alpha=-step)
+                p.add_(o, alpha=-step * self.lr_scales.get(id(p), 1.0))
 
 
 class MuonAdam:
@@ -159,14 +163,18 @@ class MuonAdam:
         lr: the learning rate of both [1] (Muon's scaled by ``match_rms_adamw``).
         betas: Adam's ``(beta1, beta2)`` [1]. Muon's momentum is torch's 0.95 (Nesterov); no weight decay.
         ns_dtype: Muon's Newton-Schulz dtype; None: :func:`orthogonalisation_dtype` of the network's device.
+        lr_scales: module name -> factor [1]: a Muon weight whose name (``net.named_parameters()``) starts with the
+            module's name and a dot steps at ``lr`` times the factor (a head start's encoder,
+            ``trainer.learn.model.ENCODER_MODULES``); the other weights at ``lr``. None: every one at ``lr``.
 
     Like a ``torch.optim.Optimizer`` it has ``param_groups`` (the last is the Muon weights, 4-D), ``step``,
     ``zero_grad``, ``state_dict`` and ``load_state_dict``. Raises ValueError for a network without at least three
-    convolutions or a conv weight whose memory is neither contiguous nor channels_last.
+    convolutions, a conv weight whose memory is neither contiguous nor channels_last, or a module of ``lr_scales``
+    that holds no Muon weight or whose factor is negative.
     """
 
     def __init__(self, net: torch.nn.Module, lr: float, betas: tuple[float, float],
-                 ns_dtype: torch.dtype | None = None) -> None:
+                 ns_dtype: torch.dtype | None = None, lr_scales: Mapping[str, float] | None = None) -> None:
         convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
         if len(convs) < 3:
             raise ValueError(f"--optimizer muon needs a network with 3 or more convolutions, this one has {len(convs)}")
@@ -177,7 +185,8 @@ class MuonAdam:
                                      fused=True)
         if ns_dtype is None:
             ns_dtype = orthogonalisation_dtype(self.weights[0].device)
-        self.muon = DeviceMuon(self.matrices, lr=lr, ns_dtype=ns_dtype)
+        scales = _weight_scales(net, self.weights, lr_scales) if lr_scales else None
+        self.muon = DeviceMuon(self.matrices, lr=lr, ns_dtype=ns_dtype, lr_scales=scales)
         self._weights_group: dict[str, Any] = {"params": self.weights, "lr": lr}
 
     @property
@@ -217,6 +226,22 @@ class MuonAdam:
         self.adam.load_state_dict(state["adam"])
         self.muon.load_state_dict(state["muon"])
         self._weights_group["lr"] = self.muon.param_groups[0]["lr"]
+
+
+def _weight_scales(net: torch.nn.Module, weights: list[torch.Tensor], lr_scales: Mapping[str, float]) -> list[float]:
+    """Each Muon weight's lr factor: its module's in ``lr_scales`` (by name prefix), else 1."""
+    names = {id(p): name for name, p in net.named_parameters()}
+    scales = []
+    for w in weights:
+        module = [m for m in lr_scales if names[id(w)].startswith(m + ".")]
+        scales.append(lr_scales[module[0]] if module else 1.0)
+    for module, factor in lr_scales.items():
+        if not factor >= 0:
+            raise ValueError(f"the lr factor of {module!r} is {factor}; give a fraction of the peak lr >= 0 (e.g. 0.5)")
+        if not any(names[id(w)].startswith(module + ".") for w in weights):
+            raise ValueError(f"no Muon weight of this network is in a module named {module!r}, so its lr factor "
+                             "would change nothing; name one of its modules (trainer.learn.model.ENCODER_MODULES)")
+    return scales
 
 
 def _format(w: torch.Tensor) -> torch.memory_format:

@@ -99,10 +99,11 @@ class RunStart:
             self._use_optimizer(optimizer)
         kept = resumed_schedule(self.cfg, ckpt)
         if kept != self.cfg:
-            log.warning("--resume: training on with the lr %g, cosine floor %g and crop focus %g that %s was trained "
-                        "with (this version's defaults are %g, %g and %g; give --lr / --lr-floor / --init-focus to "
-                        "change them)", kept.base_lr, kept.cosine_floor, kept.focus_share, path, self.cfg.base_lr,
-                        self.cfg.cosine_floor, self.cfg.focus_share)
+            log.warning("--resume: training on with the lr %g, cosine floor %g, crop focus %g and encoder lr %g that "
+                        "%s was trained with (this version's defaults are %g, %g, %g and %g; give --lr / --lr-floor / "
+                        "--init-focus / --init-encoder-lr to change them)", kept.base_lr, kept.cosine_floor,
+                        kept.focus_share, kept.encoder_lr, path, self.cfg.base_lr, self.cfg.cosine_floor,
+                        self.cfg.focus_share, self.cfg.encoder_lr)
             self._use_config(kept)
         self.net.load_state_dict(ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
@@ -229,15 +230,16 @@ FLOOR_BEFORE_RECORDED = {"repair": {"small": 0.3}}
 
 
 def resumed_schedule(cfg: TrainConfig, ckpt: dict[str, Any]) -> TrainConfig:
-    """``cfg`` with the lr, cosine floor and crop focus the checkpoint's run trained with, where ``--lr`` /
-    ``--lr-floor`` / ``--init-focus`` are not given and a default has changed since (a run resumes on the schedule
-    it started, as :func:`resume_optimizer` keeps its optimizer).
+    """``cfg`` with the lr, cosine floor, crop focus and encoder lr the checkpoint's run trained with, where ``--lr``
+    / ``--lr-floor`` / ``--init-focus`` / ``--init-encoder-lr`` are not given and a default has changed since (a run
+    resumes on the schedule it started, as :func:`resume_optimizer` keeps its optimizer).
 
     The checkpoint's ``config`` (``run_writer.config_record``) names them as ``base_lr`` and ``cosine_floor``. One
     written before they were recorded keeps this version's lr, and its floor is the one its version used:
     :data:`DEFAULT_LR_FLOOR` before ``lr_floor`` existed (every cosine ended at a tenth of the peak), and
     :data:`FLOOR_BEFORE_RECORDED` where its config has ``lr_floor`` but no ``cosine_floor``. The focus is
-    ``focus_share``, 0 (every crop uniform) in a checkpoint written before it was recorded."""
+    ``focus_share``, 0 (every crop uniform) in a checkpoint written before it was recorded, and the encoder's lr
+    ``encoder_lr``, 1 (every layer at the peak lr) before it was."""
     config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
     changes: dict[str, float] = {}
     base_lr = config.get("base_lr")
@@ -251,6 +253,9 @@ def resumed_schedule(cfg: TrainConfig, ckpt: dict[str, Any]) -> TrainConfig:
     focus = config.get("focus_share", 0.0)  # none before --init-focus existed
     if cfg.init_focus is None and cfg.init_from and isinstance(focus, (int, float)) and focus != cfg.focus_share:
         changes["init_focus"] = float(focus)
+    enc = config.get("encoder_lr", 1.0)  # 1 before --init-encoder-lr existed
+    if cfg.init_encoder_lr is None and cfg.init_from and isinstance(enc, (int, float)) and enc != cfg.encoder_lr:
+        changes["init_encoder_lr"] = float(enc)
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
 

@@ -347,9 +347,11 @@ def config_record(cfg: TrainConfig) -> dict[str, Any]:
     """The config as run.json and model.pt record it, with what the defaults resolved to: ``base_lr`` (the lr when
     ``lr`` is None), ``cosine_floor`` (where the cosine ends, a fraction of the peak lr, when ``lr_floor`` is None),
     ``optimizer_name`` (``optimizer`` ``auto``'s choice), ``beta2`` and ``architecture_name`` (``architecture``
-    ``auto``'s choice) and ``focus_share`` (a head start's crop focus, ``trainer.data.crop_focus``)."""
+    ``auto``'s choice), ``focus_share`` (a head start's crop focus, ``trainer.data.crop_focus``) and ``encoder_lr``
+    (the encoder's fraction of the peak lr)."""
     return {**cfg.to_dict(), "base_lr": cfg.base_lr, "cosine_floor": cfg.cosine_floor, "focus_share": cfg.focus_share,
-            "optimizer_name": cfg.optimizer_name, "beta2": cfg.beta2, "architecture_name": cfg.architecture_name}
+            "encoder_lr": cfg.encoder_lr, "optimizer_name": cfg.optimizer_name, "beta2": cfg.beta2,
+            "architecture_name": cfg.architecture_name}
 
 
 def model_config_record(cfg: TrainConfig, plan: ChannelPlan) -> dict[str, Any]:

@@ -19,19 +19,21 @@ import torch
 
 from trainer.core.config import TrainConfig
 from trainer.core.recipe import DEFAULT_LR_FLOOR
+from trainer.learn.model import ENCODER_MODULES
 from trainer.learn.optim import MuonAdam
 
 
 def build_optimizer(cfg: TrainConfig, net: torch.nn.Module, lr: float) -> torch.optim.Adam | MuonAdam:
-    """The trainer's optimizer for ``net`` at ``lr`` [1]: Adam with betas ``(cfg.adam_beta1, cfg.beta2)``,
-    fused (one pass over every parameter; CPU since torch 2.4: 2% of a small step,
-    ``benchmarks/studies/bench_adam.py``), or with ``cfg.optimizer_name`` ``muon`` (``--optimizer muon``, or ``auto``
-    on a colour task) Muon for the hidden convolutions and that
-    Adam for the rest
-    (``trainer.learn.optim.MuonAdam``). Build it after ``net`` is on its device and memory format. The trainer, the
-    advisor's timing probe and its quality probe all build this one, so they train the same update."""
+    """The trainer's optimizer for ``net`` at ``lr`` [1]: Adam with betas ``(cfg.adam_beta1, cfg.beta2)``, fused
+    (one pass over every parameter; CPU since torch 2.4: 2% of a small step, ``benchmarks/studies/bench_adam.py``), or
+    with ``cfg.optimizer_name`` ``muon`` (``--optimizer muon``, or ``auto`` on a colour task) Muon for the hidden
+    convolutions and that Adam for the rest (``trainer.learn.optim.MuonAdam``), the encoder's Muon weights at
+    ``cfg.encoder_lr`` of ``lr`` (a head start's, ``trainer.learn.model.ENCODER_MODULES``). Build it after ``net`` is
+    on its device and memory format. The trainer, the advisor's timing probe and its quality probe all build this
+    one, so they train the same update."""
     if cfg.optimizer_name == "muon":
-        return MuonAdam(net, lr, (cfg.adam_beta1, cfg.beta2))
+        scales = {m: cfg.encoder_lr for m in ENCODER_MODULES[cfg.architecture_name]} if cfg.encoder_lr != 1 else None
+        return MuonAdam(net, lr, (cfg.adam_beta1, cfg.beta2), lr_scales=scales)
     return torch.optim.Adam(net.parameters(), lr=lr, betas=(cfg.adam_beta1, cfg.beta2), fused=True)
 
 

@@ -59,7 +59,7 @@ def test_a_checkpoint_from_before_the_focus_resumes_with_uniform_crops(pairs, tm
     head = cfg(pairs, tmp_path, init_from="a")
     recorded = {"base_lr": head.base_lr, "cosine_floor": head.cosine_floor}
     assert resumed_schedule(head, {"config": recorded}).focus_share == 0.0
-    now = {**recorded, "focus_share": 0.5}
+    now = {**recorded, "focus_share": 0.5, "encoder_lr": head.encoder_lr}  # as this version records them
     assert resumed_schedule(head, {"config": now}) is head
     given = cfg(pairs, tmp_path, init_from="a", init_focus=0.5)
     assert resumed_schedule(given, {"config": now}) is given  # --init-focus wins
