@@ -32,11 +32,11 @@ HEAD_START_FOCUS = {"small": 0.5}
 #: encoder levels and downsamplings (``trainer.learn.model.ENCODER_MODULES``) move at half the lr of its middle and
 #: decoder: discriminative fine-tuning, the earlier layers moved less (Howard & Ruder 2018, "Universal Language Model
 #: Fine-tuning for Text Classification"). v3 small, from an augmented source (bench_recipe.py head-start;
-#: docs/studies/head_start.md, "The encoder at half the lr"):
-#: 1,500 steps gained +0.015 dB on the alike pair (five seeds), +0.020 on bikes at 272x640 (three) and +0.021 on
-#: carphone (five, within its spread); at 500 steps it was level (+0.002). A third of the lr gained less (+0.009 on
-#: the mean of the three pairs, two seeds), and the middle at half as well lost 0.03 dB on the alike pair. Measured on
-#: colour repair with Muon only, as :data:`HEAD_START_MUON_LR`; every other run trains every layer at one lr.
+#: docs/studies/head_start.md, "The encoder at half the lr"): 1,500 steps gained +0.015 dB on the alike pair (five
+#: seeds), +0.020 on bikes at 272x640 (three) and +0.021 on carphone (five, within its spread); at 500 steps it was
+#: level (+0.002). A third of the lr gained less (+0.009 on the mean of the three pairs, two seeds), and the middle at
+#: half as well lost 0.03 dB on the alike pair. Measured on colour repair with Muon only, as
+#: :data:`HEAD_START_MUON_LR`; every other run trains every layer at one lr.
 HEAD_START_ENCODER_LR = {"small": 0.5}
 #: How often a head start's crop focus follows the network being trained (``--init-focus-every``) [steps]; 0: never,
 #: the source's map all run. Every 250 steps (1,500 from an augmented source, five seeds) gained 0.040 dB on the alike

@@ -116,12 +116,15 @@ class DeviceMuon(torch.optim.Muon):
             Not in the state dict: the caller derives them from the run's config again.
 
     Raises:
-        ValueError: as ``torch.optim.Muon`` (a parameter that is not 2-D, a negative lr).
+        ValueError: as ``torch.optim.Muon`` (a parameter that is not 2-D, a negative lr), or ``lr_scales`` not one
+            factor per parameter.
     """
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, ns_dtype: torch.dtype,
                  adjust_lr_fn: str | None = "match_rms_adamw", lr_scales: Sequence[float] | None = None) -> None:
         params = list(params)
+        if lr_scales is not None and len(lr_scales) != len(params):
+            raise ValueError(f"lr_scales has {len(lr_scales)} factors for {len(params)} parameters; give one each")
         super().__init__(params, lr=lr, weight_decay=0.0, adjust_lr_fn=adjust_lr_fn)
         self.ns_dtype = ns_dtype
         self.lr_scales = {id(p): float(f) for p, f in zip(params, lr_scales)} if lr_scales is not None else {}

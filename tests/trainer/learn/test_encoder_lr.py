@@ -15,7 +15,7 @@ from tests.trainer.learn.test_train import NON_DIST, cfg
 from trainer.core.config import ConfigError
 from trainer.learn import train as train_mod
 from trainer.learn.model import ENCODER_MODULES
-from trainer.learn.optim import MuonAdam
+from trainer.learn.optim import DeviceMuon, MuonAdam
 from trainer.learn.resume import resumed_schedule
 from trainer.learn.schedule import build_optimizer
 from trainer.record.rundir import RunPaths
@@ -72,6 +72,8 @@ def test_a_factor_that_would_change_nothing_is_refused_by_name():
     for scales, says in (({"encoder": 0.5}, "no Muon weight .* named 'encoder'"), ({"downs": -1.0}, "is -1.0")):
         with pytest.raises(ValueError, match=says):
             MuonAdam(_net(), 2e-3, (0.9, 0.9), lr_scales=scales)
+    with pytest.raises(ValueError, match="2 factors for 3 parameters"):
+        DeviceMuon([torch.nn.Parameter(torch.zeros(2, 2)) for _ in range(3)], 1e-3, torch.float32, lr_scales=[1, 1])
 
 
 def test_the_trainers_optimizer_slows_the_encoder_of_a_head_start_only(pairs, tmp_path):
