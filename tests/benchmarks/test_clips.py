@@ -46,3 +46,15 @@ def test_decoded_clips_give_the_same_pairs_as_the_videos(tmp_path, monkeypatch):
         assert [len(x) for x in decoded] == [10, 2]
         for a, b in zip(decoded[0] + decoded[1], direct[clip][0] + direct[clip][1]):
             assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_halved_is_the_2x2_mean_in_0_1_and_drops_an_odd_last_row_and_column():
+    frames = np.arange(2 * 5 * 7 * 3, dtype=np.uint8).reshape(2, 5, 7, 3)
+    out = clips.halved(frames)
+    assert out.shape == (2, 2, 3, 3) and out.dtype == np.float32
+    expected = frames[:, :4, :6].astype(np.float32).reshape(2, 2, 2, 3, 2, 3).mean(axis=(2, 4)) / 255.0
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    np.testing.assert_allclose(out[0, 0, 0, 0], np.mean([frames[0, y, x, 0] for y in (0, 1) for x in (0, 1)]) / 255.0,
+                               rtol=1e-6)
+    np.testing.assert_allclose(clips.halved(frames, by=4)[:, 0, 0], frames[:, :4, :4].mean(axis=(1, 2)) / 255.0, rtol=1e-6)
+    assert clips.halved(frames, by=4).shape == (2, 1, 1, 3)
