@@ -250,12 +250,12 @@ def resumed_schedule(cfg: TrainConfig, ckpt: dict[str, Any]) -> TrainConfig:
         floor = FLOOR_BEFORE_RECORDED.get(cfg.recipe_job, {}).get(cfg.model_size, DEFAULT_LR_FLOOR)
     if cfg.lr_floor is None and isinstance(floor, (int, float)) and floor != cfg.cosine_floor:
         changes["lr_floor"] = float(floor)
-    focus = config.get("focus_share", 0.0)  # none before --init-focus existed
-    if cfg.init_focus is None and cfg.init_from and isinstance(focus, (int, float)) and focus != cfg.focus_share:
-        changes["init_focus"] = float(focus)
-    enc = config.get("encoder_lr", 1.0)  # 1 before --init-encoder-lr existed
-    if cfg.init_encoder_lr is None and cfg.init_from and isinstance(enc, (int, float)) and enc != cfg.encoder_lr:
-        changes["init_encoder_lr"] = float(enc)
+    # a head start's: (the field, its resolved value's config key and property, its value before it was recorded)
+    for field, key, before in (("init_focus", "focus_share", 0.0), ("init_encoder_lr", "encoder_lr", 1.0)):
+        value = config.get(key, before)
+        unset = getattr(cfg, field) is None and cfg.init_from
+        if unset and isinstance(value, (int, float)) and value != getattr(cfg, key):
+            changes[field] = float(value)
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
