@@ -356,12 +356,13 @@ def main() -> None:
             out[rule] = [asdict(r) for r in results]
             probes_out[rule] = [{"seed": sd, **asdict(q)} for sd, q in probes.items()]
             if a.json:
-                atomic_write_json(a.json, {"clip": str(a.data) if a.data else a.clip, "target_db": a.target_db,
-                                    "probe_updates": a.probe_updates, "seeds": seed + 1 - a.first_seed,
-                                    "device": a.device, "architecture": a.architecture, "base_lr": a.base_lr,
-                                    "beta2": a.beta2, "skip_init": setup.skip_init, "optimizer": a.optimizer,
-                                    "measured_from": str(a.measured) if a.measured else None, "runs": out,
-                                    "quality_probes": probes_out})
+                record = {"clip": str(a.data) if a.data else a.clip, "target_db": a.target_db,
+                          "probe_updates": a.probe_updates, "seeds": seed + 1 - a.first_seed,
+                          "device": a.device, "architecture": a.architecture, "base_lr": a.base_lr,
+                          "beta2": a.beta2, "skip_init": setup.skip_init, "optimizer": a.optimizer,
+                          "measured_from": str(a.measured) if a.measured else None, "runs": out,
+                          "quality_probes": probes_out}
+                atomic_write_json(a.json, record)
 
 
 if __name__ == "__main__":
