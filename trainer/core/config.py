@@ -13,8 +13,8 @@ from typing import Any, Sequence
 from trainer.core.budget import BudgetError, parse_time_budget
 from trainer.core.channels import ChannelError, ChannelPlan
 from trainer.core.exitcodes import ExitCode
-from trainer.core.recipe import (DEFAULT_BETA2, HEAD_START_FOCUS_EVERY, default_encoder_lr, default_floor,
-                                  default_focus, default_lr, recipe_job)
+from trainer.core.recipe import (DEFAULT_BETA2, ENCODER_MODULES, HEAD_START_FOCUS_EVERY, default_encoder_lr,
+                                  default_floor, default_focus, default_lr, recipe_job)
 from trainer.core.timeouts import GRACE
 
 MODEL_SIZES = ("small", "medium", "large")
@@ -150,7 +150,7 @@ class TrainConfig:
         init_focus: with ``init_from``, the share of each batch's crops drawn where the source model's error on this
             shot is largest (0 to 1; ``trainer.data.crop_focus``); None: see :attr:`focus_share` [1].
         init_encoder_lr: with ``init_from``, the encoder's lr as a fraction of the peak lr (0 to 1; the v3 network's
-            Muon weights in ``trainer.learn.model.ENCODER_MODULES``); None: see :attr:`encoder_lr` [1].
+            Muon weights in ``trainer.core.recipe.ENCODER_MODULES``); None: see :attr:`encoder_lr` [1].
         init_focus_every: with a crop focus, the trained network renders the frames again every this many steps and
             the focus follows its error (``trainer.learn.focus_map``; 0, the default: the source's map all run) [steps].
         time_budget: train until a wall-clock budget ends instead of for ``steps`` ("" = off): a duration (``90s``,
@@ -268,7 +268,7 @@ class TrainConfig:
         for name in ("init_focus", "init_encoder_lr"):
             if getattr(self, name) is not None and not (self.init_from and 0.0 <= getattr(self, name) <= 1.0):
                 raise ConfigError(f"{name}={getattr(self, name)!r} needs init_from and a share from 0 to 1 (e.g. 0.5)")
-        if self.encoder_lr != 1.0 and (self.optimizer_name, self.architecture_name) != ("muon", "v3"):
+        if self.encoder_lr != 1.0 and (self.optimizer_name != "muon" or self.architecture_name not in ENCODER_MODULES):
             raise ConfigError(f"init_encoder_lr={self.init_encoder_lr} slows the v3 network's encoder under Muon; this "
                               f"run trains {self.architecture_name} with {self.optimizer_name}: leave it out")
         _check_choice("augment_grade", self.augment_grade, AUGMENT_GRADES)

@@ -29,7 +29,7 @@ HEAD_START_MUON_LR = {"small": 3e-3}
 #: colour repair at scale 1 only, as :data:`HEAD_START_MUON_LR`; every other run draws its crops uniformly.
 HEAD_START_FOCUS = {"small": 0.5}
 #: A head start's encoder lr (``--init-encoder-lr``) by model size, as a fraction of the peak lr [1]: the v3 network's
-#: encoder levels and downsamplings (``trainer.learn.model.ENCODER_MODULES``) move at half the lr of its middle and
+#: encoder levels and downsamplings (:data:`ENCODER_MODULES`) move at half the lr of its middle and
 #: decoder: discriminative fine-tuning, the earlier layers moved less (Howard & Ruder 2018, "Universal Language Model
 #: Fine-tuning for Text Classification"). v3 small, from an augmented source (bench_recipe.py head-start;
 #: docs/studies/head_start.md, "The encoder at half the lr"): 1,500 steps gained +0.015 dB on the alike pair (five
@@ -38,6 +38,10 @@ HEAD_START_FOCUS = {"small": 0.5}
 #: half as well lost 0.03 dB on the alike pair. Measured on colour repair with Muon only, as
 #: :data:`HEAD_START_MUON_LR`; every other run trains every layer at one lr.
 HEAD_START_ENCODER_LR = {"small": 0.5}
+#: The modules that make up each architecture's encoder, by parameter-name prefix (``net.named_parameters()`` of
+#: ``trainer.learn.model``'s networks): the levels ``--init-encoder-lr`` slows. v3's encoder is its residual blocks
+#: before each downsampling and the strided convolutions that downsample; other architectures have none listed.
+ENCODER_MODULES = {"v3": ("encoders", "downs")}
 #: How often a head start's crop focus follows the network being trained (``--init-focus-every``) [steps]; 0: never,
 #: the source's map all run. Every 250 steps (1,500 from an augmented source, five seeds) gained 0.040 dB on the alike
 #: pair and lost 0.33 dB on carphone, against the source's map: 0 by the mean over the two
@@ -103,9 +107,10 @@ def default_floor(job: str, optimizer: str, size: str) -> float:
 
 def default_encoder_lr(job: str, optimizer: str, size: str, architecture: str, *, head_start: bool) -> float:
     """The encoder's share of the peak lr when ``--init-encoder-lr`` is not given: :data:`HEAD_START_ENCODER_LR` for a
-    colour head start of the ``v3`` network with Muon where it lists ``size``, else 1 (every layer at the peak lr)."""
-    share = _head_start(HEAD_START_ENCODER_LR, job, optimizer, size, head_start) if architecture == "v3" else None
-    return 1.0 if share is None else share
+    colour head start with Muon of a network with an encoder (:data:`ENCODER_MODULES`) where it lists ``size``, else 1
+    (every layer at the peak lr)."""
+    share = _head_start(HEAD_START_ENCODER_LR, job, optimizer, size, head_start)
+    return 1.0 if share is None or architecture not in ENCODER_MODULES else share
 
 
 def default_focus(job: str, optimizer: str, size: str, *, head_start: bool) -> float:

@@ -320,10 +320,6 @@ def network(cfg: AnyConfig) -> nn.Module:
 #: benchmark (docs/studies/time_to_quality.md, "SkipInit and Adam's beta2 0.9": better at lr 2e-3, the same
 #: at 1e-3). v1 keeps torch's init.
 SKIP_INIT_ARCHITECTURES = ("v3",)
-#: The modules that make up each architecture's encoder, by parameter-name prefix (``net.named_parameters()``): the
-#: levels a head start's ``--init-encoder-lr`` slows (``trainer.core.recipe.HEAD_START_ENCODER_LR``). v3's encoder
-#: is its residual blocks before each downsampling and the strided convolutions that downsample.
-ENCODER_MODULES = {"v3": ("encoders", "downs")}
 
 
 def zero_residual_branches(net: nn.Module) -> nn.Module:

@@ -168,7 +168,7 @@ class MuonAdam:
         ns_dtype: Muon's Newton-Schulz dtype; None: :func:`orthogonalisation_dtype` of the network's device.
         lr_scales: module name -> factor [1]: a Muon weight whose name (``net.named_parameters()``) starts with the
             module's name and a dot steps at ``lr`` times the factor (a head start's encoder,
-            ``trainer.learn.model.ENCODER_MODULES``); the other weights at ``lr``. None: every one at ``lr``.
+            ``trainer.core.recipe.ENCODER_MODULES``); the other weights at ``lr``. None: every one at ``lr``.
 
     Like a ``torch.optim.Optimizer`` it has ``param_groups`` (the last is the Muon weights, 4-D), ``step``,
     ``zero_grad``, ``state_dict`` and ``load_state_dict``. Raises ValueError for a network without at least three
@@ -243,7 +243,7 @@ def _weight_scales(net: torch.nn.Module, weights: list[torch.Tensor], lr_scales:
             raise ValueError(f"the lr factor of {module!r} is {factor}; give a fraction of the peak lr >= 0 (e.g. 0.5)")
         if not any(names[id(w)].startswith(module + ".") for w in weights):
             raise ValueError(f"no Muon weight of this network is in a module named {module!r}, so its lr factor "
-                             "would change nothing; name one of its modules (trainer.learn.model.ENCODER_MODULES)")
+                             "would change nothing; name one of its modules (trainer.core.recipe.ENCODER_MODULES)")
     return scales
 
 

@@ -18,8 +18,7 @@ import math
 import torch
 
 from trainer.core.config import TrainConfig
-from trainer.core.recipe import DEFAULT_LR_FLOOR
-from trainer.learn.model import ENCODER_MODULES
+from trainer.core.recipe import DEFAULT_LR_FLOOR, ENCODER_MODULES
 from trainer.learn.optim import MuonAdam
 
 
@@ -28,7 +27,7 @@ def build_optimizer(cfg: TrainConfig, net: torch.nn.Module, lr: float) -> torch.
     (one pass over every parameter; CPU since torch 2.4: 2% of a small step, ``benchmarks/studies/bench_adam.py``), or
     with ``cfg.optimizer_name`` ``muon`` (``--optimizer muon``, or ``auto`` on a colour task) Muon for the hidden
     convolutions and that Adam for the rest (``trainer.learn.optim.MuonAdam``), the encoder's Muon weights at
-    ``cfg.encoder_lr`` of ``lr`` (a head start's, ``trainer.learn.model.ENCODER_MODULES``). Build it after ``net`` is
+    ``cfg.encoder_lr`` of ``lr`` (a head start's, ``trainer.core.recipe.ENCODER_MODULES``). Build it after ``net`` is
     on its device and memory format. The trainer, the advisor's timing probe and its quality probe all build this
     one, so they train the same update."""
     if cfg.optimizer_name == "muon":

@@ -13,8 +13,8 @@ import torch
 from tests.trainer.learn.test_optim import _grads, _net
 from tests.trainer.learn.test_train import NON_DIST, cfg
 from trainer.core.config import ConfigError
+from trainer.core.recipe import ENCODER_MODULES
 from trainer.learn import train as train_mod
-from trainer.learn.model import ENCODER_MODULES
 from trainer.learn.optim import DeviceMuon, MuonAdam
 from trainer.learn.resume import resumed_schedule
 from trainer.learn.schedule import build_optimizer
